@@ -1,0 +1,1 @@
+"""Generic lease-and-heartbeat work claiming on SQLAlchemy Core (PostgreSQL and SQLite)."""

@@ -1,0 +1,65 @@
+"""Shared fixtures: real SQLite and real PostgreSQL databases, one fresh database per test.
+
+PostgreSQL tests skip only when PostgreSQL is absent *and* `CI` is unset; under `CI` a missing
+server fails the run, so the PostgreSQL half of the suite can never vanish silently.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from tests.services import postgres
+
+IN_CI = bool(os.environ.get("CI"))
+
+
+def _admin_url() -> str:
+    explicit = os.environ.get("BATCHCROP_TEST_POSTGRES_URL")
+    if explicit:
+        return explicit
+    try:
+        return postgres.ensure()
+    except (postgres.PostgresUnavailableError, OSError, RuntimeError) as exc:
+        if IN_CI:
+            pytest.fail(f"PostgreSQL is required under CI: {exc}")
+        pytest.skip(f"PostgreSQL not available: {exc}")
+
+
+@pytest.fixture(scope="session")
+def postgres_admin_url() -> str:
+    """URL of a PostgreSQL server the tests may create databases on."""
+    return _admin_url()
+
+
+@pytest.fixture
+def postgres_url(postgres_admin_url: str) -> Iterator[str]:
+    """A fresh, empty PostgreSQL database for one test, dropped afterwards."""
+    name = f"bc_test_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(postgres_admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    url = sa.make_url(postgres_admin_url).set(database=name)
+    yield url.render_as_string(hide_password=False)
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """A fresh SQLite database file for one test."""
+    return f"sqlite:///{tmp_path / 'batchcrop.db'}"
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database_url(request: pytest.FixtureRequest) -> str:
+    """Each test using this runs once on SQLite and once on PostgreSQL."""
+    if request.param == "sqlite":
+        return str(request.getfixturevalue("sqlite_url"))
+    return str(request.getfixturevalue("postgres_url"))
