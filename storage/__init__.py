@@ -1,1 +1,47 @@
-"""Generic object store port with put-if-absent: S3-compatible (boto3) and local folder."""
+"""Generic object store port with put-if-absent: S3-compatible (boto3) and local folder.
+
+`open_store("file://DIR" | "s3://bucket/prefix")` builds a store; every store offers `get`,
+`head`, `put_if_absent` (atomic, never overwriting), `list` and `check`. `SourceReader` reads
+source files from local paths and S3, confined to configured roots. Errors form one family
+rooted at `StorageError`; only `StorageUnavailable` is transient.
+"""
+
+from storage.errors import (
+    AccessDenied,
+    ConditionalWritesUnsupported,
+    DerivativeConflict,
+    InvalidKey,
+    InvalidStoreUrl,
+    ObjectNotFound,
+    ObjectTooLarge,
+    SourceNotAllowed,
+    StorageError,
+    StorageUnavailable,
+)
+from storage.local import LocalStore
+from storage.port import ObjectInfo, ObjectStore, PutResult
+from storage.s3 import S3Settings, S3Store
+from storage.sources import IMAGE_EXTENSIONS, SourceReader
+from storage.urls import open_store
+
+__all__ = [
+    "IMAGE_EXTENSIONS",
+    "AccessDenied",
+    "ConditionalWritesUnsupported",
+    "DerivativeConflict",
+    "InvalidKey",
+    "InvalidStoreUrl",
+    "LocalStore",
+    "ObjectInfo",
+    "ObjectNotFound",
+    "ObjectStore",
+    "ObjectTooLarge",
+    "PutResult",
+    "S3Settings",
+    "S3Store",
+    "SourceNotAllowed",
+    "SourceReader",
+    "StorageError",
+    "StorageUnavailable",
+    "open_store",
+]

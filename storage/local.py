@@ -1,0 +1,330 @@
+"""Local folder adapter: atomic, never-overwriting puts by linking a staged file into place.
+
+Layout: objects live at `root/<key>`; in-flight writes live in `root/.staging/` (same file system,
+so `os.link` works) and are swept when older than `STAGING_STALE_SECONDS` at construction.
+
+Put-if-absent: the data is written and fsynced to a fresh temp file in `.staging/`, then hard-linked
+to its final name. `link(2)` fails with EEXIST instead of replacing, so exactly one of several
+concurrent writers (threads or processes) creates the object, and the final name only ever points
+at a complete, fsynced file: a reader or a listing never sees a partial object.
+
+The sha256 of an existing object is computed from its bytes (no sidecar file): a sidecar would be
+a second file that can be missing or stale after a crash, while the bytes are the truth. It costs
+one read of the object on `head` and on a put that finds the key taken. Local objects keep no
+content type or user metadata; `put_if_absent` accepts and ignores them.
+
+Keys are resolved one folder at a time with `O_NOFOLLOW` relative to the parent's descriptor, so a
+symlink anywhere below the root is refused (`InvalidKey`) rather than followed out of the root.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import stat
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import BinaryIO
+
+from storage.errors import (
+    AccessDenied,
+    ConditionalWritesUnsupported,
+    DerivativeConflict,
+    InvalidKey,
+    ObjectNotFound,
+    ObjectTooLarge,
+    StorageError,
+    StorageUnavailable,
+)
+from storage.port import (
+    DEFAULT_CONTENT_TYPE,
+    ObjectInfo,
+    PutResult,
+    sha256_hex,
+    validate_key,
+    validate_prefix,
+)
+
+STAGING_DIR_NAME = ".staging"
+STAGING_STALE_SECONDS = 3600.0
+"""A staged temp file older than this belongs to a crashed writer and is deleted on startup."""
+READ_CHUNK_BYTES = 1024 * 1024
+FILE_MODE = 0o644
+DIR_MODE = 0o755
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_SYMLINK_ERRNOS = (errno.ELOOP, errno.EMLINK)
+_LINK_UNSUPPORTED_ERRNOS = (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV)
+
+
+@contextmanager
+def _os_errors(what: str) -> Iterator[None]:
+    """Translate `OSError` into the storage family; `StorageError` passes through unchanged."""
+    try:
+        yield
+    except StorageError:
+        raise
+    except FileNotFoundError as exc:
+        raise ObjectNotFound(f"not found: {what}") from exc
+    except PermissionError as exc:
+        raise AccessDenied(f"permission denied: {what}") from exc
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            raise InvalidKey(f"name too long for this file system: {what}") from exc
+        raise StorageUnavailable(f"{what}: {exc.strerror or exc}") from exc
+
+
+def _opener(dir_fd: int, flags_extra: int = 0) -> Callable[[str, int], int]:
+    """An `open()` opener resolving names inside `dir_fd` without following a final symlink."""
+
+    def opener(name: str, flags: int) -> int:
+        return os.open(
+            name, flags | flags_extra | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE, dir_fd=dir_fd
+        )
+
+    return opener
+
+
+def _is_symlink(name: str, dir_fd: int) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def _hash_stream(stream: BinaryIO) -> str:
+    digest = hashlib.sha256()
+    while chunk := stream.read(READ_CHUNK_BYTES):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+class LocalStore:
+    """An `ObjectStore` in a folder of the local file system; safe across threads and processes."""
+
+    def __init__(self, root: Path) -> None:
+        """Create `root` and `root/.staging` if needed and sweep stale staged files.
+
+        Side effects: creates folders; deletes staged files older than `STAGING_STALE_SECONDS`.
+        """
+        # Resolved once: the root itself may be reached through a symlink, keys below it may not.
+        self.root = Path(root).resolve()
+        self.url = f"file://{self.root}"
+        self._staging = self.root / STAGING_DIR_NAME
+        with _os_errors(str(self.root)):
+            self._staging.mkdir(parents=True, exist_ok=True)
+            if self._staging.is_symlink():
+                raise StorageError(f"{self._staging} is a symlink; refusing to stage through it")
+            self._sweep_staging(older_than=time.time() - STAGING_STALE_SECONDS)
+
+    def __repr__(self) -> str:
+        return f"LocalStore({self.url!r})"
+
+    def get(self, key: str, *, max_bytes: int | None = None) -> bytes:
+        """Return the object's bytes; `ObjectTooLarge` is decided from its size before reading."""
+        self._validate(key)
+        with _os_errors(key), self._open_object(key) as stream:
+            size = os.fstat(stream.fileno()).st_size
+            if max_bytes is not None and size > max_bytes:
+                raise ObjectTooLarge(f"{key}: {size} bytes > limit {max_bytes}")
+            return stream.read()
+
+    def head(self, key: str) -> ObjectInfo:
+        """Return size and sha256 (computed by reading the object) of `key`."""
+        self._validate(key)
+        with _os_errors(key), self._open_object(key) as stream:
+            size = os.fstat(stream.fileno()).st_size
+            return ObjectInfo(key=key, size=size, sha256=_hash_stream(stream))
+
+    def put_if_absent(
+        self,
+        key: str,
+        data: bytes,
+        *,
+        content_type: str = DEFAULT_CONTENT_TYPE,
+        metadata: Mapping[str, str] | None = None,
+    ) -> PutResult:
+        """Create `key` with `data` unless it exists (see the module docstring for the protocol).
+
+        `content_type` and `metadata` are accepted for the port's sake and not stored.
+        """
+        self._validate(key)
+        digest = sha256_hex(data)
+        with _os_errors(key):
+            parent_fd, name = self._open_parent(key, create=True)
+            try:
+                existing = self._existing_sha256(parent_fd, name, key)
+                if existing is None:
+                    if self._link_new(parent_fd, name, data):
+                        return PutResult(key=key, created=True, sha256=digest)
+                    existing = self._existing_sha256(parent_fd, name, key)
+            finally:
+                os.close(parent_fd)
+        if existing == digest:
+            return PutResult(key=key, created=False, sha256=digest)
+        raise DerivativeConflict(
+            f"{self.url}/{key} holds different content (sha256 {existing}, ours {digest})"
+        )
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        """Yield whole objects under `prefix`, sorted by key; never `.staging` nor symlinks.
+
+        sha256 is None in listings (computing it would read every object).
+        """
+        validate_prefix(prefix)
+        with _os_errors(prefix or "/"):
+            found = sorted(self._walk(prefix))
+        for key, size in found:
+            yield ObjectInfo(key=key, size=size, sha256=None)
+
+    def check(self) -> None:
+        """Prove the root is writable and supports hard links (the no-replace primitive)."""
+        with _os_errors(str(self.root)):
+            staging_fd = os.open(self._staging, _DIR_FLAGS)
+            first, second = f"probe-{uuid.uuid4().hex}", f"probe-{uuid.uuid4().hex}"
+            try:
+                os.close(
+                    os.open(
+                        first, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE, dir_fd=staging_fd
+                    )
+                )
+                try:
+                    os.link(first, second, src_dir_fd=staging_fd, dst_dir_fd=staging_fd)
+                except OSError as exc:
+                    if exc.errno in _LINK_UNSUPPORTED_ERRNOS:
+                        raise ConditionalWritesUnsupported(
+                            f"{self.root}: the file system does not support hard links"
+                        ) from exc
+                    raise
+            finally:
+                for name in (first, second):
+                    with suppress(FileNotFoundError):
+                        os.unlink(name, dir_fd=staging_fd)
+                os.close(staging_fd)
+
+    def _validate(self, key: str) -> None:
+        validate_key(key)
+        if key.split("/", 1)[0] == STAGING_DIR_NAME:
+            raise InvalidKey(f"{STAGING_DIR_NAME}/ is reserved for in-flight writes: {key!r}")
+
+    def _open_parent(self, key: str, *, create: bool) -> tuple[int, str]:
+        """Open the folder holding `key` without following symlinks; return (its fd, file name).
+
+        The caller owns the returned descriptor. With `create`, missing folders are made (and
+        their parents fsynced, so the object linked below them survives a crash).
+        """
+        *folders, name = key.split("/")
+        fd = os.open(self.root, _DIR_FLAGS)
+        try:
+            for folder in folders:
+                if create:
+                    try:
+                        os.mkdir(folder, DIR_MODE, dir_fd=fd)
+                        os.fsync(fd)
+                    except FileExistsError:
+                        pass
+                try:
+                    next_fd = os.open(folder, _DIR_FLAGS, dir_fd=fd)
+                except OSError as exc:
+                    self._refuse_odd_path(exc, folder, fd, key, create=create)
+                    raise
+                os.close(fd)
+                fd = next_fd
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, name
+
+    @staticmethod
+    def _refuse_odd_path(exc: OSError, name: str, dir_fd: int, key: str, *, create: bool) -> None:
+        """Turn a symlink (always) or a file standing where a folder should be into clear errors."""
+        if exc.errno in _SYMLINK_ERRNOS or _is_symlink(name, dir_fd):
+            raise InvalidKey(f"symlink in key path refused: {key!r}") from exc
+        if exc.errno == errno.ENOTDIR:
+            if create:
+                raise InvalidKey(f"an object stands where {key!r} needs a folder") from exc
+            raise ObjectNotFound(f"not found: {key}") from exc
+
+    @contextmanager
+    def _open_object(self, key: str) -> Iterator[BinaryIO]:
+        """Open the regular file for `key` for reading; symlinks and folders are refused."""
+        parent_fd, name = self._open_parent(key, create=False)
+        try:
+            try:
+                stream = open(name, "rb", opener=_opener(parent_fd))  # noqa: SIM115 - closed below
+            except OSError as exc:
+                self._refuse_odd_path(exc, name, parent_fd, key, create=False)
+                raise
+        finally:
+            os.close(parent_fd)
+        with stream:
+            if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
+                raise ObjectNotFound(f"not found (a folder): {key}")
+            yield stream
+
+    def _existing_sha256(self, parent_fd: int, name: str, key: str) -> str | None:
+        """sha256 of the object `name` in `parent_fd`, or None if there is none."""
+        try:
+            stream = open(name, "rb", opener=_opener(parent_fd))  # noqa: SIM115 - closed below
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            self._refuse_odd_path(exc, name, parent_fd, key, create=True)
+            raise
+        with stream:
+            if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
+                raise InvalidKey(f"a folder stands at {key!r}")
+            return _hash_stream(stream)
+
+    def _link_new(self, parent_fd: int, name: str, data: bytes) -> bool:
+        """Stage `data`, link it to `name` unless taken; True if this call created the object."""
+        staging_fd = os.open(self._staging, _DIR_FLAGS)
+        temp_name = f"{uuid.uuid4().hex}.tmp"
+        try:
+            with open(temp_name, "wb", opener=_opener(staging_fd, os.O_EXCL)) as temp:
+                temp.write(data)
+                temp.flush()
+                os.fsync(temp.fileno())
+            try:
+                os.link(temp_name, name, src_dir_fd=staging_fd, dst_dir_fd=parent_fd)
+            except FileExistsError:
+                return False
+            os.fsync(parent_fd)
+            return True
+        finally:
+            with suppress(FileNotFoundError):
+                os.unlink(temp_name, dir_fd=staging_fd)
+            os.close(staging_fd)
+
+    def _sweep_staging(self, *, older_than: float) -> None:
+        for entry in os.scandir(self._staging):
+            try:
+                if entry.stat(follow_symlinks=False).st_mtime < older_than:
+                    os.unlink(entry.path)
+            except (FileNotFoundError, IsADirectoryError):
+                continue  # another process swept it first, or an odd folder we leave alone
+
+    def _walk(self, prefix: str) -> Iterator[tuple[str, int]]:
+        """(key, size) of every regular file whose key starts with `prefix`, unsorted.
+
+        Walks from the root without following symlinks, pruning folders the prefix excludes.
+        """
+        yield from self._walk_folder(self.root, "", prefix)
+
+    def _walk_folder(self, folder: Path, folder_key: str, prefix: str) -> Iterator[tuple[str, int]]:
+        try:
+            entries = list(os.scandir(folder))
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        for entry in entries:
+            key = f"{folder_key}/{entry.name}" if folder_key else entry.name
+            if not folder_key and entry.name == STAGING_DIR_NAME:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                if key.startswith(prefix) or prefix.startswith(f"{key}/"):
+                    yield from self._walk_folder(Path(entry.path), key, prefix)
+            elif entry.is_file(follow_symlinks=False) and key.startswith(prefix):
+                yield key, entry.stat(follow_symlinks=False).st_size

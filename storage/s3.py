@@ -1,0 +1,269 @@
+"""S3-compatible adapter (AWS S3, Ceph RGW, MinIO, R2 ...) on boto3.
+
+Put-if-absent is ONE `PutObject` with `If-None-Match: *` carrying the content's sha256 in user
+metadata. A 412 means the key is taken — possibly by our *own* first attempt whose response was
+lost and which botocore retried — so a 412 is resolved by `head_object` and a sha256 comparison:
+equal ⇒ success (`created=False`), different ⇒ `DerivativeConflict`. We never overwrite. AWS may
+answer 409 ConditionalRequestConflict to concurrent conditional writes; that is retried a bounded
+number of times. Multipart uploads, `upload_file` and CopyObject are avoided on purpose: s3transfer
+rejects `IfNoneMatch`, and Ceph RGW ignores conditions on multipart completion and copies.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
+
+from storage.errors import (
+    ConditionalWritesUnsupported,
+    DerivativeConflict,
+    ObjectNotFound,
+    ObjectTooLarge,
+    StorageUnavailable,
+)
+from storage.port import (
+    DEFAULT_CONTENT_TYPE,
+    SHA256_METADATA_KEY,
+    ObjectInfo,
+    PutResult,
+    sha256_hex,
+    validate_key,
+    validate_prefix,
+)
+from storage.s3errors import (
+    is_conditional_conflict,
+    is_precondition_failed,
+    translate,
+    translated,
+)
+
+CONNECT_TIMEOUT_SECONDS = 5.0
+READ_TIMEOUT_SECONDS = 30.0
+TOTAL_MAX_ATTEMPTS = 4
+"""botocore attempts per request, the first included (`max_attempts` would count retries)."""
+MAX_POOL_CONNECTIONS = 32
+REQUEST_CHECKSUM_CALCULATION = "when_supported"
+"""botocore's default; "when_required" is the escape hatch for servers rejecting CRC32 headers."""
+CONFLICT_RETRY_ATTEMPTS = 5
+CONFLICT_RETRY_BASE_SECONDS = 0.05
+CONFLICT_RETRY_MAX_WAIT_SECONDS = 1.0
+PROBE_PREFIX = ".probe/if-none-match-"
+_NOT_IMPLEMENTED_CODES = frozenset({"NotImplemented", "InvalidArgument", "501"})
+
+
+@dataclass(frozen=True)
+class S3Settings:
+    """How to reach an S3-compatible endpoint; credentials come from boto3's usual chain."""
+
+    endpoint_url: str | None = None
+    region: str | None = None
+    request_checksum_calculation: str = REQUEST_CHECKSUM_CALCULATION
+    connect_timeout_seconds: float = CONNECT_TIMEOUT_SECONDS
+    read_timeout_seconds: float = READ_TIMEOUT_SECONDS
+    total_max_attempts: int = TOTAL_MAX_ATTEMPTS
+    max_pool_connections: int = MAX_POOL_CONNECTIONS
+
+    def config(self) -> Config:
+        """The botocore `Config`: standard retries set explicitly, path addressing off AWS."""
+        return Config(
+            region_name=self.region,
+            connect_timeout=self.connect_timeout_seconds,
+            read_timeout=self.read_timeout_seconds,
+            retries={"mode": "standard", "total_max_attempts": self.total_max_attempts},
+            max_pool_connections=self.max_pool_connections,
+            # A str setting (from env/flags); botocore validates the value itself.
+            request_checksum_calculation=self.request_checksum_calculation,  # type: ignore[arg-type]
+            # Virtual-host addressing turns `bucket.localhost` into a name that does not resolve.
+            s3={"addressing_style": "path"} if self.endpoint_url else None,
+        )
+
+    def client(self, session: boto3.session.Session | None = None) -> Any:
+        """A new thread-safe boto3 S3 client; credentials from `session` or the default chain."""
+        # A fresh Session per client: boto3's module-level default session is not thread-safe.
+        session = session or boto3.session.Session()
+        return session.client(
+            "s3", endpoint_url=self.endpoint_url, region_name=self.region, config=self.config()
+        )
+
+
+class S3Store:
+    """An `ObjectStore` under `s3://bucket/prefix`; safe to share between threads."""
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        settings: S3Settings | None = None,
+        client: Any | None = None,
+    ) -> None:
+        """Use `client` if given (tests, shared clients), else build one from `settings`."""
+        if not bucket or "/" in bucket:
+            raise ValueError(f"invalid bucket name: {bucket!r}")
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        if self.prefix:
+            validate_key(self.prefix)
+        self.settings = settings or S3Settings()
+        self.client: Any = client if client is not None else self.settings.client()
+        self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
+
+    def __repr__(self) -> str:
+        return f"S3Store({self.url!r})"
+
+    def get(self, key: str, *, max_bytes: int | None = None) -> bytes:
+        """Return the object's bytes; its Content-Length is checked against `max_bytes` first."""
+        full_key = self._full_key(key)
+        with translated(f"get {self.url}/{key}"):
+            response = self.client.get_object(Bucket=self.bucket, Key=full_key)
+            body = response["Body"]
+            try:
+                size = int(response["ContentLength"])
+                if max_bytes is not None and size > max_bytes:
+                    raise ObjectTooLarge(f"{self.url}/{key}: {size} bytes > limit {max_bytes}")
+                data: bytes = body.read()
+            finally:
+                body.close()
+        return data
+
+    def head(self, key: str) -> ObjectInfo:
+        """Return size and the sha256 from our user metadata (None if written by someone else)."""
+        full_key = self._full_key(key)
+        with translated(f"head {self.url}/{key}"):
+            response = self.client.head_object(Bucket=self.bucket, Key=full_key)
+        sha256 = response.get("Metadata", {}).get(SHA256_METADATA_KEY)
+        return ObjectInfo(key=key, size=int(response["ContentLength"]), sha256=sha256)
+
+    def put_if_absent(
+        self,
+        key: str,
+        data: bytes,
+        *,
+        content_type: str = DEFAULT_CONTENT_TYPE,
+        metadata: Mapping[str, str] | None = None,
+    ) -> PutResult:
+        """One conditional PutObject; a 412 is resolved by comparing sha256 (module docstring)."""
+        full_key = self._full_key(key)
+        digest = sha256_hex(data)
+        user_metadata = {**(metadata or {}), SHA256_METADATA_KEY: digest}
+        what = f"put {self.url}/{key}"
+        try:
+            self._conditional_put(full_key, data, content_type, user_metadata)
+        except ClientError as exc:
+            if not is_precondition_failed(exc):
+                raise translate(exc, what) from exc
+        except BotoCoreError as exc:
+            raise translate(exc, what) from exc
+        else:
+            return PutResult(key=key, created=True, sha256=digest)
+        return self._resolve_taken(key, digest)
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        """Yield objects under `prefix`, in the server's (UTF-8 binary, i.e. sorted) key order.
+
+        Zero-byte "folder marker" keys ending in "/" are skipped: they are not objects to us.
+        sha256 is None in listings (ListObjectsV2 returns no user metadata).
+        """
+        validate_prefix(prefix)
+        root = f"{self.prefix}/" if self.prefix else ""
+        paginator = self.client.get_paginator("list_objects_v2")
+        with translated(f"list {self.url}/{prefix}"):
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=root + prefix):
+                for item in page.get("Contents", []):
+                    key = str(item["Key"])[len(root) :]
+                    if key and not key.endswith("/"):
+                        yield ObjectInfo(key=key, size=int(item["Size"]), sha256=None)
+
+    def check(self) -> None:
+        """Reach the bucket, then prove `If-None-Match: *` is honoured with a probe key.
+
+        The probe is written twice; the second write must answer 412, else the store would
+        silently overwrite and `ConditionalWritesUnsupported` is raised. The probe is deleted
+        afterwards (best effort). A missing bucket counts as an unreachable store.
+        """
+        try:
+            with translated(f"reach {self.url}"):
+                self.client.head_bucket(Bucket=self.bucket)
+        except ObjectNotFound as exc:
+            raise StorageUnavailable(f"bucket {self.bucket!r} does not exist") from exc
+        probe_key = self._full_key(f"{PROBE_PREFIX}{uuid.uuid4().hex}")
+        try:
+            self._probe_write(probe_key, first=True)
+            self._probe_write(probe_key, first=False)
+        finally:
+            self._delete_quietly(probe_key)
+
+    def _full_key(self, key: str) -> str:
+        validate_key(key)
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _conditional_put(
+        self, full_key: str, data: bytes, content_type: str, metadata: Mapping[str, str]
+    ) -> None:
+        """PutObject with If-None-Match: *, retrying only AWS's 409 ConditionalRequestConflict."""
+        retrying = Retrying(
+            retry=retry_if_exception(is_conditional_conflict),
+            stop=stop_after_attempt(CONFLICT_RETRY_ATTEMPTS),
+            wait=wait_random_exponential(
+                multiplier=CONFLICT_RETRY_BASE_SECONDS, max=CONFLICT_RETRY_MAX_WAIT_SECONDS
+            ),
+            reraise=True,
+        )
+        for attempt in retrying:
+            with attempt:
+                self.client.put_object(
+                    Bucket=self.bucket,
+                    Key=full_key,
+                    Body=data,
+                    IfNoneMatch="*",
+                    ContentType=content_type,
+                    Metadata=dict(metadata),
+                )
+
+    def _resolve_taken(self, key: str, digest: str) -> PutResult:
+        """The key answered 412: our own earlier attempt (equal sha256) or a conflict."""
+        try:
+            existing = self.head(key)
+        except ObjectNotFound as exc:
+            # Deleted between our 412 and the head: nothing to compare; the caller may retry.
+            raise StorageUnavailable(f"{self.url}/{key} changed while being written") from exc
+        if existing.sha256 == digest:
+            return PutResult(key=key, created=False, sha256=digest)
+        raise DerivativeConflict(
+            f"{self.url}/{key} holds different content "
+            f"(sha256 {existing.sha256 or 'unknown'}, ours {digest})"
+        )
+
+    def _probe_write(self, full_key: str, *, first: bool) -> None:
+        what = f"probe conditional write on {self.url}"
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=full_key, Body=b"probe", IfNoneMatch="*")
+        except ClientError as exc:
+            if is_precondition_failed(exc):
+                # On the first write, a 412 is our own write answered twice (a lost response
+                # retried by botocore): the store honours the condition either way.
+                return
+            if exc.response.get("Error", {}).get("Code") in _NOT_IMPLEMENTED_CODES:
+                raise ConditionalWritesUnsupported(f"{what}: {exc}") from exc
+            raise translate(exc, what) from exc
+        except BotoCoreError as exc:
+            raise translate(exc, what) from exc
+        if not first:
+            raise ConditionalWritesUnsupported(
+                f"{self.url} accepted a second If-None-Match: * write to an existing key; "
+                "it would silently overwrite derivatives"
+            )
+
+    def _delete_quietly(self, full_key: str) -> None:
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=full_key)
+        except (BotoCoreError, ClientError):
+            # A leftover 5-byte probe is harmless; credentials may rightly forbid deletes.
+            return

@@ -1,0 +1,187 @@
+"""Reading source images from local paths and `s3://bucket/key`, confined to configured roots.
+
+A `SourceReader` is the one place that decides whether a source may be read: `normalize` refuses
+anything outside the roots *after* resolving symlinks, and `expand`/`read` normalise first.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from storage.errors import (
+    AccessDenied,
+    InvalidKey,
+    ObjectNotFound,
+    ObjectTooLarge,
+    SourceNotAllowed,
+    StorageUnavailable,
+)
+from storage.port import validate_key
+from storage.s3 import S3Settings, S3Store
+from storage.urls import FILE_SCHEME, S3_SCHEME, split_s3_url
+
+IMAGE_EXTENSIONS: frozenset[str] = frozenset(
+    {".jpg", ".jpeg", ".png", ".gif", ".webp", ".tif", ".tiff", ".bmp"}
+)
+"""Lower-case suffixes a folder or prefix expands to; matched case-insensitively."""
+
+
+def is_image_name(name: str) -> bool:
+    """True if `name` ends with one of `IMAGE_EXTENSIONS`, in any case."""
+    return os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
+
+
+def _hidden(relative_key: str) -> bool:
+    """True if any segment of the path starts with "." (dot-files and dot-folders)."""
+    return any(segment.startswith(".") for segment in relative_key.split("/"))
+
+
+class SourceReader:
+    """Normalises, expands and reads sources; thread-safe; one S3 client shared lazily."""
+
+    def __init__(self, roots: Sequence[str] | None = None, *, s3: S3Settings | None = None) -> None:
+        """`roots=None` trusts every source (the CLI); `[]` allows nothing (the API default).
+
+        Root entries are local folders (resolved now, symlinks included) and `s3://bucket[/prefix]`.
+        """
+        self._s3_settings = s3 or S3Settings()
+        self._client: object | None = None
+        self._client_lock = threading.Lock()
+        self._local_roots: list[Path] | None = None
+        self._s3_roots: list[tuple[str, str]] | None = None
+        if roots is not None:
+            self._local_roots, self._s3_roots = [], []
+            for root in roots:
+                if root.startswith(S3_SCHEME):
+                    bucket, prefix = split_s3_url(root)
+                    self._s3_roots.append((bucket, prefix.strip("/")))
+                else:
+                    self._local_roots.append(Path(root.removeprefix(FILE_SCHEME)).resolve())
+
+    def normalize(self, source: str) -> str:
+        """Local ⇒ absolute path with symlinks resolved; s3 ⇒ `s3://bucket/key`.
+
+        Raises `SourceNotAllowed` outside the roots, for other URL schemes, and for s3 keys with
+        empty or dot segments (clients and proxies may normalise those differently).
+        """
+        if source.startswith(S3_SCHEME):
+            bucket, key = self._split_s3(source)
+            return f"{S3_SCHEME}{bucket}/{key}" if key else f"{S3_SCHEME}{bucket}"
+        if "://" in source and not source.startswith(FILE_SCHEME):
+            raise SourceNotAllowed(f"unsupported source scheme: {source!r}")
+        if not source.removeprefix(FILE_SCHEME) or "\0" in source:
+            raise SourceNotAllowed(f"invalid source path: {source!r}")
+        path = Path(source.removeprefix(FILE_SCHEME)).resolve()
+        if self._local_roots is not None and not any(
+            path.is_relative_to(root) for root in self._local_roots
+        ):
+            raise SourceNotAllowed(f"source outside the allowed roots: {path}")
+        return str(path)
+
+    def expand(self, source: str) -> list[str]:
+        """A folder or s3 prefix ⇒ its image files (recursively, no dot entries), sorted.
+
+        A file named explicitly is one item whatever its extension. `ObjectNotFound` when the
+        source does not exist (an s3 prefix with no object at all counts as missing).
+        """
+        normalized = self.normalize(source)
+        if normalized.startswith(S3_SCHEME):
+            return self._expand_s3(normalized)
+        path = Path(normalized)
+        try:
+            mode = path.stat().st_mode
+        except FileNotFoundError as exc:
+            raise ObjectNotFound(f"source not found: {normalized}") from exc
+        except PermissionError as exc:
+            raise AccessDenied(f"permission denied: {normalized}") from exc
+        except OSError as exc:
+            raise StorageUnavailable(f"{normalized}: {exc.strerror or exc}") from exc
+        if not stat.S_ISDIR(mode):
+            return [normalized]
+        return sorted(set(self._expand_folder(path)))
+
+    def read(self, source: str, *, max_bytes: int) -> bytes:
+        """The source's bytes; `ObjectTooLarge` is decided from its size before reading it all."""
+        normalized = self.normalize(source)
+        if normalized.startswith(S3_SCHEME):
+            bucket, key = split_s3_url(normalized)
+            if not key:
+                raise ObjectNotFound(f"s3 source names a bucket, not an object: {normalized}")
+            return self._s3_store(bucket).get(key, max_bytes=max_bytes)
+        try:
+            with open(normalized, "rb") as stream:
+                info = os.fstat(stream.fileno())
+                if not stat.S_ISREG(info.st_mode):
+                    raise ObjectNotFound(f"source is not a file: {normalized}")
+                if info.st_size > max_bytes:
+                    raise ObjectTooLarge(f"{normalized}: {info.st_size} bytes > limit {max_bytes}")
+                return stream.read()
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as exc:
+            raise ObjectNotFound(f"source not found: {normalized}") from exc
+        except PermissionError as exc:
+            raise AccessDenied(f"permission denied: {normalized}") from exc
+        except OSError as exc:
+            raise StorageUnavailable(f"{normalized}: {exc.strerror or exc}") from exc
+
+    def _split_s3(self, source: str) -> tuple[str, str]:
+        try:
+            bucket, key = split_s3_url(source)
+        except ValueError as exc:
+            raise SourceNotAllowed(str(exc)) from exc
+        key = key.rstrip("/") if key.endswith("/") else key
+        if key:
+            try:
+                validate_key(key)
+            except InvalidKey as exc:
+                raise SourceNotAllowed(f"invalid s3 source {source!r}: {exc}") from exc
+        if self._s3_roots is not None and not any(
+            bucket == root_bucket
+            and (not root_prefix or key == root_prefix or key.startswith(f"{root_prefix}/"))
+            for root_bucket, root_prefix in self._s3_roots
+        ):
+            raise SourceNotAllowed(f"source outside the allowed roots: s3://{bucket}/{key}")
+        return bucket, key
+
+    def _expand_folder(self, folder: Path) -> Iterator[str]:
+        for current, folders, files in os.walk(folder, onerror=None):
+            # Pruning in place stops os.walk from descending into dot-folders.
+            folders[:] = [name for name in folders if not name.startswith(".")]
+            for name in files:
+                if name.startswith(".") or not is_image_name(name):
+                    continue
+                try:
+                    yield self.normalize(os.path.join(current, name))
+                except SourceNotAllowed:
+                    continue  # a symlink leading out of the roots is not part of the folder
+
+    def _expand_s3(self, normalized: str) -> list[str]:
+        bucket, key = split_s3_url(normalized)
+        store = self._s3_store(bucket)
+        if key:
+            try:
+                store.head(key)
+            except ObjectNotFound:
+                pass
+            else:
+                return [normalized]
+        prefix = f"{key}/" if key else ""
+        found_any = False
+        items: list[str] = []
+        for info in store.list(prefix):
+            found_any = True
+            relative = info.key[len(prefix) :]
+            if not _hidden(relative) and is_image_name(relative):
+                items.append(f"{S3_SCHEME}{bucket}/{info.key}")
+        if not found_any:
+            raise ObjectNotFound(f"source not found: {normalized}")
+        return sorted(items)
+
+    def _s3_store(self, bucket: str) -> S3Store:
+        with self._client_lock:
+            if self._client is None:
+                self._client = self._s3_settings.client()
+        return S3Store(bucket, settings=self._s3_settings, client=self._client)
