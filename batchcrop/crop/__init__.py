@@ -1,0 +1,25 @@
+"""Smart crop engine: source bytes in, one smart-cropped, resized, encoded JPEG per ratio out.
+
+Pure functions, no storage and no database. See `render` for the pipeline and
+`docs/adr/0003-saliency-window.md` for how windows are chosen.
+"""
+
+from batchcrop.crop.decode import MAX_SOURCE_PIXELS
+from batchcrop.crop.errors import CropError, ImageTooLarge, InvalidImage, UnsupportedImage
+from batchcrop.crop.render import render
+from batchcrop.crop.spec import Ratio, RenderSpec, Rendition
+from batchcrop.crop.variant import ALGORITHM_VERSION, variant_of
+
+__all__ = [
+    "ALGORITHM_VERSION",
+    "MAX_SOURCE_PIXELS",
+    "CropError",
+    "ImageTooLarge",
+    "InvalidImage",
+    "Ratio",
+    "RenderSpec",
+    "Rendition",
+    "UnsupportedImage",
+    "render",
+    "variant_of",
+]

@@ -1,0 +1,140 @@
+"""Open an image safely, then decode it once, oriented and in 8-bit sRGB-ish RGB.
+
+`open_image` reads only headers: it refuses non-images, formats we do not take and decompression
+bombs before a single pixel is decoded. `decode_rgb` decodes at the smallest JPEG DCT scale that
+still covers what the caller needs, applies EXIF orientation and converts every mode to RGB.
+Both are pure functions of their inputs and safe to call from many threads at once: they touch no
+Pillow global (`ImageFile.LOAD_TRUNCATED_IMAGES` stays False, so a truncated file is an error,
+never a partial picture).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import struct
+import zlib
+from dataclasses import dataclass
+
+from PIL import ExifTags, Image, UnidentifiedImageError
+
+from batchcrop.crop.colour import to_rgb
+from batchcrop.crop.errors import ImageTooLarge, InvalidImage, UnsupportedImage
+
+MAX_SOURCE_PIXELS = 80_000_000
+"""Default pixel-count limit. It stays below Pillow's own bomb warning threshold (89.5 MP), so the
+limit callers see is ours; Pillow's hard DecompressionBombError (179 MP) is mapped as well."""
+
+ACCEPTED_FORMATS = ("JPEG", "MPO", "PNG", "GIF", "WEBP", "TIFF", "BMP")
+"""Pillow format names we decode; MPO is how Pillow names many camera JPEGs."""
+
+_SNIFF_BYTES = 1024
+
+# Errors Pillow and its codecs raise on corrupt or truncated data (SyntaxError is Pillow's
+# "not a valid X file" from several plugins; struct/zlib errors escape from header parsing).
+_DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, IndexError, struct.error, zlib.error)
+_BOMB_ERRORS = (Image.DecompressionBombError, Image.DecompressionBombWarning)
+
+# EXIF orientation value ⇒ the transpose that displays the image upright.
+_TRANSPOSE = {
+    2: Image.Transpose.FLIP_LEFT_RIGHT,
+    3: Image.Transpose.ROTATE_180,
+    4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_270,
+    7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_90,
+}
+_SWAPS_AXES = frozenset({5, 6, 7, 8})
+
+
+@dataclass(frozen=True)
+class OpenedImage:
+    """An image whose headers were read and checked; no pixels decoded yet.
+
+    `size` is the upright (EXIF-oriented) width and height in source pixels. The object owns an
+    open Pillow image: decode it once, from one thread.
+    """
+
+    image: Image.Image
+    orientation: int
+    size: tuple[int, int]
+
+
+def open_image(data: bytes, max_pixels: int) -> OpenedImage:
+    """Identify `data` and check its dimensions; raise a `CropError` subclass if unusable."""
+    if not data:
+        raise InvalidImage("empty file")
+    _refuse_known_unsupported(data[:_SNIFF_BYTES])
+    try:
+        image = Image.open(io.BytesIO(data), formats=ACCEPTED_FORMATS)
+    except _BOMB_ERRORS as exc:
+        raise ImageTooLarge("image dimensions exceed the decompression limit") from exc
+    except UnidentifiedImageError as exc:
+        _refuse_other_pillow_format(data)
+        raise InvalidImage("not a recognised image") from exc
+    except _DECODE_ERRORS as exc:
+        raise InvalidImage(f"corrupt image header: {type(exc).__name__}") from exc
+    width, height = image.size
+    if width * height > max_pixels:
+        image.close()
+        raise ImageTooLarge(f"{width}x{height} exceeds {max_pixels} pixels")
+    orientation = _orientation(image)
+    if orientation in _SWAPS_AXES:
+        width, height = height, width
+    return OpenedImage(image=image, orientation=orientation, size=(width, height))
+
+
+def decode_rgb(opened: OpenedImage, scale: float) -> Image.Image:
+    """Decode once at the smallest DCT scale ≥ `scale` (JPEG only), upright, as mode RGB.
+
+    `scale` is the fraction (0, 1] of the source size every later step needs; other formats
+    decode at full size. Raise `InvalidImage` for truncated/corrupt data and `UnsupportedImage`
+    for a mode that has no faithful RGB conversion.
+    """
+    image = opened.image
+    if scale < 1.0 and image.format in ("JPEG", "MPO"):
+        stored_w, stored_h = image.size
+        # draft() picks the largest 1/2, 1/4, 1/8 reduction whose result is at least this size.
+        wanted = (max(1, math.ceil(stored_w * scale)), max(1, math.ceil(stored_h * scale)))
+        image.draft(image.mode, wanted)
+    try:
+        image.load()
+    except _BOMB_ERRORS as exc:
+        raise ImageTooLarge("image dimensions exceed the decompression limit") from exc
+    except _DECODE_ERRORS as exc:
+        raise InvalidImage(f"corrupt or truncated image data: {type(exc).__name__}") from exc
+    rgb = to_rgb(image)
+    transpose = _TRANSPOSE.get(opened.orientation)
+    return rgb if transpose is None else rgb.transpose(transpose)
+
+
+def _orientation(image: Image.Image) -> int:
+    """The EXIF orientation 1..8; 1 when absent, out of range or unreadable."""
+    try:
+        value = image.getexif().get(ExifTags.Base.Orientation, 1)
+    except _DECODE_ERRORS:
+        # A broken EXIF block should not lose an otherwise good picture: show it as stored.
+        return 1
+    return value if isinstance(value, int) and 1 <= value <= 8 else 1
+
+
+def _refuse_known_unsupported(head: bytes) -> None:
+    """Name the common non-raster or unsupported formats Pillow would call 'unidentified'."""
+    text = head.lstrip(b"\xef\xbb\xbf \t\r\n").lower()
+    if text.startswith(b"%pdf-"):
+        raise UnsupportedImage("PDF documents are not supported")
+    if text.startswith(b"<svg") or (text.startswith(b"<?xml") and b"<svg" in text):
+        raise UnsupportedImage("SVG images are not supported")
+    if head[4:8] == b"ftyp" and head[8:12] in (b"heic", b"heix", b"mif1", b"msf1", b"avif"):
+        raise UnsupportedImage("HEIF/AVIF images are not supported")
+
+
+def _refuse_other_pillow_format(data: bytes) -> None:
+    """Raise UnsupportedImage if Pillow knows the format (PSD, ICO, TGA ...) but we refuse it."""
+    try:
+        with Image.open(io.BytesIO(data)) as other:
+            name = other.format or "this format"
+    except (*_BOMB_ERRORS, *_DECODE_ERRORS):
+        return
+    raise UnsupportedImage(f"{name} images are not supported")

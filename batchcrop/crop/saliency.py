@@ -1,0 +1,112 @@
+"""A saliency map on a small copy: where the subject probably is.
+
+Four cues, each in fixed units so a plain picture's faint noise is never amplified:
+centre-surround colour contrast (a region unlike its neighbourhood; smooth gradients such as skies
+cancel out), luminance edges (texture and outlines), colourfulness, and skin-like colour. The sum
+is lightly smoothed and its median subtracted, so a plain or uniformly textured background weighs
+nothing and the subject's mass decides where windows go. Pure numpy on ~30 k pixels: a few ms.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+from PIL import Image
+
+SALIENCY_SIDE_PX = 192
+"""Longest side of the small copy the map is computed on."""
+
+SURROUND_FRACTION = 0.125
+"""Surround box radius as a fraction of the small copy's shorter side."""
+
+CONTRAST_WEIGHT = 1.0
+EDGE_WEIGHT = 1.0
+CHROMA_WEIGHT = 0.5
+SKIN_WEIGHT = 0.5
+
+# Skin-like chroma box in YCbCr (Chai & Ngan); luma floor keeps dark browns out.
+_SKIN_CB = (77.0, 127.0)
+_SKIN_CR = (133.0, 173.0)
+_SKIN_MIN_LUMA = 40.0
+
+FloatArray = npt.NDArray[np.float32]
+
+
+def small_copy(image: Image.Image) -> Image.Image:
+    """Downscale `image` so its longest side is at most SALIENCY_SIDE_PX (never upscale)."""
+    width, height = image.size
+    longest = max(width, height)
+    if longest <= SALIENCY_SIDE_PX:
+        return image
+    size = (
+        max(1, round(width * SALIENCY_SIDE_PX / longest)),
+        max(1, round(height * SALIENCY_SIDE_PX / longest)),
+    )
+    # reducing_gap: an integer box reduce first, then a short bilinear step; fast and alias-free.
+    return image.resize(size, Image.Resampling.BILINEAR, reducing_gap=2.0)
+
+
+def saliency_map(image: Image.Image) -> FloatArray:
+    """Saliency of an RGB image as a (rows, cols) float32 array ≥ 0, same size as `image`."""
+    ycc = np.asarray(image.convert("YCbCr"), dtype=np.float32)
+    luma, cb, cr = ycc[..., 0], ycc[..., 1], ycc[..., 2]
+    rows, cols = luma.shape
+    radius = max(1, round(min(rows, cols) * SURROUND_FRACTION))
+    centre = box_mean(ycc, 1)
+    surround = box_mean(ycc, radius)
+    contrast = np.sqrt(np.sum((centre - surround) ** 2, axis=2)) / 255.0
+    grad_rows, grad_cols = _gradients(centre[..., 0])
+    edges = np.hypot(grad_rows, grad_cols) / 255.0
+    chroma = np.hypot(cb - 128.0, cr - 128.0) / 128.0
+    skin = (
+        (cb >= _SKIN_CB[0])
+        & (cb <= _SKIN_CB[1])
+        & (cr >= _SKIN_CR[0])
+        & (cr <= _SKIN_CR[1])
+        & (luma >= _SKIN_MIN_LUMA)
+    ).astype(np.float32)
+    total = (
+        CONTRAST_WEIGHT * contrast
+        + EDGE_WEIGHT * edges
+        + CHROMA_WEIGHT * chroma
+        + SKIN_WEIGHT * skin
+    )
+    smooth = box_mean(total, 1)
+    result: FloatArray = np.maximum(smooth - np.median(smooth), 0.0).astype(np.float32)
+    return result
+
+
+def box_mean(values: FloatArray, radius: int) -> FloatArray:
+    """Mean over a (2r+1)² box around each pixel, over the part of the box inside the array.
+
+    Works on (rows, cols) or (rows, cols, channels); averaging only inside pixels (instead of
+    padding) keeps borders from looking salient.
+    """
+    out = values
+    for axis in (0, 1):
+        out = _box_mean_1d(out, radius, axis)
+    return out
+
+
+def _box_mean_1d(values: FloatArray, radius: int, axis: int) -> FloatArray:
+    length = values.shape[axis]
+    moved = np.moveaxis(values, axis, 0)
+    cumulative = np.concatenate(
+        [np.zeros((1, *moved.shape[1:]), dtype=np.float64), np.cumsum(moved, axis=0)]
+    )
+    index = np.arange(length)
+    low = np.clip(index - radius, 0, length)
+    high = np.clip(index + radius + 1, 0, length)
+    counts = (high - low).astype(np.float64).reshape((length,) + (1,) * (moved.ndim - 1))
+    means = (cumulative[high] - cumulative[low]) / counts
+    result: FloatArray = np.moveaxis(means, 0, axis).astype(np.float32)
+    return result
+
+
+def _gradients(luma: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Central differences (one-sided at the borders), in luma units per pixel."""
+    if min(luma.shape) < 2:
+        zero = np.zeros_like(luma)
+        return zero, zero
+    grad_rows, grad_cols = np.gradient(luma)
+    return np.asarray(grad_rows, dtype=np.float32), np.asarray(grad_cols, dtype=np.float32)

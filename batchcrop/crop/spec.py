@@ -1,0 +1,103 @@
+"""What to render: aspect ratios, the render settings, and the rendered derivative.
+
+All three are frozen values validated at construction, so a `RenderSpec` that exists is valid and
+can be shared between threads freely.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+RATIO_TERM_MAX = 100
+RATIOS_MAX_COUNT = 16
+MAX_SIDE_PX_DEFAULT = 1200
+MAX_SIDE_PX_MIN = 16
+MAX_SIDE_PX_MAX = 10_000
+QUALITY_DEFAULT = 85
+QUALITY_MIN = 1
+QUALITY_MAX = 100
+
+_RATIO_PATTERN = re.compile(r"\s*(\d+)\s*[:xX]\s*(\d+)\s*")
+
+
+@dataclass(frozen=True, order=True)
+class Ratio:
+    """An aspect ratio `w:h` of two whole numbers in 1..100 (16:9 and 32:18 are different keys)."""
+
+    w: int
+    h: int
+
+    def __post_init__(self) -> None:
+        for name, term in (("w", self.w), ("h", self.h)):
+            if isinstance(term, bool) or not isinstance(term, int):
+                raise ValueError(f"ratio {name} must be a whole number, got {term!r}")
+            if not 1 <= term <= RATIO_TERM_MAX:
+                raise ValueError(f"ratio {name} must be in 1..{RATIO_TERM_MAX}, got {term}")
+
+    @classmethod
+    def parse(cls, text: str) -> Ratio:
+        """Parse `"16:9"` or `"16x9"`; raise ValueError saying what is wrong otherwise."""
+        match = _RATIO_PATTERN.fullmatch(text)
+        if match is None:
+            raise ValueError(f"ratio must look like 16:9 (two whole numbers), got {text!r}")
+        return cls(int(match.group(1)), int(match.group(2)))
+
+    def __str__(self) -> str:
+        return f"{self.w}:{self.h}"
+
+    @property
+    def key(self) -> str:
+        """The form used in storage keys: `16x9`."""
+        return f"{self.w}x{self.h}"
+
+    @property
+    def aspect(self) -> float:
+        """Width over height."""
+        return self.w / self.h
+
+
+@dataclass(frozen=True)
+class RenderSpec:
+    """The derivatives wanted per source: ratios (in output order), longest side, JPEG quality."""
+
+    ratios: tuple[Ratio, ...]
+    max_side: int = MAX_SIDE_PX_DEFAULT
+    quality: int = QUALITY_DEFAULT
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.ratios, tuple) or not all(
+            isinstance(ratio, Ratio) for ratio in self.ratios
+        ):
+            raise ValueError("ratios must be a tuple of Ratio")
+        if not 1 <= len(self.ratios) <= RATIOS_MAX_COUNT:
+            raise ValueError(
+                f"ratios must hold 1..{RATIOS_MAX_COUNT} ratios, got {len(self.ratios)}"
+            )
+        if len(set(self.ratios)) != len(self.ratios):
+            raise ValueError("ratios must be distinct")
+        _check_whole("max_side", self.max_side, MAX_SIDE_PX_MIN, MAX_SIDE_PX_MAX)
+        _check_whole("quality", self.quality, QUALITY_MIN, QUALITY_MAX)
+
+
+@dataclass(frozen=True)
+class Rendition:
+    """One encoded derivative.
+
+    `width`/`height` are the JPEG's pixels; `crop_box` is `(left, top, right, bottom)` in source
+    pixels after EXIF orientation (right/bottom exclusive); `sha256` is the hex digest of `data`.
+    """
+
+    ratio: Ratio
+    data: bytes
+    width: int
+    height: int
+    sha256: str
+    crop_box: tuple[int, int, int, int]
+
+
+def _check_whole(name: str, value: int, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be a whole number, got {value!r}")
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be in {low}..{high}, got {value}")
