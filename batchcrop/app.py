@@ -1,0 +1,87 @@
+"""The composition root: the one place that builds engines, clients and services from settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import sqlalchemy as sa
+
+from batchcrop import migrations
+from batchcrop.batches import BatchService
+from batchcrop.metrics import Metrics
+from batchcrop.settings import Settings
+from batchcrop.worker import Worker, WorkerOptions
+from leases import LeaseManager, make_engine
+from leases import upgrade as upgrade_leases
+from storage import ObjectStore, S3Settings, SourceReader, open_store
+
+
+@dataclass
+class App:
+    """Everything a command needs, wired once."""
+
+    settings: Settings
+    engine: sa.Engine
+    leases: LeaseManager
+    batches: BatchService
+    metrics: Metrics = field(default_factory=Metrics)
+
+    @property
+    def poll_margin_seconds(self) -> float:
+        """lease + one reaper interval: how long past its deadline a batch can still move."""
+        return self.settings.lease_seconds + self.settings.reaper_interval_seconds
+
+    def s3_settings(self) -> S3Settings:
+        """boto3 client settings for the store and for s3:// sources."""
+        return S3Settings(
+            endpoint_url=self.settings.s3_endpoint_url,
+            request_checksum_calculation=self.settings.s3_request_checksum,
+        )
+
+    def open_store(self, url: str | None = None, *, check: bool = True) -> ObjectStore:
+        """The derivative store; `check` verifies reachability and put-if-absent support."""
+        store = open_store(url or self.settings.store, s3=self.s3_settings())
+        if check:
+            store.check()
+        return store
+
+    def source_reader(self, *, trusted: bool) -> SourceReader:
+        """Sources: the CLI trusts its operator; the API confines to the configured roots."""
+        roots = None if trusted else list(self.settings.source_roots)
+        return SourceReader(roots, s3=self.s3_settings())
+
+    def upgrade(self) -> None:
+        """Create or migrate every table (lease engine first, then ours)."""
+        upgrade_leases(self.engine)
+        migrations.upgrade(self.engine)
+
+    def worker(self, store: ObjectStore, options: WorkerOptions) -> Worker:
+        """A worker wired to this app's database, the given store and trusted sources."""
+        return Worker(
+            leases=self.leases,
+            batches=self.batches,
+            store=store,
+            sources=self.source_reader(trusted=True),
+            metrics=self.metrics,
+            options=options,
+        )
+
+    def close(self) -> None:
+        """Release pooled connections."""
+        self.engine.dispose()
+
+
+def build(settings: Settings) -> App:
+    """Wire the app from settings; touches no network until a command runs."""
+    engine = make_engine(settings.database_url)
+    leases = LeaseManager(
+        engine,
+        lease_seconds=settings.lease_seconds,
+        max_attempt_seconds=settings.max_attempt_seconds,
+    )
+    batches = BatchService(
+        engine,
+        leases,
+        poll_margin_seconds=settings.lease_seconds + settings.reaper_interval_seconds,
+    )
+    return App(settings=settings, engine=engine, leases=leases, batches=batches)

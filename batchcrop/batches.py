@@ -1,0 +1,337 @@
+"""Batches: submit, read status/items/events, cancel and requeue — the operations the CLI and
+the HTTP API share. The worker commits through `commit_success`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from batchcrop import queries
+from batchcrop.crop import Ratio, RenderSpec
+from batchcrop.documents import (
+    BatchSettings,
+    batch_state,
+    event_document,
+    item_document,
+    status_document,
+)
+from batchcrop.errors import BatchcropError
+from leases import Claim, LeaseManager, NewItem, State
+
+PAGE_LIMIT_MAX = 1000
+PAGE_LIMIT_DEFAULT = 100
+
+
+class NoSuchBatch(BatchcropError):
+    """No batch (or item) with this id."""
+
+
+class IdempotencyConflict(BatchcropError):
+    """The idempotency key was used before with a different request."""
+
+
+class EmptyBatch(BatchcropError):
+    """A batch needs at least one item."""
+
+
+class BadCursor(BatchcropError):
+    """A pagination cursor that this server did not hand out."""
+
+
+@dataclass(frozen=True)
+class ItemRequest:
+    """One source to crop, with the caller's reference (e.g. a SKU)."""
+
+    source: str
+    ref: str | None = None
+
+
+@dataclass(frozen=True)
+class BatchRequest:
+    """Everything that defines a batch; two equal requests hash equal."""
+
+    items: tuple[ItemRequest, ...]
+    spec: RenderSpec
+    deadline_seconds: float
+    max_attempts: int
+
+    def fingerprint(self) -> str:
+        """sha256 over the canonical request, for idempotency checks."""
+        body = {
+            "items": [[i.source, i.ref] for i in self.items],
+            "ratios": [str(r) for r in self.spec.ratios],
+            "max_side": self.spec.max_side,
+            "quality": self.spec.quality,
+            "deadline_seconds": self.deadline_seconds,
+            "max_attempts": self.max_attempts,
+        }
+        return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class ManifestRow:
+    """One stored derivative of an item, as the manifest records it."""
+
+    ratio: str
+    key: str
+    width: int
+    height: int
+    bytes: int
+    sha256: str
+    crop_box: tuple[int, int, int, int]
+
+
+def _cursor(text: str | None) -> int | None:
+    if text is None or text == "":
+        return None
+    if not text.isdigit() or len(text) > 18:
+        raise BadCursor("cursor is not one this server handed out")
+    return int(text)
+
+
+class BatchService:
+    """Batch-level operations over the lease engine and the application tables."""
+
+    def __init__(
+        self, engine: sa.Engine, leases: LeaseManager, *, poll_margin_seconds: float
+    ) -> None:
+        self.engine = engine
+        self.leases = leases
+        self.poll_margin_seconds = poll_margin_seconds
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def submit(
+        self, request: BatchRequest, *, idempotency_key: str | None = None
+    ) -> tuple[dict[str, Any], bool]:
+        """Create a batch and its items in one transaction; returns (status, created).
+
+        The same idempotency key with the same request returns the existing batch
+        (created=False); with another request it raises IdempotencyConflict.
+        """
+        if not request.items:
+            raise EmptyBatch("a batch needs at least one source image")
+        fingerprint = request.fingerprint()
+        if idempotency_key is not None:
+            existing = self._by_idempotency_key(idempotency_key, fingerprint)
+            if existing is not None:
+                return self.status(existing), False
+        batch_id = str(uuid.uuid4())
+        items = (
+            NewItem(id=str(uuid.uuid4()), payload={"source": i.source, "ref": i.ref})
+            for i in request.items
+        )
+        try:
+            with self.leases.transaction() as conn:
+                conn.execute(
+                    queries.insert_batch(
+                        batch_id=batch_id,
+                        ratios=",".join(str(r) for r in request.spec.ratios),
+                        max_side=request.spec.max_side,
+                        quality=request.spec.quality,
+                        idempotency_key=idempotency_key,
+                        request_hash=fingerprint,
+                    )
+                )
+                self.leases.create_group(
+                    conn,
+                    batch_id,
+                    deadline_seconds=request.deadline_seconds,
+                    max_attempts=request.max_attempts,
+                    items=items,
+                )
+        except sa.exc.IntegrityError:
+            # Two submissions raced on one idempotency key: the loser returns the winner's batch.
+            if idempotency_key is None:
+                raise
+            existing = self._by_idempotency_key(idempotency_key, fingerprint)
+            if existing is None:
+                raise
+            return self.status(existing), False
+        return self.status(batch_id), True
+
+    def _by_idempotency_key(self, key: str, fingerprint: str) -> str | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(queries.batch_by_idempotency_key(key)).mappings().first()
+        if row is None:
+            return None
+        if row["request_hash"] != fingerprint:
+            raise IdempotencyConflict(
+                "this Idempotency-Key was already used for a different request"
+            )
+        return str(row["id"])
+
+    def commit_success(self, claim: Claim, manifest: Sequence[ManifestRow]) -> None:
+        """Write the manifest and move the item to `succeeded`, fenced, in one transaction.
+
+        Raises leases.LeaseLost (nothing written) when the claim is no longer held.
+        """
+        rows = [
+            {
+                "item_id": claim.item_id,
+                "batch_id": claim.group_id,
+                "ratio": m.ratio,
+                "key": m.key,
+                "width": m.width,
+                "height": m.height,
+                "bytes": m.bytes,
+                "sha256": m.sha256,
+                "crop_box": ",".join(str(v) for v in m.crop_box),
+            }
+            for m in manifest
+        ]
+        with self.leases.transaction() as conn:
+            # The fenced transition goes first: a stale worker fails its predicate before it
+            # writes a single manifest row.
+            self.leases.complete(claim.item_id, claim.lease_token, conn=conn)
+            statement, params = queries.insert_derivatives(rows)
+            conn.execute(statement, list(params))
+
+    def cancel(self, batch_id: str) -> dict[str, Any]:
+        """Request cancellation: unclaimed items are abandoned now, held ones at their next
+        heartbeat or by the reaper."""
+        self.settings(batch_id)
+        self.leases.cancel(batch_id)
+        return self.status(batch_id)
+
+    def requeue(
+        self,
+        batch_id: str,
+        *,
+        states: Collection[State] = (State.FAILED, State.ABANDONED),
+        item_ids: Collection[str] | None = None,
+        deadline_seconds: float | None = None,
+    ) -> dict[str, Any]:
+        """Give failed/abandoned items a fresh attempt budget (J)."""
+        self.settings(batch_id)
+        self.leases.requeue(
+            batch_id, states=states, item_ids=item_ids, deadline_seconds=deadline_seconds
+        )
+        return self.status(batch_id)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def settings(self, batch_id: str) -> BatchSettings:
+        """The batch row; NoSuchBatch when unknown."""
+        with self.engine.connect() as conn:
+            row = conn.execute(queries.batch_by_id(batch_id)).mappings().first()
+        if row is None:
+            raise NoSuchBatch(f"no batch {batch_id}")
+        return _settings(row)
+
+    def spec(self, batch_id: str) -> RenderSpec:
+        """The render spec every item of the batch gets."""
+        batch = self.settings(batch_id)
+        return RenderSpec(
+            ratios=tuple(Ratio.parse(r) for r in batch.ratios),
+            max_side=batch.max_side,
+            quality=batch.quality,
+        )
+
+    def status(self, batch_id: str) -> dict[str, Any]:
+        """The status document (DESIGN section 7)."""
+        batch = self.settings(batch_id)
+        summary = self.leases.group(batch_id)
+        return status_document(batch, summary, poll_margin_seconds=self.poll_margin_seconds)
+
+    def list(
+        self,
+        *,
+        state: State | None = None,
+        cursor: str | None = None,
+        limit: int = PAGE_LIMIT_DEFAULT,
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """Status documents newest first, filtered by state; (page, next cursor)."""
+        before = _cursor(cursor)
+        limit = max(1, min(limit, PAGE_LIMIT_MAX))
+        page: list[dict[str, Any]] = []
+        while True:
+            with self.engine.connect() as conn:
+                rows = list(
+                    conn.execute(queries.batch_page(before_seq=before, limit=limit)).mappings()
+                )
+            if not rows:
+                return page, None
+            summaries = {s.id: s for s in self.leases.groups([r["id"] for r in rows])}
+            for row in rows:
+                before = int(row["seq"])
+                summary = summaries[row["id"]]
+                if state is not None and batch_state(summary) is not state:
+                    continue
+                page.append(
+                    status_document(
+                        _settings(row), summary, poll_margin_seconds=self.poll_margin_seconds
+                    )
+                )
+                if len(page) == limit:
+                    return page, str(before)
+            if len(rows) < limit:
+                return page, None
+
+    def items(
+        self,
+        batch_id: str,
+        *,
+        states: Collection[State] | None = None,
+        cursor: str | None = None,
+        limit: int = PAGE_LIMIT_DEFAULT,
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """Item documents in submission order; (page, next cursor)."""
+        self.settings(batch_id)
+        limit = max(1, min(limit, PAGE_LIMIT_MAX))
+        rows = self.leases.items(batch_id, states=states, after_seq=_cursor(cursor), limit=limit)
+        with self.engine.connect() as conn:
+            manifest = conn.execute(queries.derivatives_of([r.id for r in rows])).mappings().all()
+        by_item: dict[str, list[Any]] = {}
+        for m in manifest:
+            by_item.setdefault(m["item_id"], []).append(m)
+        docs = [item_document(r, by_item.get(r.id, [])) for r in rows]
+        next_cursor = str(rows[-1].seq) if len(rows) == limit else None
+        return docs, next_cursor
+
+    def item(self, batch_id: str, item_id: str) -> dict[str, Any]:
+        """One item document; NoSuchBatch when the item is not in this batch."""
+        row = self.leases.item(item_id)
+        if row is None or row.group_id != batch_id:
+            raise NoSuchBatch(f"no item {item_id} in batch {batch_id}")
+        with self.engine.connect() as conn:
+            manifest = conn.execute(queries.derivatives_of([item_id])).mappings().all()
+        return item_document(row, manifest)
+
+    def events(
+        self,
+        batch_id: str,
+        *,
+        item_id: str | None = None,
+        cursor: str | None = None,
+        limit: int = PAGE_LIMIT_DEFAULT,
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """The transition timeline, oldest first; (page, next cursor)."""
+        self.settings(batch_id)
+        limit = max(1, min(limit, PAGE_LIMIT_MAX))
+        rows = self.leases.events(batch_id, item_id=item_id, after_id=_cursor(cursor), limit=limit)
+        next_cursor = str(rows[-1].id) if len(rows) == limit else None
+        return [event_document(e) for e in rows], next_cursor
+
+    def manifest(self, batch_id: str) -> list[dict[str, Any]]:
+        """Every manifest row of the batch (for audits and tests)."""
+        with self.engine.connect() as conn:
+            return [
+                dict(r) for r in conn.execute(queries.derivatives_of_batch(batch_id)).mappings()
+            ]
+
+
+def _settings(row: Any) -> BatchSettings:
+    return BatchSettings(
+        id=str(row["id"]),
+        ratios=tuple(str(row["ratios"]).split(",")),
+        max_side=int(row["max_side"]),
+        quality=int(row["quality"]),
+    )

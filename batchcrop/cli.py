@@ -1,0 +1,284 @@
+"""The `batchcrop` command line (DESIGN section 7 is its contract): parsing and exit codes.
+
+Each `BATCHCROP_X_Y` variable has its flag `--x-y` on every command it applies to; the flag wins.
+Errors are one line on stderr and an exit code, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from batchcrop import __version__, commands
+from batchcrop.batches import BadCursor, EmptyBatch, IdempotencyConflict, NoSuchBatch
+from batchcrop.exit_codes import Exit
+from batchcrop.logs import configure as configure_logs
+from batchcrop.settings import SettingsError
+from leases import DatabaseUnavailable, NoSuchGroup, RequeueNeedsDeadline
+from storage import (
+    ConditionalWritesUnsupported,
+    ObjectNotFound,
+    SourceNotAllowed,
+    StorageError,
+    StorageUnavailable,
+)
+
+DEFAULT_RATIOS = "1:1,4:3,16:9,3:4"
+
+
+def _database_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("database")
+    g.add_argument(
+        "--database-url",
+        metavar="URL",
+        help="BATCHCROP_DATABASE_URL (default sqlite:///batchcrop.db)",
+    )
+    g.add_argument(
+        "--lease-seconds", type=float, metavar="S", help="BATCHCROP_LEASE_SECONDS (default 900)"
+    )
+    g.add_argument(
+        "--max-attempt-seconds",
+        type=float,
+        metavar="S",
+        help="BATCHCROP_MAX_ATTEMPT_SECONDS (default 600)",
+    )
+    g.add_argument(
+        "--reaper-interval-seconds",
+        type=float,
+        metavar="S",
+        help="BATCHCROP_REAPER_INTERVAL_SECONDS (default 30)",
+    )
+
+
+def _store_flags(p: argparse.ArgumentParser, *, with_store: bool = True) -> None:
+    g = p.add_argument_group("storage")
+    if with_store:
+        g.add_argument(
+            "--store", metavar="URL", help="BATCHCROP_STORE: file://DIR or s3://bucket/prefix"
+        )
+    g.add_argument(
+        "--s3-endpoint-url",
+        metavar="URL",
+        help="BATCHCROP_S3_ENDPOINT_URL for S3-compatible stores",
+    )
+    g.add_argument(
+        "--s3-request-checksum",
+        choices=["when_supported", "when_required"],
+        help="BATCHCROP_S3_REQUEST_CHECKSUM",
+    )
+    g.add_argument(
+        "--max-source-bytes",
+        type=int,
+        metavar="N",
+        help="BATCHCROP_MAX_SOURCE_BYTES (default 100 MiB)",
+    )
+
+
+def _render_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("batch")
+    g.add_argument(
+        "--ratios",
+        default=DEFAULT_RATIOS,
+        help=f"comma-separated ratios (default {DEFAULT_RATIOS})",
+    )
+    g.add_argument(
+        "--max-side", type=int, default=1200, help="longest output side in pixels (default 1200)"
+    )
+    g.add_argument("--quality", type=int, default=85, help="JPEG quality 1-100 (default 85)")
+    g.add_argument(
+        "--deadline", default="24h", help="batch deadline from now, e.g. 90m, 2h, 1d (default 24h)"
+    )
+    g.add_argument(
+        "--max-attempts", type=int, default=3, help="attempts per item before it fails (default 3)"
+    )
+
+
+def _json_flag(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--json", action="store_true", help=f"print the {what} as JSON on stdout")
+
+
+def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table, one command per block
+    """The full parser; `--help` on each command documents its flags."""
+    parser = argparse.ArgumentParser(
+        prog="batchcrop",
+        description="Smart-crop catalogue images into several aspect ratios, as leased batch work.",
+    )
+    parser.add_argument("--version", action="version", version=f"batchcrop {__version__}")
+    parser.add_argument(
+        "--log-level", default="WARNING", help="DEBUG, INFO, WARNING (default) or ERROR"
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser(
+        "run", help="the one-shot job: submit, process with in-process workers, report"
+    )
+    p.add_argument(
+        "sources", nargs="+", metavar="SRC", help="image files, folders or s3:// prefixes"
+    )
+    p.add_argument(
+        "--out", metavar="DIR", help="store derivatives in this folder (same as --store file://DIR)"
+    )
+    p.add_argument(
+        "--workers", type=int, default=2, metavar="N", help="concurrent items (default 2)"
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _render_flags(p)
+    _json_flag(p, "final status document")
+    _database_flags(p)
+    _store_flags(p)
+    p.set_defaults(handler=commands.run)
+
+    p = sub.add_parser("submit", help="create a batch and print its id")
+    p.add_argument(
+        "sources", nargs="*", metavar="SRC", help="image files, folders or s3:// prefixes"
+    )
+    p.add_argument(
+        "--items-csv", metavar="FILE", help="CSV with columns source,ref (one item per row)"
+    )
+    p.add_argument(
+        "--idempotency-key", metavar="K", help="same key + same request ⇒ the same batch"
+    )
+    _render_flags(p)
+    _json_flag(p, "status document")
+    _database_flags(p)
+    _store_flags(p, with_store=False)
+    p.set_defaults(handler=commands.submit)
+
+    p = sub.add_parser("worker", help="long-running worker claiming from every open batch")
+    p.add_argument(
+        "--concurrency", type=int, default=2, metavar="N", help="items at once (default 2)"
+    )
+    p.add_argument(
+        "--batch", action="append", dest="batch_ids", metavar="ID", help="only these batches"
+    )
+    p.add_argument(
+        "--shutdown-grace-seconds",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="on SIGTERM, time to finish held items before giving them back (default 30)",
+    )
+    _database_flags(p)
+    _store_flags(p)
+    p.set_defaults(handler=commands.worker)
+
+    p = sub.add_parser("reap", help="one reaper pass")
+    _database_flags(p)
+    p.set_defaults(handler=commands.reap)
+
+    p = sub.add_parser("batches", help="list batches, newest first")
+    p.add_argument("--state", choices=commands.STATE_NAMES)
+    _json_flag(p, "list")
+    _database_flags(p)
+    p.set_defaults(handler=commands.batches)
+
+    p = sub.add_parser("status", help="a batch's status document")
+    p.add_argument("batch")
+    p.add_argument("--watch", action="store_true", help="redraw until the batch is terminal")
+    _json_flag(p, "status document")
+    _database_flags(p)
+    p.set_defaults(handler=commands.status)
+
+    p = sub.add_parser("items", help="a batch's items")
+    p.add_argument("batch")
+    p.add_argument("--state", choices=commands.STATE_NAMES)
+    _json_flag(p, "items")
+    _database_flags(p)
+    p.set_defaults(handler=commands.items)
+
+    p = sub.add_parser("events", help="a batch's transition timeline")
+    p.add_argument("batch")
+    p.add_argument("--item", metavar="ID")
+    _json_flag(p, "events")
+    _database_flags(p)
+    p.set_defaults(handler=commands.events)
+
+    p = sub.add_parser("cancel", help="cancel a batch")
+    p.add_argument("batch")
+    _json_flag(p, "status document")
+    _database_flags(p)
+    p.set_defaults(handler=commands.cancel)
+
+    p = sub.add_parser("requeue", help="give failed/abandoned items a fresh attempt budget")
+    p.add_argument("batch")
+    p.add_argument(
+        "--state", default="failed,abandoned", help="states to requeue (default failed,abandoned)"
+    )
+    p.add_argument(
+        "--item", action="append", dest="item_ids", metavar="ID", help="only these items"
+    )
+    p.add_argument(
+        "--deadline", help="new deadline from now (needed for a cancelled or expired batch)"
+    )
+    _json_flag(p, "status document")
+    _database_flags(p)
+    p.set_defaults(handler=commands.requeue)
+
+    p = sub.add_parser("serve", help="the HTTP API (and the reaper on a timer)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument(
+        "--api-token", metavar="TOKEN", help="BATCHCROP_API_TOKEN: require Authorization: Bearer"
+    )
+    p.add_argument(
+        "--source-roots", metavar="ROOTS", help="BATCHCROP_SOURCE_ROOTS: where API sources may lie"
+    )
+    _database_flags(p)
+    _store_flags(p)
+    p.set_defaults(handler=commands.serve)
+
+    p = sub.add_parser("db", help="database maintenance")
+    db = p.add_subparsers(dest="db_command", required=True, metavar="ACTION")
+    up = db.add_parser("upgrade", help="create or migrate the schema (SQLite and PostgreSQL)")
+    _database_flags(up)
+    up.set_defaults(handler=commands.db_upgrade)
+    return parser
+
+
+def _fail(code: Exit, message: str) -> int:
+    print(f"batchcrop: error: {message}", file=sys.stderr)
+    return int(code)
+
+
+ERRORS: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], Exit], ...] = (
+    (
+        (
+            SettingsError,
+            ValueError,
+            EmptyBatch,
+            IdempotencyConflict,
+            BadCursor,
+            RequeueNeedsDeadline,
+            SourceNotAllowed,
+            commands.UsageError,
+        ),
+        Exit.USAGE,
+    ),
+    ((NoSuchBatch, NoSuchGroup), Exit.NO_SUCH_BATCH),
+    (DatabaseUnavailable, Exit.DATABASE_UNREACHABLE),
+    (ObjectNotFound, Exit.USAGE),
+    ((StorageUnavailable, ConditionalWritesUnsupported, StorageError), Exit.STORE_UNREACHABLE),
+)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `batchcrop` command; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    configure_logs(args.log_level)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        return handler(args)
+    except KeyboardInterrupt:
+        return _fail(Exit.INTERRUPTED, "interrupted")
+    except Exception as exc:
+        for kinds, code in ERRORS:
+            if isinstance(exc, kinds):
+                return _fail(code, _message(exc))
+        raise
+
+
+def _message(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text.splitlines()[0]

@@ -1,0 +1,382 @@
+"""What each CLI command does, once its flags are parsed (see `batchcrop.cli`)."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from batchcrop.app import App, build
+from batchcrop.batches import BatchRequest, ItemRequest
+from batchcrop.crop import Ratio, RenderSpec
+from batchcrop.errors import BatchcropError
+from batchcrop.exit_codes import Exit
+from batchcrop.reporting import (
+    print_batches,
+    print_events,
+    print_items,
+    print_status,
+    progress_bar,
+    watch,
+)
+from batchcrop.settings import Settings, parse_duration
+from batchcrop.worker import WorkerOptions
+from leases import State
+from storage import SourceReader
+
+STATE_NAMES = [s.value for s in State]
+RUN_IDLE_SLEEP_SECONDS = 0.2
+RUN_POLL_SECONDS = 0.25
+TERMINAL = {State.SUCCEEDED.value, State.FAILED.value, State.ABANDONED.value}
+
+
+class UsageError(BatchcropError):
+    """A command line that cannot be run as given (exit 2)."""
+
+
+SETTING_FLAGS = (
+    "database_url",
+    "lease_seconds",
+    "max_attempt_seconds",
+    "reaper_interval_seconds",
+    "store",
+    "s3_endpoint_url",
+    "s3_request_checksum",
+    "max_source_bytes",
+    "api_token",
+    "source_roots",
+)
+
+
+def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
+    """Settings from the environment, overridden by the flags this command has."""
+    overrides = {name: getattr(args, name, None) for name in SETTING_FLAGS}
+    overrides.update(extra)
+    return Settings.load(overrides)
+
+
+@contextmanager
+def opened(args: argparse.Namespace, **extra: Any) -> Iterator[App]:
+    """The wired app for one command, disposed afterwards."""
+    app = build(settings_from(args, **extra))
+    try:
+        yield app
+    finally:
+        app.close()
+
+
+def _print_json(document: Any) -> None:
+    json.dump(document, sys.stdout, indent=2, ensure_ascii=False)
+    sys.stdout.write("\n")
+
+
+def _spec(args: argparse.Namespace) -> RenderSpec:
+    ratios = tuple(Ratio.parse(r) for r in str(args.ratios).split(",") if r.strip())
+    return RenderSpec(ratios=ratios, max_side=args.max_side, quality=args.quality)
+
+
+def _items(args: argparse.Namespace, reader: SourceReader) -> list[ItemRequest]:
+    items: list[ItemRequest] = []
+    for source in args.sources:
+        items.extend(ItemRequest(source=s) for s in reader.expand(source))
+    csv_path = getattr(args, "items_csv", None)
+    if csv_path:
+        with open(csv_path, newline="", encoding="utf-8") as handle:
+            for row in csv.DictReader(handle):
+                if not row.get("source"):
+                    raise UsageError(f"{csv_path}: every row needs a source column")
+                source = reader.normalize(row["source"])
+                items.append(ItemRequest(source=source, ref=row.get("ref") or None))
+    if not items:
+        raise UsageError("no source images found in the given sources")
+    return items
+
+
+def _request(args: argparse.Namespace, reader: SourceReader) -> BatchRequest:
+    if args.max_attempts < 1:
+        raise UsageError("--max-attempts must be at least 1")
+    return BatchRequest(
+        items=tuple(_items(args, reader)),
+        spec=_spec(args),
+        deadline_seconds=parse_duration(args.deadline),
+        max_attempts=args.max_attempts,
+    )
+
+
+def submit(args: argparse.Namespace) -> int:
+    """`batchcrop submit`: create a batch, print its id (or its status document)."""
+    with opened(args) as app:
+        app.upgrade()
+        request = _request(args, app.source_reader(trusted=True))
+        document, _ = app.batches.submit(request, idempotency_key=args.idempotency_key)
+    if args.json:
+        _print_json(document)
+    else:
+        print(document["id"])
+    return 0
+
+
+def _run_key(request: BatchRequest, store_url: str) -> str:
+    """Idempotency key of `batchcrop run`: the sources (with size and mtime) and settings."""
+    digest = hashlib.sha256(request.fingerprint().encode())
+    digest.update(store_url.encode())
+    for item in request.items:
+        path = Path(item.source)
+        if path.is_file():
+            stat = path.stat()
+            digest.update(f"{stat.st_size}:{stat.st_mtime_ns}".encode())
+    return "run:" + digest.hexdigest()
+
+
+@contextmanager
+def _signals(on_signal: Any) -> Iterator[None]:
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for s in previous:
+        signal.signal(s, on_signal)
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def run(args: argparse.Namespace) -> int:
+    """`batchcrop run`: the one-shot main job on one batch, resumable, Ctrl-C gives back."""
+    if args.out and args.store:
+        raise UsageError("--out and --store name the same thing; give one")
+    store_url = f"file://{os.path.abspath(args.out)}" if args.out else None
+    if args.workers < 1:
+        raise UsageError("--workers must be at least 1")
+    with opened(args, store=store_url) as app:
+        app.upgrade()
+        request = _request(args, app.source_reader(trusted=True))
+        store = app.open_store()
+        document, created = app.batches.submit(
+            request, idempotency_key=_run_key(request, store.url)
+        )
+        batch_id = document["id"]
+        if not created and not args.json:
+            print(f"Resuming batch {batch_id}", file=sys.stderr)
+        worker = app.worker(
+            store,
+            WorkerOptions(
+                concurrency=args.workers,
+                group_ids=[batch_id],
+                reaper_interval_seconds=app.settings.reaper_interval_seconds,
+                idle_sleep_seconds=RUN_IDLE_SLEEP_SECONDS,
+                max_source_bytes=app.settings.max_source_bytes,
+            ),
+        )
+        interrupted = threading.Event()
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            interrupted.set()
+            worker.give_back_now()
+
+        with _signals(on_signal):
+            if document["state"] not in TERMINAL:
+                worker.start()
+            progress = not (args.no_progress or args.json)
+            final = _follow(app, batch_id, interrupted, progress=progress)
+            worker.stop()
+            worker.join()
+        if interrupted.is_set():
+            print(
+                "Interrupted: held items were given back. "
+                f"Re-run the same command to resume batch {batch_id}.",
+                file=sys.stderr,
+            )
+            return int(Exit.INTERRUPTED)
+    if args.json:
+        _print_json(final)
+    else:
+        print_status(final, out_dir=args.out or store.url)
+    succeeded = final["state"] == State.SUCCEEDED.value
+    return int(Exit.OK if succeeded else Exit.BATCH_NOT_SUCCEEDED)
+
+
+def _follow(
+    app: App, batch_id: str, interrupted: threading.Event, *, progress: bool
+) -> dict[str, Any]:
+    """Poll the batch until it is terminal (or Ctrl-C), drawing progress on stderr."""
+    with progress_bar(enabled=progress) as bar:
+        while True:
+            document = app.batches.status(batch_id)
+            bar(document)
+            if document["state"] in TERMINAL or interrupted.is_set():
+                return document
+            time.sleep(RUN_POLL_SECONDS)
+
+
+def worker(args: argparse.Namespace) -> int:
+    """`batchcrop worker`: claim from every open batch until SIGTERM/SIGINT, then exit 0."""
+    if args.concurrency < 1:
+        raise UsageError("--concurrency must be at least 1")
+    with opened(args) as app:
+        app.upgrade()
+        store = app.open_store()
+        the_worker = app.worker(
+            store,
+            WorkerOptions(
+                concurrency=args.concurrency,
+                group_ids=args.batch_ids,
+                reaper_interval_seconds=app.settings.reaper_interval_seconds,
+                max_source_bytes=app.settings.max_source_bytes,
+            ),
+        )
+        signals = threading.Event()
+        second = threading.Event()
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            if signals.is_set():
+                second.set()
+                the_worker.give_back_now()
+            signals.set()
+            the_worker.stop()
+
+        with _signals(on_signal):
+            the_worker.start()
+            while not signals.wait(0.5):
+                pass
+            if not the_worker.join(args.shutdown_grace_seconds):
+                the_worker.give_back_now()
+                the_worker.join()
+    return 0
+
+
+def reap(args: argparse.Namespace) -> int:
+    """`batchcrop reap`: one reaper pass, printing what it moved."""
+    with opened(args) as app:
+        result = app.leases.reap()
+    print(f"retried {result.retried}, failed {result.failed}, abandoned {result.abandoned}")
+    return 0
+
+
+def batches(args: argparse.Namespace) -> int:
+    """`batchcrop batches`: every batch, newest first."""
+    state = State(args.state) if args.state else None
+    with opened(args) as app:
+        app.upgrade()
+        documents: list[dict[str, Any]] = []
+        cursor: str | None = None
+        while True:
+            page, cursor = app.batches.list(state=state, cursor=cursor, limit=500)
+            documents.extend(page)
+            if cursor is None:
+                break
+    if args.json:
+        _print_json({"batches": documents, "next_cursor": None})
+    else:
+        print_batches(documents)
+    return 0
+
+
+def status(args: argparse.Namespace) -> int:
+    """`batchcrop status`: the status document; exit 0 whatever the batch's state."""
+    with opened(args) as app:
+        if args.watch:
+            document = watch(lambda: app.batches.status(args.batch))
+        else:
+            document = app.batches.status(args.batch)
+    if args.json:
+        _print_json(document)
+    elif not args.watch:
+        print_status(document)
+    return 0
+
+
+def items(args: argparse.Namespace) -> int:
+    """`batchcrop items`: every item of a batch (all pages)."""
+    states = [State(args.state)] if args.state else None
+    with opened(args) as app:
+        documents: list[dict[str, Any]] = []
+        cursor: str | None = None
+        while True:
+            page, cursor = app.batches.items(args.batch, states=states, cursor=cursor, limit=1000)
+            documents.extend(page)
+            if cursor is None:
+                break
+    if args.json:
+        _print_json({"items": documents, "next_cursor": None})
+    else:
+        print_items(documents)
+    return 0
+
+
+def events(args: argparse.Namespace) -> int:
+    """`batchcrop events`: the timeline of a batch or one item (all pages)."""
+    with opened(args) as app:
+        documents: list[dict[str, Any]] = []
+        cursor: str | None = None
+        while True:
+            page, cursor = app.batches.events(
+                args.batch, item_id=args.item, cursor=cursor, limit=1000
+            )
+            documents.extend(page)
+            if cursor is None:
+                break
+    if args.json:
+        _print_json({"events": documents, "next_cursor": None})
+    else:
+        print_events(documents)
+    return 0
+
+
+def cancel(args: argparse.Namespace) -> int:
+    """`batchcrop cancel`: request cancellation of a batch."""
+    with opened(args) as app:
+        document = app.batches.cancel(args.batch)
+    if args.json:
+        _print_json(document)
+    else:
+        print_status(document)
+    return 0
+
+
+def requeue(args: argparse.Namespace) -> int:
+    """`batchcrop requeue`: failed/abandoned items get a fresh budget (and a new deadline)."""
+    try:
+        states = [State(s.strip()) for s in args.state.split(",") if s.strip()]
+    except ValueError:
+        raise UsageError(f"--state takes failed and/or abandoned, got {args.state!r}") from None
+    if any(s not in (State.FAILED, State.ABANDONED) for s in states):
+        raise UsageError("only failed and abandoned items can be requeued")
+    deadline = parse_duration(args.deadline) if args.deadline else None
+    with opened(args) as app:
+        document = app.batches.requeue(
+            args.batch, states=states, item_ids=args.item_ids, deadline_seconds=deadline
+        )
+    if args.json:
+        _print_json(document)
+    else:
+        print_status(document)
+    return 0
+
+
+def serve(args: argparse.Namespace) -> int:
+    """`batchcrop serve`: the HTTP API with the reaper on a timer."""
+    # Imported here so that commands other than `serve` never pay for the web stack.
+    from batchcrop.api.server import serve as serve_api  # noqa: PLC0415
+
+    with opened(args) as app:
+        app.upgrade()
+        return serve_api(app, host=args.host, port=args.port)
+
+
+def db_upgrade(args: argparse.Namespace) -> int:
+    """`batchcrop db upgrade`: create or migrate the schema."""
+    with opened(args) as app:
+        app.upgrade()
+    print("database schema is up to date")
+    return 0

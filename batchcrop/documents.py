@@ -1,0 +1,134 @@
+"""The public JSON documents (DESIGN section 7): status, item, event. Field names are contract."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from leases import EventRow, GroupSummary, ItemRow, State
+
+TERMINAL_STATES = (State.SUCCEEDED, State.FAILED, State.ABANDONED)
+UNFINISHED_STATES = (State.QUEUED, State.IN_PROGRESS, State.RETRYABLE)
+
+
+def iso(moment: datetime | None) -> str | None:
+    """ISO 8601 in UTC with millisecond precision and a `Z`, or None."""
+    if moment is None:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    text = moment.astimezone(UTC).isoformat(timespec="milliseconds")
+    return text.replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class BatchSettings:
+    """The batch row: what the worker renders for every item of the batch."""
+
+    id: str
+    ratios: tuple[str, ...]
+    max_side: int
+    quality: int
+
+
+def batch_state(summary: GroupSummary) -> State:
+    """DESIGN section 4: computed from the item counts, never from a client counter."""
+    counts = summary.counts
+    if any(counts[s] for s in UNFINISHED_STATES):
+        if counts[State.QUEUED] == summary.total:
+            return State.QUEUED
+        return State.IN_PROGRESS
+    if counts[State.SUCCEEDED] == summary.total:
+        return State.SUCCEEDED
+    if counts[State.ABANDONED]:
+        return State.ABANDONED
+    return State.FAILED
+
+
+def terminal_reason(state: State, summary: GroupSummary) -> str | None:
+    """One sentence saying why a terminal batch ended as it did; None while unfinished."""
+    if state in (State.QUEUED, State.IN_PROGRESS):
+        return None
+    total = summary.total
+    if state is State.SUCCEEDED:
+        return f"All {total} items succeeded."
+    by_category = ", ".join(f"{cat}: {n}" for cat, n in sorted(summary.failures.items()))
+    failed = summary.counts[State.FAILED]
+    abandoned = summary.counts[State.ABANDONED]
+    parts = []
+    if failed:
+        parts.append(f"{failed} of {total} items failed")
+    if abandoned:
+        parts.append(f"{abandoned} of {total} items were abandoned")
+    return f"{' and '.join(parts)} ({by_category})."
+
+
+def status_document(
+    batch: BatchSettings, summary: GroupSummary, *, poll_margin_seconds: float
+) -> dict[str, Any]:
+    """The status document; `poll_margin_seconds` is lease + one reaper interval."""
+    state = batch_state(summary)
+    return {
+        "id": batch.id,
+        "state": state.value,
+        "cancel_requested": summary.cancel_requested,
+        "ratios": list(batch.ratios),
+        "max_side": batch.max_side,
+        "quality": batch.quality,
+        "total": summary.total,
+        "counts": {s.value: summary.counts[s] for s in State},
+        "failures": dict(sorted(summary.failures.items())),
+        "created_at": iso(summary.created_at),
+        "updated_at": iso(summary.updated_at),
+        "deadline_at": iso(summary.deadline_at),
+        "oldest_updated_at": iso(summary.oldest_updated_at),
+        "terminal_reason": terminal_reason(state, summary),
+        "poll_until": iso(summary.deadline_at + timedelta(seconds=poll_margin_seconds)),
+    }
+
+
+def derivative_document(row: Mapping[str, Any]) -> dict[str, Any]:
+    """One manifest row as the item document shows it."""
+    return {
+        "ratio": row["ratio"],
+        "key": row["key"],
+        "width": row["width"],
+        "height": row["height"],
+        "bytes": row["bytes"],
+        "sha256": row["sha256"],
+        "crop_box": [int(v) for v in str(row["crop_box"]).split(",")],
+    }
+
+
+def item_document(item: ItemRow, derivatives: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The item document: its state, its attempt and its manifest."""
+    return {
+        "id": item.id,
+        "batch_id": item.group_id,
+        "ref": item.payload.get("ref"),
+        "source": item.payload.get("source"),
+        "state": item.state.value,
+        "attempt": item.attempt,
+        "error_category": item.error_category,
+        "updated_at": iso(item.updated_at),
+        "derivatives": [derivative_document(d) for d in derivatives],
+    }
+
+
+def event_document(event: EventRow) -> dict[str, Any]:
+    """One transition of the timeline."""
+    return {
+        "id": event.id,
+        "item_id": event.item_id,
+        "batch_id": event.group_id,
+        "attempt": event.attempt,
+        "from_state": event.from_state.value if event.from_state else None,
+        "to_state": event.to_state.value,
+        "at": iso(event.at),
+        "worker_id": event.worker_id,
+        "lease_token": event.lease_token,
+        "reason": event.reason,
+        "correlation_id": event.correlation_id,
+    }

@@ -1,0 +1,163 @@
+"""One attempt at one item: read the source, crop, store each derivative, commit — fenced.
+
+Every failure is turned into an ItemError whose class decides retry and whose category is
+public. Lease loss, cancellation and shutdown are not failures: they have their own exits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from batchcrop.batches import BatchService, ManifestRow
+from batchcrop.crop import RenderSpec, Rendition, render, variant_of
+from batchcrop.errors import Category, PermanentItemError, TransientItemError
+from batchcrop.logs import log_event
+from leases import Claim, Heartbeater, LeaseManager
+from storage import (
+    AccessDenied,
+    DerivativeConflict,
+    ObjectNotFound,
+    ObjectStore,
+    ObjectTooLarge,
+    SourceNotAllowed,
+    SourceReader,
+    StorageError,
+    StorageUnavailable,
+)
+
+DERIVATIVE_CONTENT_TYPE = "image/jpeg"
+
+
+class Interruption(Exception):
+    """The attempt must stop without a failure: shutdown, cancel, deadline."""
+
+    category: Category = Category.INTERRUPTED
+
+
+class GiveBack(Interruption):
+    """Shutdown: return the item to `queued`, attempt not counted (F)."""
+
+
+class Cancelled(Interruption):
+    """Cancel requested: the item ends `abandoned` (I)."""
+
+    category = Category.CANCELLED
+
+
+class DeadlinePassed(Interruption):
+    """The batch deadline passed while the item was held: it ends `abandoned`."""
+
+    category = Category.DEADLINE_EXCEEDED
+
+
+def derivative_key(source_sha256: str, rendition: Rendition, variant: str) -> str:
+    """DESIGN section 5: `derivatives/{source_sha256}/{rw}x{rh}-{variant}.jpg`."""
+    return f"derivatives/{source_sha256}/{rendition.ratio.key}-{variant}.jpg"
+
+
+def read_source(sources: SourceReader, source: str, *, max_bytes: int) -> bytes:
+    """The source bytes, or the ItemError that says why not."""
+    try:
+        return sources.read(source, max_bytes=max_bytes)
+    except (ObjectNotFound, SourceNotAllowed) as exc:
+        raise PermanentItemError(str(exc), category=Category.SOURCE_NOT_FOUND) from exc
+    except ObjectTooLarge as exc:
+        raise PermanentItemError(str(exc), category=Category.SOURCE_TOO_LARGE) from exc
+    except AccessDenied as exc:
+        raise PermanentItemError(str(exc), category=Category.STORAGE_ACCESS_DENIED) from exc
+    except StorageError as exc:
+        raise TransientItemError(str(exc), category=Category.SOURCE_UNAVAILABLE) from exc
+
+
+def store_rendition(store: ObjectStore, key: str, rendition: Rendition) -> None:
+    """put_if_absent one derivative; an identical object already there is success."""
+    try:
+        store.put_if_absent(
+            key,
+            rendition.data,
+            content_type=DERIVATIVE_CONTENT_TYPE,
+            metadata={"ratio": str(rendition.ratio)},
+        )
+    except DerivativeConflict as exc:
+        raise PermanentItemError(str(exc), category=Category.DERIVATIVE_CONFLICT) from exc
+    except AccessDenied as exc:
+        raise PermanentItemError(str(exc), category=Category.STORAGE_ACCESS_DENIED) from exc
+    except (StorageUnavailable, StorageError) as exc:
+        raise TransientItemError(str(exc), category=Category.STORAGE_UNAVAILABLE) from exc
+
+
+@dataclass
+class Attempt:
+    """The pipeline of one claimed item; `run` raises on every exit but success."""
+
+    claim: Claim
+    leases: LeaseManager
+    batches: BatchService
+    store: ObjectStore
+    sources: SourceReader
+    spec: RenderSpec
+    max_source_bytes: int
+    give_back_now: threading.Event
+    on_stage: Callable[[str], None] = lambda stage: None
+
+    def run(self, heartbeat: Heartbeater) -> None:
+        """Read, crop, store, commit. Raises LeaseLost, Interruption or ItemError."""
+        claim = self.claim
+        data = read_source(self.sources, claim.payload["source"], max_bytes=self.max_source_bytes)
+        source_sha256 = hashlib.sha256(data).hexdigest()
+        self.checkpoint(heartbeat)
+        renditions = render(data, self.spec)
+        del data
+        log_event(
+            "crop",
+            item=claim.item_id,
+            batch=claim.group_id,
+            attempt=claim.attempt,
+            corr=claim.correlation_id,
+            ratios=len(renditions),
+        )
+        variant = variant_of(self.spec)
+        manifest: list[ManifestRow] = []
+        for rendition in renditions:
+            self.checkpoint(heartbeat)
+            key = derivative_key(source_sha256, rendition, variant)
+            store_rendition(self.store, key, rendition)
+            log_event(
+                "write",
+                item=claim.item_id,
+                attempt=claim.attempt,
+                corr=claim.correlation_id,
+                ratio=str(rendition.ratio),
+                bytes=len(rendition.data),
+            )
+            manifest.append(
+                ManifestRow(
+                    ratio=str(rendition.ratio),
+                    key=key,
+                    width=rendition.width,
+                    height=rendition.height,
+                    bytes=len(rendition.data),
+                    sha256=rendition.sha256,
+                    crop_box=rendition.crop_box,
+                )
+            )
+        self.checkpoint(heartbeat)
+        self.batches.commit_success(claim, manifest)
+
+    def checkpoint(self, heartbeat: Heartbeater) -> None:
+        """Stop here if the lease is lost, cancel was requested or shutdown can't wait."""
+        if self.give_back_now.is_set():
+            raise GiveBack
+        if heartbeat.cancel_requested.is_set():
+            raise Cancelled
+        if heartbeat.stop_reason == "deadline_exceeded":
+            raise DeadlinePassed
+        if heartbeat.stop_reason == "max_attempt_seconds":
+            raise TransientItemError(
+                "attempt ran past max_attempt_seconds", category=Category.DEPENDENCY_TIMEOUT
+            )
+        # The heartbeat thread may lag; the database is the authority (raises LeaseLost).
+        self.leases.check(self.claim.item_id, self.claim.lease_token)

@@ -1,0 +1,69 @@
+"""Every statement on the application's own tables, one small function each."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from batchcrop.tables import batches, derivatives
+
+
+def insert_batch(
+    *,
+    batch_id: str,
+    ratios: str,
+    max_side: int,
+    quality: int,
+    idempotency_key: str | None,
+    request_hash: str,
+) -> sa.Insert:
+    """Insert one batch row; a duplicate idempotency key fails on its unique index."""
+    return batches.insert().values(
+        id=batch_id,
+        ratios=ratios,
+        max_side=max_side,
+        quality=quality,
+        idempotency_key=idempotency_key,
+        request_hash=request_hash,
+    )
+
+
+def batch_by_id(batch_id: str) -> sa.Select[Any]:
+    """The batch row with this id."""
+    return sa.select(batches).where(batches.c.id == batch_id)
+
+
+def batch_by_idempotency_key(key: str) -> sa.Select[Any]:
+    """The batch row created with this idempotency key."""
+    return sa.select(batches).where(batches.c.idempotency_key == key)
+
+
+def batch_page(*, before_seq: int | None, limit: int) -> sa.Select[Any]:
+    """Batches newest first, strictly older than `before_seq` when given."""
+    query = sa.select(batches).order_by(batches.c.seq.desc()).limit(limit)
+    if before_seq is not None:
+        query = query.where(batches.c.seq < before_seq)
+    return query
+
+
+def insert_derivatives(
+    rows: Sequence[dict[str, Any]],
+) -> tuple[sa.Insert, Sequence[dict[str, Any]]]:
+    """Manifest rows of one item, written in the transaction that makes it `succeeded`."""
+    return derivatives.insert(), rows
+
+
+def derivatives_of(item_ids: Collection[str]) -> sa.Select[Any]:
+    """The manifest rows of these items, in a stable order."""
+    return (
+        sa.select(derivatives)
+        .where(derivatives.c.item_id.in_(list(item_ids)))
+        .order_by(derivatives.c.item_id, derivatives.c.ratio)
+    )
+
+
+def derivatives_of_batch(batch_id: str) -> sa.Select[Any]:
+    """Every manifest row of a batch."""
+    return sa.select(derivatives).where(derivatives.c.batch_id == batch_id)

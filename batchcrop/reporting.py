@@ -1,0 +1,153 @@
+"""Human output of the CLI: progress bar, summary table, listings. Documents go to stdout
+only with `--json`; the progress bar draws on stderr."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+WATCH_INTERVAL_SECONDS = 2.0
+DONE_STATES = ("succeeded", "failed", "abandoned")
+
+
+def _console(stderr: bool = False) -> Console:
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+
+
+def _done(document: dict[str, Any]) -> int:
+    return sum(int(document["counts"][s]) for s in DONE_STATES)
+
+
+@contextmanager
+def progress_bar(*, enabled: bool) -> Iterator[Callable[[dict[str, Any]], None]]:
+    """A progress bar on stderr fed with status documents: done/total, rate, failures."""
+    if not enabled:
+        yield lambda document: None
+        return
+    started = time.monotonic()
+    first_done: list[int] = []
+    progress = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TextColumn("{task.fields[failures]}"),
+        TimeElapsedColumn(),
+        console=_console(stderr=True),
+        transient=False,
+    )
+    task = progress.add_task("cropping", total=None, rate="", failures="")
+
+    def update(document: dict[str, Any]) -> None:
+        done = _done(document)
+        if not first_done:
+            first_done.append(done)
+        elapsed = max(time.monotonic() - started, 1e-6)
+        rate = (done - first_done[0]) / elapsed
+        bad = document["counts"]["failed"] + document["counts"]["abandoned"]
+        progress.update(
+            task,
+            total=document["total"],
+            completed=done,
+            rate=f"{rate:.1f} items/s",
+            failures=f"[red]{bad} failed[/red]" if bad else "0 failed",
+        )
+
+    with progress:
+        yield update
+
+
+def status_table(document: dict[str, Any]) -> Table:
+    """The status document as a small table."""
+    table = Table(title=f"batch {document['id']}", show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row(
+        "state", document["state"] + (" (cancel requested)" if document["cancel_requested"] else "")
+    )
+    table.add_row("items", f"{_done(document)}/{document['total']} done")
+    for name, n in document["counts"].items():
+        if n:
+            table.add_row(f"  {name}", str(n))
+    for category, n in document["failures"].items():
+        table.add_row(f"  failure: {category}", str(n))
+    table.add_row("ratios", ", ".join(document["ratios"]))
+    table.add_row("created", str(document["created_at"]))
+    table.add_row("deadline", str(document["deadline_at"]))
+    if document["terminal_reason"]:
+        table.add_row("result", document["terminal_reason"])
+    return table
+
+
+def print_status(document: dict[str, Any], *, out_dir: str | None = None) -> None:
+    """Print the status table, and where the derivatives went when known."""
+    console = _console()
+    console.print(status_table(document))
+    if out_dir:
+        console.print(f"Derivatives are under {out_dir}/derivatives/")
+        console.print(f"Details: batchcrop items {document['id']}")
+
+
+def print_batches(documents: Sequence[dict[str, Any]]) -> None:
+    """One line per batch."""
+    table = Table("id", "state", "done/total", "failures", "created", "deadline")
+    for d in documents:
+        failures = ", ".join(f"{k}: {v}" for k, v in d["failures"].items())
+        table.add_row(
+            d["id"],
+            d["state"],
+            f"{_done(d)}/{d['total']}",
+            failures,
+            d["created_at"],
+            d["deadline_at"],
+        )
+    _console().print(table)
+
+
+def print_items(documents: Sequence[dict[str, Any]]) -> None:
+    """One line per item."""
+    table = Table("id", "ref", "state", "attempt", "error", "derivatives")
+    for d in documents:
+        table.add_row(
+            d["id"],
+            d["ref"] or "",
+            d["state"],
+            str(d["attempt"]),
+            d["error_category"] or "",
+            str(len(d["derivatives"])),
+        )
+    _console().print(table)
+
+
+def print_events(documents: Sequence[dict[str, Any]]) -> None:
+    """One line per transition."""
+    table = Table("at", "item", "attempt", "from", "to", "reason", "worker")
+    for d in documents:
+        table.add_row(
+            d["at"],
+            d["item_id"],
+            str(d["attempt"]),
+            d["from_state"] or "",
+            d["to_state"],
+            d["reason"] or "",
+            d["worker_id"] or "",
+        )
+    _console().print(table)
+
+
+def watch(read: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Redraw the status until the batch is terminal; returns the last document."""
+    document = read()
+    with Live(status_table(document), console=_console(), auto_refresh=False) as live:
+        while document["state"] not in DONE_STATES:
+            time.sleep(WATCH_INTERVAL_SECONDS)
+            document = read()
+            live.update(status_table(document), refresh=True)
+    return document

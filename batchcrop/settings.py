@@ -1,0 +1,118 @@
+"""Settings: one frozen dataclass built once from environment variables and CLI flags.
+
+Every `BATCHCROP_X_Y` variable has the flag `--x-y`; the flag wins over the variable, the
+variable over the default. Defaults are named constants with their unit in the name.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+DATABASE_URL = "sqlite:///batchcrop.db"
+STORE_URL = "file://./derivatives"
+LEASE_SECONDS = 900.0
+MAX_ATTEMPT_SECONDS = 600.0
+REAPER_INTERVAL_SECONDS = 30.0
+DEADLINE_SECONDS = 24 * 3600.0
+MAX_ATTEMPTS = 3
+MAX_SOURCE_BYTES = 100 * 1024 * 1024
+S3_REQUEST_CHECKSUM = "when_supported"
+SHUTDOWN_GRACE_SECONDS = 30.0
+
+ENV_PREFIX = "BATCHCROP_"
+
+
+class SettingsError(ValueError):
+    """A setting has a value that cannot be used; the message names it."""
+
+
+def _parse_roots(text: str) -> tuple[str, ...]:
+    return tuple(part for part in text.split(os.pathsep) if part.strip())
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything configurable, with the defaults DESIGN section 7 names."""
+
+    database_url: str = DATABASE_URL
+    store: str = STORE_URL
+    s3_endpoint_url: str | None = None
+    s3_request_checksum: str = S3_REQUEST_CHECKSUM
+    source_roots: tuple[str, ...] = field(default_factory=tuple)
+    lease_seconds: float = LEASE_SECONDS
+    max_attempt_seconds: float = MAX_ATTEMPT_SECONDS
+    reaper_interval_seconds: float = REAPER_INTERVAL_SECONDS
+    max_source_bytes: int = MAX_SOURCE_BYTES
+    api_token: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("lease_seconds", "max_attempt_seconds", "reaper_interval_seconds"):
+            if getattr(self, name) <= 0:
+                raise SettingsError(f"{name} must be positive")
+        if self.max_source_bytes <= 0:
+            raise SettingsError("max_source_bytes must be positive")
+        if self.s3_request_checksum not in ("when_supported", "when_required"):
+            raise SettingsError("s3_request_checksum must be when_supported or when_required")
+
+    def __repr__(self) -> str:
+        # The API token and database credentials never reach logs or error output.
+        return f"Settings(database={_redact_url(self.database_url)}, store={self.store})"
+
+    @classmethod
+    def load(
+        cls, overrides: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None
+    ) -> Settings:
+        """Build settings: `overrides` (CLI flags, None values ignored) > environment > defaults."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = env.get(ENV_PREFIX + f.name.upper())
+            if raw not in (None, ""):
+                values[f.name] = _convert(f.name, raw)
+        for name, value in (overrides or {}).items():
+            if value is not None:
+                values[name] = _convert(name, value) if isinstance(value, str) else value
+        return cls(**values)
+
+
+def _convert(name: str, raw: str) -> Any:
+    if name == "source_roots":
+        return _parse_roots(raw)
+    if name in ("lease_seconds", "max_attempt_seconds", "reaper_interval_seconds"):
+        try:
+            return float(raw)
+        except ValueError:
+            raise SettingsError(f"{name} must be a number of seconds, got {raw!r}") from None
+    if name == "max_source_bytes":
+        try:
+            return int(raw)
+        except ValueError:
+            raise SettingsError(f"{name} must be a whole number of bytes, got {raw!r}") from None
+    return raw
+
+
+def _redact_url(url: str) -> str:
+    scheme, sep, rest = url.partition("://")
+    if "@" in rest:
+        rest = "***@" + rest.rsplit("@", 1)[1]
+    return scheme + sep + rest
+
+
+_UNIT_SECONDS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from `90`, `90s`, `30m`, `2h` or `1d`; SettingsError otherwise."""
+    text = text.strip().lower()
+    unit = _UNIT_SECONDS.get(text[-1:]) if text else None
+    number = text[:-1] if unit else text
+    try:
+        seconds = float(number) * (unit or 1.0)
+    except ValueError:
+        raise SettingsError(f"not a duration: {text!r} (use e.g. 90s, 30m, 2h, 1d)") from None
+    if seconds <= 0:
+        raise SettingsError(f"duration must be positive: {text!r}")
+    return seconds

@@ -1,0 +1,38 @@
+"""The application's own tables, beside the lease engine's: batch settings and the manifest.
+
+A batch's id is its lease group's id; its items, states and counters live in the lease engine.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+metadata = sa.MetaData()
+
+batches = sa.Table(
+    "batchcrop_batches",
+    metadata,
+    # An integer key orders batches newest first and makes a stable listing cursor.
+    sa.Column("seq", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True),
+    sa.Column("id", sa.String(36), nullable=False, unique=True),
+    sa.Column("ratios", sa.String(200), nullable=False),
+    sa.Column("max_side", sa.Integer, nullable=False),
+    sa.Column("quality", sa.Integer, nullable=False),
+    sa.Column("idempotency_key", sa.String(200), nullable=True, unique=True),
+    sa.Column("request_hash", sa.String(64), nullable=False),
+)
+
+derivatives = sa.Table(
+    "batchcrop_derivatives",
+    metadata,
+    sa.Column("item_id", sa.String(36), primary_key=True),
+    sa.Column("ratio", sa.String(16), primary_key=True),
+    sa.Column("batch_id", sa.String(36), nullable=False),
+    sa.Column("key", sa.String(1024), nullable=False),
+    sa.Column("width", sa.Integer, nullable=False),
+    sa.Column("height", sa.Integer, nullable=False),
+    sa.Column("bytes", sa.Integer, nullable=False),
+    sa.Column("sha256", sa.String(64), nullable=False),
+    sa.Column("crop_box", sa.String(64), nullable=False),
+    sa.Index("batchcrop_derivatives_batch", "batch_id"),
+)

@@ -1,0 +1,84 @@
+"""Fixtures for the application tests: a wired app on each database, stores, a worker runner."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from batchcrop.app import App, build
+from batchcrop.settings import Settings
+from batchcrop.worker import WorkerOptions
+from storage import LocalStore, ObjectStore, S3Store
+
+TERMINAL = ("succeeded", "failed", "abandoned")
+RUN_TIMEOUT_SECONDS = 90.0
+
+
+@pytest.fixture
+def make_app(database_url: str, tmp_path: Path) -> Iterator[Callable[..., App]]:
+    """Build apps on this test's database (every app shares it), upgraded, disposed after."""
+    apps: list[App] = []
+
+    def make(**overrides: Any) -> App:
+        settings = Settings(
+            database_url=database_url, store=f"file://{tmp_path / 'out'}", **overrides
+        )
+        app = build(settings)
+        app.upgrade()
+        apps.append(app)
+        return app
+
+    yield make
+    for app in apps:
+        app.close()
+
+
+@pytest.fixture
+def app(make_app: Callable[..., App]) -> App:
+    """One wired app with default settings."""
+    return make_app()
+
+
+@pytest.fixture(params=["local", "moto"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ObjectStore]:
+    """The derivative store: the local folder, or S3 through moto in process."""
+    if request.param == "local":
+        yield LocalStore(tmp_path / "store")
+        return
+    with mock_aws():
+        client = boto3.client("s3", region_name="us-east-1")
+        client.create_bucket(Bucket="derivatives")
+        yield S3Store("derivatives", "catalogue", client=client)
+
+
+def run_batch(
+    app: App, store: ObjectStore, batch_id: str, *, concurrency: int = 2
+) -> dict[str, Any]:
+    """Run an in-process worker on one batch until it is terminal; return its status."""
+    worker = app.worker(
+        store,
+        WorkerOptions(
+            concurrency=concurrency,
+            group_ids=[batch_id],
+            idle_sleep_seconds=0.05,
+            reaper_interval_seconds=0.5,
+        ),
+    )
+    worker.start()
+    deadline = time.monotonic() + RUN_TIMEOUT_SECONDS
+    try:
+        while True:
+            status = app.batches.status(batch_id)
+            if status["state"] in TERMINAL:
+                return status
+            assert time.monotonic() < deadline, f"batch not terminal in time: {status}"
+            time.sleep(0.05)
+    finally:
+        worker.stop()
+        worker.join(30)

@@ -1,0 +1,313 @@
+"""Acceptance tests: the real `batchcrop` CLI in subprocesses, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from batchcrop.app import App, build
+from batchcrop.settings import Settings
+from leases import State
+from storage import LocalStore
+from tests.app.images import write_corrupt, write_photos
+
+pytestmark = pytest.mark.slow
+WAIT_SECONDS = 60.0
+
+
+class Cli:
+    """Runs `python -m batchcrop` against one database and one store folder."""
+
+    def __init__(self, database_url: str, out: Path) -> None:
+        self.out = out
+        self.env = {
+            **os.environ,
+            "BATCHCROP_DATABASE_URL": database_url,
+            "BATCHCROP_STORE": f"file://{out}",
+        }
+        self.env.pop("BATCHCROP_API_TOKEN", None)
+
+    def __call__(
+        self, *args: str, timeout: float = WAIT_SECONDS
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "batchcrop", *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def spawn(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "batchcrop", "--log-level", "INFO", *args],
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def json(self, *args: str) -> Any:
+        result = self(*args, "--json")
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+
+@pytest.fixture
+def cli(database_url: str, tmp_path: Path) -> Cli:
+    """The CLI on this test's database with a store folder in tmp_path."""
+    return Cli(database_url, tmp_path / "out")
+
+
+@pytest.fixture
+def inspect(database_url: str, tmp_path: Path) -> Iterator[App]:
+    """An in-process app on the same database, for looking at what the CLI did."""
+    app = build(Settings(database_url=database_url, store=f"file://{tmp_path / 'out'}"))
+    yield app
+    app.close()
+
+
+def wait_for(predicate: Callable[[], Any], what: str, timeout: float = WAIT_SECONDS) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def held_by(app: App, batch_id: str, pid: int) -> str | None:
+    """The item a worker process currently holds, from the event log and the item rows."""
+    held = {i.id for i in app.leases.items(batch_id, states=[State.IN_PROGRESS], limit=1000)}
+    for event in reversed(app.leases.events(batch_id, limit=1000)):
+        if event.to_state == "in_progress" and f":{pid}:" in (event.worker_id or ""):
+            return event.item_id if event.item_id in held else None
+    return None
+
+
+def test_run_processes_a_folder_and_resumes_idempotently(cli: Cli, tmp_path: Path) -> None:
+    """`run --json` prints only the final document; re-running finds the same batch."""
+    write_photos(tmp_path / "src", 3)
+    out = tmp_path / "derivs"
+    args = (
+        "run",
+        str(tmp_path / "src"),
+        "--out",
+        str(out),
+        "--ratios",
+        "1:1,16:9",
+        "--max-side",
+        "300",
+    )
+    first = cli(*args, "--json")
+    assert first.returncode == 0, first.stderr
+    document = json.loads(first.stdout)
+    assert (document["state"], document["counts"]["succeeded"]) == ("succeeded", 3)
+    keys = sorted(i.key for i in LocalStore(out).list())
+    assert len(keys) == 6
+
+    second = cli(*args, "--json")
+    assert second.returncode == 0, second.stderr
+    assert json.loads(second.stdout)["id"] == document["id"]
+    assert sorted(i.key for i in LocalStore(out).list()) == keys
+
+
+def test_run_exits_1_when_the_batch_failed(cli: Cli, tmp_path: Path) -> None:
+    """A corrupt image fails its item and the run exits 1 with the failure in the document."""
+    write_photos(tmp_path / "src", 1)
+    write_corrupt(tmp_path / "src")
+    result = cli("run", str(tmp_path / "src"), "--out", str(tmp_path / "d"), "--json")
+    assert result.returncode == 1, result.stderr
+    document = json.loads(result.stdout)
+    assert (document["state"], document["failures"]) == ("failed", {"invalid_image": 2})
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("run", "--bogus-flag", "x"), "unrecognized arguments"),
+        (("run", "/nonexistent/photos", "--out", "o"), "/nonexistent/photos"),
+        (("run", ".", "--out", "o", "--store", "file://o"), "--out and --store"),
+        (("run", ".", "--out", "o", "--ratios", "16:0"), "ratio"),
+        (("submit", ".", "--deadline", "soon"), "duration"),
+    ],
+)
+def test_bad_command_lines_exit_2_with_one_clear_line(
+    cli: Cli, args: tuple[str, ...], needle: str
+) -> None:
+    """Bad flags and missing sources: exit 2, a message naming the problem, no traceback."""
+    result = cli(*args)
+    assert result.returncode == 2
+    assert needle in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_unknown_batch_exits_5(cli: Cli) -> None:
+    """Asking for a batch that does not exist exits 5."""
+    assert cli("db", "upgrade").returncode == 0
+    result = cli("status", "7b1e4c1e-0000-4000-8000-000000000000")
+    assert result.returncode == 5
+    assert "no batch" in result.stderr
+
+
+def test_unreachable_database_exits_3(tmp_path: Path) -> None:
+    """A database that does not answer exits 3 with a message and no traceback."""
+    cli = Cli("postgresql+psycopg://nobody@127.0.0.1:9/none?connect_timeout=2", tmp_path / "o")
+    result = cli("batches")
+    assert result.returncode == 3, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def _submit(cli: Cli, src: Path, *extra: str) -> str:
+    result = cli("submit", str(src), "--max-side", "600", *extra)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def _objects_match_manifest(app: App, batch_id: str, out: Path) -> None:
+    manifest = app.batches.manifest(batch_id)
+    stored = {i.key: i.sha256 for i in LocalStore(out).list()}
+    assert stored == {m["key"]: m["sha256"] for m in manifest}
+
+
+def test_sigkilled_worker_is_recovered_by_the_reaper(
+    cli: Cli, inspect: App, tmp_path: Path
+) -> None:
+    """Two workers; one SIGKILLed mid-item: the reaper retries it, the batch succeeds, no strays."""
+    write_photos(tmp_path / "src", 8, size=(2400, 1800))
+    batch = _submit(cli, tmp_path / "src")
+    lease = ("--lease-seconds", "2", "--reaper-interval-seconds", "0.5", "--concurrency", "1")
+    victim = cli.spawn("worker", *lease)
+    item = wait_for(lambda: held_by(inspect, batch, victim.pid), "the victim to hold an item")
+    victim.kill()
+    victim.wait(10)
+    survivor = cli.spawn("worker", *lease)
+    try:
+        wait_for(lambda: inspect.batches.status(batch)["state"] == "succeeded", "success")
+    finally:
+        survivor.send_signal(signal.SIGTERM)
+        assert survivor.wait(30) == 0
+    reasons = [e.reason for e in inspect.leases.events(batch, item_id=item, limit=100)]
+    assert "lease_expired" in reasons
+    assert inspect.leases.item(item).attempt == 2  # type: ignore[union-attr]
+    _objects_match_manifest(inspect, batch, cli.out)
+
+
+def test_paused_worker_past_its_lease_cannot_write_late(
+    cli: Cli, inspect: App, tmp_path: Path
+) -> None:
+    """A SIGSTOPped worker whose lease was reaped has its late writes rejected by the fence."""
+    write_photos(tmp_path / "src", 3, size=(2400, 1800))
+    batch = _submit(cli, tmp_path / "src")
+    lease = ("--lease-seconds", "1.5", "--reaper-interval-seconds", "0.5", "--concurrency", "1")
+    paused = cli.spawn("worker", *lease)
+    item = wait_for(lambda: held_by(inspect, batch, paused.pid), "the worker to hold an item")
+    stale_token = next(
+        e.lease_token
+        for e in reversed(inspect.leases.events(batch, item_id=item))
+        if e.to_state == "in_progress"
+    )
+    paused.send_signal(signal.SIGSTOP)
+    other = cli.spawn("worker", *lease)
+    try:
+        wait_for(lambda: inspect.batches.status(batch)["state"] == "succeeded", "success")
+        paused.send_signal(signal.SIGCONT)
+        time.sleep(1.0)  # let the resumed worker reach its next fenced write
+    finally:
+        for proc in (paused, other):
+            proc.send_signal(signal.SIGCONT)
+            proc.send_signal(signal.SIGTERM)
+        assert (paused.wait(30), other.wait(30)) == (0, 0)
+    events = inspect.leases.events(batch, item_id=item, limit=100)
+    succeeded = [e for e in events if e.to_state == "succeeded"]
+    assert len(succeeded) == 1
+    assert succeeded[0].lease_token != stale_token
+    assert not [
+        e
+        for e in events
+        if e.lease_token == stale_token
+        and e.from_state == "in_progress"
+        and e.reason != "lease_expired"
+    ]
+    _objects_match_manifest(inspect, batch, cli.out)
+
+
+def test_sigterm_gives_the_item_back_without_counting_the_attempt(
+    cli: Cli, inspect: App, tmp_path: Path
+) -> None:
+    """SIGTERM with no grace: the held item goes back to queued, attempt not counted, exit 0."""
+    write_photos(tmp_path / "src", 2, size=(2400, 1800))
+    batch = _submit(cli, tmp_path / "src")
+    worker = cli.spawn("worker", "--concurrency", "1", "--shutdown-grace-seconds", "0")
+    item = wait_for(lambda: held_by(inspect, batch, worker.pid), "the worker to hold an item")
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(30) == 0
+    row = inspect.leases.item(item)
+    assert row is not None
+    events = inspect.leases.events(batch, item_id=item)
+    if row.state == "succeeded":
+        pytest.skip("the item finished before the signal arrived")  # a race the test cannot pin
+    assert (row.state, row.attempt) == ("queued", 0)
+    assert events[-1].from_state == "in_progress"
+    assert events[-1].to_state == "queued"
+    assert all(e.to_state != "failed" for e in events)
+
+
+def test_cancel_and_requeue_through_the_cli(cli: Cli, tmp_path: Path) -> None:
+    """cancel abandons unclaimed items; requeue with a new deadline makes the batch succeed."""
+    write_photos(tmp_path / "src", 3)
+    batch = _submit(cli, tmp_path / "src")
+    cancelled = cli.json("cancel", batch)
+    assert (cancelled["state"], cancelled["cancel_requested"]) == ("abandoned", True)
+    assert cancelled["failures"] == {"cancelled": 3}
+
+    refused = cli("requeue", batch)
+    assert refused.returncode == 2
+    assert "deadline" in refused.stderr
+
+    requeued = cli.json("requeue", batch, "--deadline", "1h")
+    assert (requeued["state"], requeued["cancel_requested"]) == ("queued", False)
+    worker = cli.spawn("worker", "--concurrency", "2")
+    try:
+        wait_for(lambda: cli.json("status", batch)["state"] == "succeeded", "success")
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(30) == 0
+    items = cli.json("items", batch)
+    assert items["next_cursor"] is None
+    assert [i["attempt"] for i in items["items"]] == [1, 1, 1]
+    events = cli.json("events", batch)["events"]
+    assert [e["to_state"] for e in events].count("succeeded") == 3
+
+
+def test_ctrl_c_on_run_gives_back_exits_130_and_resumes(cli: Cli, tmp_path: Path) -> None:
+    """SIGINT during `run` gives held items back and exits 130; the same command then finishes."""
+    write_photos(tmp_path / "src", 6, size=(2400, 1800))
+    args = (
+        "run",
+        str(tmp_path / "src"),
+        "--out",
+        str(tmp_path / "d"),
+        "--workers",
+        "1",
+        "--no-progress",
+    )
+    proc = cli.spawn(*args)
+    wait_for((tmp_path / "d" / "derivatives").exists, "the first derivative")
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(30) == 130
+    finished = cli(*args, "--json")
+    assert finished.returncode == 0, finished.stderr
+    document = json.loads(finished.stdout)
+    assert document["counts"]["succeeded"] == 6

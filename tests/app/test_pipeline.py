@@ -1,0 +1,110 @@
+"""The whole pipeline in process: submit → workers → derivatives in the store → status."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from batchcrop.app import App
+from batchcrop.batches import BatchRequest, IdempotencyConflict, ItemRequest
+from batchcrop.crop import Ratio, RenderSpec
+from storage import ObjectStore
+from tests.app.conftest import run_batch
+from tests.app.images import write_corrupt, write_photos
+
+RATIOS = tuple(Ratio.parse(r) for r in ("1:1", "4:3", "16:9", "3:4"))
+
+
+def _request(paths: list[Path], *, max_attempts: int = 3) -> BatchRequest:
+    return BatchRequest(
+        items=tuple(ItemRequest(source=str(p), ref=p.stem) for p in paths),
+        spec=RenderSpec(ratios=RATIOS, max_side=400, quality=80),
+        deadline_seconds=3600,
+        max_attempts=max_attempts,
+    )
+
+
+def test_good_and_bad_images_end_failed_with_every_good_ratio_stored(
+    app: App, store: ObjectStore, tmp_path: Path
+) -> None:
+    """Good items succeed with every ratio stored; corrupt ones fail invalid_image; batch failed."""
+    good = write_photos(tmp_path / "src", 3)
+    bad = write_corrupt(tmp_path / "src")
+    status, created = app.batches.submit(_request(good + bad))
+    assert created
+
+    final = run_batch(app, store, status["id"])
+
+    assert final["state"] == "failed"
+    assert final["counts"]["succeeded"] == 3
+    assert final["counts"]["failed"] == 2
+    assert final["failures"] == {"invalid_image": 2}
+    assert final["terminal_reason"] == "2 of 5 items failed (invalid_image: 2)."
+    assert sum(final["counts"].values()) == final["total"] == 5
+    items, _ = app.batches.items(status["id"])
+    stored = {info.key: info for info in store.list("derivatives/")}
+    manifest_keys = set()
+    for item in items:
+        if item["ref"].startswith("photo"):
+            assert item["state"] == "succeeded"
+            assert [d["ratio"] for d in item["derivatives"]] == sorted(str(r) for r in RATIOS)
+            for d in item["derivatives"]:
+                assert stored[d["key"]].sha256 == d["sha256"]
+                assert stored[d["key"]].size == d["bytes"]
+                assert max(d["width"], d["height"]) <= 400
+                manifest_keys.add(d["key"])
+        else:
+            assert (item["state"], item["error_category"], item["derivatives"]) == (
+                "failed",
+                "invalid_image",
+                [],
+            )
+    assert set(stored) == manifest_keys
+
+
+def test_the_same_sources_twice_give_byte_identical_derivatives(
+    app: App, store: ObjectStore, tmp_path: Path
+) -> None:
+    """A second batch over the same sources names the same keys with the same sha256."""
+    sources = write_photos(tmp_path / "src", 2)
+    first, _ = app.batches.submit(_request(sources))
+    second, _ = app.batches.submit(_request(sources))
+    assert first["id"] != second["id"]
+
+    assert run_batch(app, store, first["id"])["state"] == "succeeded"
+    assert run_batch(app, store, second["id"])["state"] == "succeeded"
+
+    def manifest(batch_id: str) -> set[tuple[str, str, str]]:
+        return {(m["ratio"], m["key"], m["sha256"]) for m in app.batches.manifest(batch_id)}
+
+    assert manifest(first["id"]) == manifest(second["id"])
+    assert len(manifest(first["id"])) == 2 * len(RATIOS)
+    assert len(list(store.list("derivatives/"))) == 2 * len(RATIOS)
+
+
+def test_status_counters_equal_a_group_by_over_the_items(
+    make_app: Callable[..., App], store: ObjectStore, tmp_path: Path
+) -> None:
+    """After a run with successes and failures the counters equal a GROUP BY recount."""
+    app = make_app()
+    paths = write_photos(tmp_path / "src", 4) + write_corrupt(tmp_path / "src")
+    status, _ = app.batches.submit(_request(paths))
+    final = run_batch(app, store, status["id"], concurrency=3)
+    recount: dict[str, int] = {}
+    for (state, _category), n in app.leases.recount(status["id"]).items():
+        recount[state.value] = recount.get(state.value, 0) + n
+    assert {k: v for k, v in final["counts"].items() if v} == recount
+
+
+def test_idempotency_key_returns_the_same_batch_and_refuses_another_request(
+    app: App, tmp_path: Path
+) -> None:
+    """Same key + same request ⇒ same batch; same key + other request ⇒ IdempotencyConflict."""
+    sources = write_photos(tmp_path / "src", 2)
+    first, created = app.batches.submit(_request(sources), idempotency_key="import-7")
+    again, created_again = app.batches.submit(_request(sources), idempotency_key="import-7")
+    assert (created, created_again, again["id"]) == (True, False, first["id"])
+    with pytest.raises(IdempotencyConflict):
+        app.batches.submit(_request(sources[:1]), idempotency_key="import-7")
