@@ -1,1 +1,53 @@
-"""Generic lease-and-heartbeat work claiming on SQLAlchemy Core (PostgreSQL and SQLite)."""
+"""Generic lease-and-heartbeat work claiming on SQLAlchemy Core (PostgreSQL and SQLite).
+
+Items belong to groups; workers claim items under time-limited leases held in database time,
+renew them with heartbeats, and end each attempt with a fenced transition; a reaper recovers
+expired leases. See `LeaseManager` and DESIGN section 3.
+"""
+
+from leases.engine import configure_sqlite, make_engine
+from leases.errors import (
+    DatabaseUnavailable,
+    GroupExists,
+    LeaseError,
+    LeaseLost,
+    NoSuchGroup,
+    RequeueNeedsDeadline,
+)
+from leases.heartbeat import Heartbeater
+from leases.manager import LeaseManager
+from leases.migrate import upgrade
+from leases.models import (
+    TERMINAL,
+    Claim,
+    EventRow,
+    GroupSummary,
+    HeartbeatReply,
+    ItemRow,
+    NewItem,
+    ReapResult,
+    State,
+)
+
+__all__ = [
+    "TERMINAL",
+    "Claim",
+    "DatabaseUnavailable",
+    "EventRow",
+    "GroupExists",
+    "GroupSummary",
+    "HeartbeatReply",
+    "Heartbeater",
+    "ItemRow",
+    "LeaseError",
+    "LeaseLost",
+    "LeaseManager",
+    "NewItem",
+    "NoSuchGroup",
+    "ReapResult",
+    "RequeueNeedsDeadline",
+    "State",
+    "configure_sqlite",
+    "make_engine",
+    "upgrade",
+]

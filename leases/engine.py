@@ -1,0 +1,77 @@
+"""Engine helpers: SQLite in WAL mode with `BEGIN IMMEDIATE` writes, pooled PostgreSQL.
+
+`make_engine(url)` is what applications should use; `configure_sqlite(engine)` adapts an engine
+made elsewhere (it must run before the engine's first connection).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+SQLITE_BUSY_TIMEOUT_MILLISECONDS = 30_000
+SQLITE_POOL_SIZE = 20
+SQLITE_POOL_MAX_OVERFLOW = 20
+POSTGRES_POOL_SIZE = 10
+POSTGRES_POOL_MAX_OVERFLOW = 20
+POOL_RECYCLE_SECONDS = 1800
+# Execution option marking a connection whose transactions only read: SQLite then begins them
+# DEFERRED, so readers never queue for the write lock.
+READ_ONLY_OPTION = "leases_read_only"
+
+
+def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+    # pysqlite must not emit its own deferred BEGIN: `_on_begin` emits the right one instead.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MILLISECONDS}")
+        # NORMAL is durable across application crashes in WAL mode; only power loss can lose
+        # the last commits, which the lease protocol survives (leases expire and are reaped).
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+    finally:
+        cursor.close()
+
+
+def _on_begin(connection: sa.Connection) -> None:
+    # BEGIN IMMEDIATE takes the write lock up front: a deferred transaction that reads and then
+    # writes can fail with SQLITE_BUSY without waiting on the busy timeout.
+    if connection.get_execution_options().get(READ_ONLY_OPTION):
+        connection.exec_driver_sql("BEGIN")
+    else:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def configure_sqlite(engine: sa.Engine) -> None:
+    """Install WAL, busy timeout and BEGIN IMMEDIATE on a SQLite engine; idempotent, else no-op."""
+    if engine.dialect.name != "sqlite" or sa.event.contains(engine, "connect", _on_connect):
+        return
+    sa.event.listen(engine, "connect", _on_connect)
+    sa.event.listen(engine, "begin", _on_begin)
+
+
+def make_engine(url: str, **kw: Any) -> sa.Engine:
+    """Create an engine for `url` with the settings the lease engine relies on.
+
+    SQLite: WAL, busy timeout, `BEGIN IMMEDIATE` for write transactions, a pool large enough for
+    many worker threads. PostgreSQL: pre-ping and recycling so a restarted server costs one
+    failed call, not a dead pool. Keyword arguments override these and go to `create_engine`.
+    """
+    parsed = sa.make_url(url)
+    options: dict[str, Any]
+    if parsed.get_backend_name() == "sqlite":
+        options = {"pool_size": SQLITE_POOL_SIZE, "max_overflow": SQLITE_POOL_MAX_OVERFLOW}
+    else:
+        options = {
+            "pool_size": POSTGRES_POOL_SIZE,
+            "max_overflow": POSTGRES_POOL_MAX_OVERFLOW,
+            "pool_pre_ping": True,
+            "pool_recycle": POOL_RECYCLE_SECONDS,
+        }
+    options.update(kw)
+    engine = sa.create_engine(parsed, **options)
+    configure_sqlite(engine)
+    return engine

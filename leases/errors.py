@@ -1,0 +1,33 @@
+"""The `leases` exception family: catch `LeaseError` for everything this package raises."""
+
+from __future__ import annotations
+
+
+class LeaseError(Exception):
+    """Base of every error the lease engine raises on purpose."""
+
+
+class LeaseLost(LeaseError):
+    """A fenced write matched no row: the item is no longer `in_progress` under this token.
+
+    The holder must stop working on the item and write nothing more about it.
+    """
+
+
+class NoSuchGroup(LeaseError):
+    """The group id names no group."""
+
+
+class GroupExists(LeaseError):
+    """A group with this id already exists."""
+
+
+class RequeueNeedsDeadline(LeaseError):
+    """Requeuing a cancelled or expired group needs a new deadline, else it is reaped at once."""
+
+
+class DatabaseUnavailable(LeaseError):
+    """A transient database failure (connection refused/reset, restart, lock wait exhausted).
+
+    Callers may retry the operation later; nothing was committed by the failed call.
+    """

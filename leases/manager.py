@@ -1,0 +1,437 @@
+"""`LeaseManager`: the domain operations of the lease engine (DESIGN section 3, transitions A-J).
+
+Every operation is one database transaction (or runs in the caller's, where a `conn` is taken).
+Every write about a held item is one fenced compare-and-set UPDATE whose matched row count is
+checked (`LeaseLost` when zero), with its event row and counter deltas in the same transaction.
+All times come from the database clock. Methods are thread-safe; share one manager per engine.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.sql.dml import Update
+
+from leases import queries, transitions
+from leases.errors import GroupExists, LeaseLost, NoSuchGroup, RequeueNeedsDeadline
+from leases.models import (
+    Claim,
+    EventRow,
+    GroupSummary,
+    HeartbeatReply,
+    ItemRow,
+    NewItem,
+    ReapResult,
+    State,
+    from_ms,
+    to_ms,
+)
+from leases.reads import event_row, item_row, summary
+from leases.store import Store
+from leases.transitions import Source
+
+LEASE_SECONDS = 900.0
+MAX_ATTEMPT_SECONDS = 600.0
+RETRY_BACKOFF_SECONDS = 5.0
+RETRY_BACKOFF_MAX_SECONDS = 300.0
+COUNTER_SHARDS = 8
+# Rows per INSERT batch when creating a group, and per reaper/cancel UPDATE (each its own
+# transaction), which bounds lock time and memory on million-item groups.
+CREATE_BATCH_ROWS = 5000
+MOVE_BATCH_ROWS = 5000
+REQUEUEABLE: frozenset[State] = frozenset({State.FAILED, State.ABANDONED})
+
+
+class LeaseManager:
+    """Claims, heartbeats, fenced transitions, reaper, cancel, requeue and reads on one engine."""
+
+    def __init__(
+        self,
+        engine: sa.Engine,
+        *,
+        lease_seconds: float = LEASE_SECONDS,
+        max_attempt_seconds: float = MAX_ATTEMPT_SECONDS,
+        retry_backoff_seconds: float = RETRY_BACKOFF_SECONDS,
+        retry_backoff_max_seconds: float = RETRY_BACKOFF_MAX_SECONDS,
+        counter_shards: int = COUNTER_SHARDS,
+    ) -> None:
+        if lease_seconds <= 0 or max_attempt_seconds <= 0 or counter_shards < 1:
+            raise ValueError("lease_seconds, max_attempt_seconds and counter_shards must be > 0")
+        self._store = Store(engine)
+        self.lease_seconds = lease_seconds
+        self.max_attempt_seconds = max_attempt_seconds
+        self._backoff_ms = to_ms(retry_backoff_seconds)
+        self._backoff_max_ms = max(self._backoff_ms, to_ms(retry_backoff_max_seconds))
+        self._shards = counter_shards
+
+    def transaction(self) -> AbstractContextManager[sa.Connection]:
+        """A write transaction (BEGIN IMMEDIATE on SQLite) to pass as `conn=`; commits on exit."""
+        return self._store.write()
+
+    # --- creation ---------------------------------------------------------------------------
+
+    def create_group(
+        self,
+        conn: sa.Connection,
+        group_id: str,
+        *,
+        deadline_seconds: float,
+        max_attempts: int,
+        items: Iterable[NewItem],
+    ) -> int:
+        """Create a group and its items (all `queued`, in iteration order) in `conn`'s transaction.
+
+        Returns the number of items. Raises `GroupExists` if the id is taken.
+        """
+        if max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
+        store = self._store
+        with store.write(conn) as c:
+            if store.one(c, queries.group_row(group_id)) is not None:
+                raise GroupExists(group_id)
+            now: int = store.scalar(c, queries.select_now())
+            group = {
+                "id": group_id,
+                "created_at": now,
+                "deadline_at": now + to_ms(deadline_seconds),
+                "max_attempts": max_attempts,
+                "cancel_requested": False,
+            }
+            store.execute_many(c, queries.insert_group(), [group])
+            per_shard: Counter[int] = Counter()
+            for batch in _batches(_item_rows(group_id, items, now), CREATE_BATCH_ROWS):
+                store.execute_many(c, queries.insert_items(), batch)
+                per_shard.update(transitions.shard_of(row["id"], self._shards) for row in batch)
+            cid = transitions.new_correlation_id()
+            store.execute(c, queries.insert_creation_events(group_id, cid))
+            deltas = [((group_id, State.QUEUED.value, "", s), n) for s, n in per_shard.items()]
+            transitions.add(store, c, deltas, now)
+        return sum(per_shard.values())
+
+    # --- worker side: claim, heartbeat, fenced transitions -----------------------------------
+
+    def claim(
+        self, worker_id: str, limit: int, *, group_ids: Sequence[str] | None = None
+    ) -> list[Claim]:
+        """A: claim up to `limit` items of open groups (due retryable first, then queued by seq).
+
+        Never claims in a group past its deadline or with cancel requested. Safe from any number
+        of threads and processes at once: an attempt is given to exactly one claimer.
+        """
+        if limit < 1:
+            return []
+        lease_ms = to_ms(self.lease_seconds)
+        claimed: list[sa.Row[Any]] = []
+        with self._store.write() as c:
+            for from_state in (State.RETRYABLE, State.QUEUED):
+                want = limit - len(claimed)
+                if want <= 0:
+                    break
+                stmt = queries.claim(
+                    from_state,
+                    worker_id=worker_id,
+                    limit=want,
+                    lease_ms=lease_ms,
+                    group_ids=group_ids,
+                )
+                rows = self._store.rows(c, stmt)
+                transitions.record(self._store, c, rows, Source(from_state), self._shards)
+                claimed.extend(rows)
+        return [
+            Claim(
+                item_id=row.id,
+                group_id=row.group_id,
+                attempt=row.attempt,
+                lease_token=row.lease_token,
+                lease_expires_at=from_ms(row.lease_expires_at),
+                payload=dict(row.payload),
+                correlation_id=row.correlation_id,
+            )
+            for row in claimed
+        ]
+
+    def heartbeat(self, item_id: str, lease_token: str) -> HeartbeatReply:
+        """B: extend the lease by `lease_seconds` from now, unless the attempt should stop.
+
+        The lease is not extended (and `stop_reason` says why) when the group is cancelled
+        ("cancelled"), past its deadline ("deadline_exceeded"), or the attempt has run longer
+        than `max_attempt_seconds` ("max_attempt_seconds"). Raises `LeaseLost`.
+        """
+        store = self._store
+        with store.write() as c:
+            status = store.one(c, queries.lease_status(item_id, lease_token))
+            if status is None:
+                raise LeaseLost(item_id)
+            stop_reason = self._stop_reason(status)
+            if stop_reason is not None:
+                expires = status.lease_expires_at
+            else:
+                stmt = queries.extend_lease(item_id, lease_token, to_ms(self.lease_seconds))
+                expires = store.scalar(c, stmt)
+                if expires is None:
+                    raise LeaseLost(item_id)
+        return HeartbeatReply(from_ms(expires), bool(status.cancel_requested), stop_reason)
+
+    def _stop_reason(self, status: sa.Row[Any]) -> str | None:
+        if status.cancel_requested:
+            return "cancelled"
+        if status.now >= status.deadline_at:
+            return "deadline_exceeded"
+        if status.now - status.attempt_started_at >= to_ms(self.max_attempt_seconds):
+            return "max_attempt_seconds"
+        return None
+
+    def check(self, item_id: str, lease_token: str) -> None:
+        """Raise `LeaseLost` unless the lease is still held (read-only)."""
+        with self._store.read() as c:
+            if self._store.one(c, queries.check_lease(item_id, lease_token)) is None:
+                raise LeaseLost(item_id)
+
+    def complete(
+        self, item_id: str, lease_token: str, *, conn: sa.Connection | None = None
+    ) -> None:
+        """C: `succeeded`. With `conn`, in the caller's transaction (roll it back on LeaseLost)."""
+        stmt = queries.finish(item_id, lease_token, State.SUCCEEDED, None)
+        self._fenced(stmt, Source(State.IN_PROGRESS), conn)
+
+    def fail(
+        self,
+        item_id: str,
+        lease_token: str,
+        category: str,
+        *,
+        conn: sa.Connection | None = None,
+    ) -> None:
+        """D: `failed` with a permanent error `category`. Raises `LeaseLost`."""
+        stmt = queries.finish(item_id, lease_token, State.FAILED, category)
+        self._fenced(stmt, Source(State.IN_PROGRESS), conn)
+
+    def retry_later(self, item_id: str, lease_token: str, category: str) -> State:
+        """E: `retryable` after a jittered backoff, or `failed` `attempts_exhausted` at the cap.
+
+        Returns the state the item is now in. Raises `LeaseLost`.
+        """
+        stmt = queries.retry_later(
+            item_id, lease_token, category, base_ms=self._backoff_ms, max_ms=self._backoff_max_ms
+        )
+        return State(self._fenced(stmt, Source(State.IN_PROGRESS), None).state)
+
+    def give_back(self, item_id: str, lease_token: str) -> None:
+        """F: back to `queued`, the attempt not counted (graceful shutdown). Raises `LeaseLost`."""
+        source = Source(State.IN_PROGRESS, attempt_offset=1, reason="interrupted")
+        self._fenced(queries.give_back(item_id, lease_token), source, None)
+
+    def abandon(self, item_id: str, lease_token: str, category: str = "cancelled") -> None:
+        """I: `abandoned` (the holder saw cancel in a heartbeat reply). Raises `LeaseLost`."""
+        stmt = queries.finish(item_id, lease_token, State.ABANDONED, category)
+        self._fenced(stmt, Source(State.IN_PROGRESS), None)
+
+    def _fenced(self, stmt: Update, source: Source, conn: sa.Connection | None) -> sa.Row[Any]:
+        with self._store.write(conn) as c:
+            rows = self._store.rows(c, stmt)
+            if not rows:
+                raise LeaseLost("lease not held: item moved on or token superseded")
+            transitions.record(self._store, c, rows, source, self._shards)
+            return rows[0]
+
+    # --- reaper and operator actions -------------------------------------------------------
+
+    def reap(self) -> ReapResult:
+        """G and H: one set-based pass; idempotent and safe from many processes at once.
+
+        Cancelled groups, then groups past their deadline: queued, retryable and expired
+        in-progress items become `abandoned` (`cancelled` / `deadline_exceeded`). Then every
+        other expired lease becomes `retryable` (`lease_expired`) or `failed`
+        (`attempts_exhausted`) at the cap. Each batch of moves is its own transaction.
+        """
+        cid = transitions.new_correlation_id()
+        moved: Counter[str] = Counter()
+        for reason, selection in (
+            ("cancelled", queries.cancelled_groups()),
+            ("deadline_exceeded", queries.expired_groups()),
+        ):
+            for from_state in (State.QUEUED, State.RETRYABLE, State.IN_PROGRESS):
+                stmt = queries.abandon(from_state, reason, selection, MOVE_BATCH_ROWS)
+                live = from_state is State.IN_PROGRESS
+                moved += self._move_all(stmt, Source(from_state, None, cid, live))
+        stmt = queries.retry_or_fail_expired(
+            MOVE_BATCH_ROWS, base_ms=self._backoff_ms, max_ms=self._backoff_max_ms
+        )
+        moved += self._move_all(stmt, Source(State.IN_PROGRESS, None, cid))
+        return ReapResult(
+            retried=moved[State.RETRYABLE.value],
+            failed=moved[State.FAILED.value],
+            abandoned=moved[State.ABANDONED.value],
+        )
+
+    def _move_all(self, stmt: Update, source: Source) -> Counter[str]:
+        moved: Counter[str] = Counter()
+        while True:
+            with self._store.write() as c:
+                rows = self._store.rows(c, stmt)
+                transitions.record(self._store, c, rows, source, self._shards)
+            moved.update(row.state for row in rows)
+            if len(rows) < MOVE_BATCH_ROWS:
+                return moved
+
+    def cancel(self, group_id: str) -> None:
+        """Request cancel: no more claims; queued and retryable items `abandoned` (`cancelled`).
+
+        Holders learn it from their next heartbeat. Raises `NoSuchGroup`.
+        """
+        with self._store.write() as c:
+            if self._store.rowcount(c, queries.request_cancel(group_id)) == 0:
+                raise NoSuchGroup(group_id)
+        cid = transitions.new_correlation_id()
+        for from_state in (State.QUEUED, State.RETRYABLE):
+            stmt = queries.abandon(
+                from_state, "cancelled", queries.one_group(group_id), MOVE_BATCH_ROWS
+            )
+            self._move_all(stmt, Source(from_state, None, cid, attempt_fields=False))
+
+    def requeue(
+        self,
+        group_id: str,
+        *,
+        states: Collection[State] = (State.FAILED, State.ABANDONED),
+        item_ids: Collection[str] | None = None,
+        deadline_seconds: float | None = None,
+    ) -> int:
+        """J: move the group's `failed`/`abandoned` items (or only `item_ids`) back to `queued`.
+
+        Gives them a fresh attempt budget; attempt numbers keep growing. Clears the cancel flag;
+        `deadline_seconds` (from now) replaces the deadline. Returns the number of items moved.
+        Raises `NoSuchGroup`, and `RequeueNeedsDeadline` when the group is cancelled or past its
+        deadline and no new deadline is given.
+        """
+        wanted = {State(s) for s in states}
+        if not wanted <= REQUEUEABLE:
+            raise ValueError("only failed and abandoned items can be requeued")
+        store = self._store
+        cid = transitions.new_correlation_id()
+        moved = 0
+        with store.write() as c:
+            group = store.one(c, queries.group_row(group_id, lock=True))
+            if group is None:
+                raise NoSuchGroup(group_id)
+            closed = group.cancel_requested or group.deadline_at <= group.now
+            if closed and deadline_seconds is None:
+                raise RequeueNeedsDeadline(group_id)
+            deadline_ms = None if deadline_seconds is None else to_ms(deadline_seconds)
+            store.execute(c, queries.reopen_group(group_id, deadline_ms))
+            for pair in store.rows(c, queries.requeue_sources(group_id, wanted, item_ids)):
+                category = pair.error_category
+                source = Source(State(pair.state), category, cid, attempt_fields=False)
+                rows = store.rows(c, queries.requeue(group_id, source.state, category, item_ids))
+                transitions.record(store, c, rows, source, self._shards)
+                moved += len(rows)
+        return moved
+
+    # --- reads -------------------------------------------------------------------------------
+
+    def group(self, group_id: str) -> GroupSummary:
+        """The group's summary from its counters (cost independent of its size). `NoSuchGroup`."""
+        with self._store.read() as c:
+            found = self._summary(c, group_id)
+        if found is None:
+            raise NoSuchGroup(group_id)
+        return found
+
+    def groups(self, group_ids: Sequence[str]) -> list[GroupSummary]:
+        """Summaries of the groups that exist among `group_ids`, in the given order."""
+        with self._store.read() as c:
+            found = [self._summary(c, group_id) for group_id in group_ids]
+        return [s for s in found if s is not None]
+
+    def _summary(self, c: sa.Connection, group_id: str) -> GroupSummary | None:
+        group = self._store.one(c, queries.group_row(group_id))
+        if group is None:
+            return None
+        totals = self._store.rows(c, queries.counter_totals(group_id))
+        oldest = self._store.scalar(c, queries.oldest_unfinished(group_id))
+        return summary(group, totals, oldest)
+
+    def item(self, item_id: str) -> ItemRow | None:
+        """One item, or None."""
+        with self._store.read() as c:
+            row = self._store.one(c, queries.item_row(item_id))
+        return None if row is None else item_row(row)
+
+    def items(
+        self,
+        group_id: str,
+        *,
+        states: Collection[State] | None = None,
+        after_seq: int | None = None,
+        limit: int = 100,
+    ) -> list[ItemRow]:
+        """A page of the group's items ordered by `seq`; page on with `after_seq`."""
+        with self._store.read() as c:
+            rows = self._store.rows(c, queries.item_rows(group_id, states, after_seq, limit))
+        return [item_row(row) for row in rows]
+
+    def events(
+        self,
+        group_id: str,
+        *,
+        item_id: str | None = None,
+        after_id: int | None = None,
+        limit: int = 100,
+    ) -> list[EventRow]:
+        """A page of the group's (or one item's) events ordered by id; page on with `after_id`."""
+        with self._store.read() as c:
+            rows = self._store.rows(c, queries.event_rows(group_id, item_id, after_id, limit))
+        return [event_row(row) for row in rows]
+
+    def recount(self, group_id: str) -> dict[tuple[State, str], int]:
+        """Items by (state, counted category) from a GROUP BY over the items (a full scan).
+
+        The category is the error category for failed/abandoned items, else ''. For audits and
+        tests: it must always equal `counted()`.
+        """
+        with self._store.read() as c:
+            rows = self._store.rows(c, queries.recount(group_id))
+        return {(State(r.state), r.category): int(r.n) for r in rows}
+
+    def counted(self, group_id: str) -> dict[tuple[State, str], int]:
+        """The same view as `recount()` read from the sharded counters (zero entries omitted)."""
+        with self._store.read() as c:
+            rows = self._store.rows(c, queries.counter_totals(group_id))
+        return {(State(r.state), r.category): int(r.n) for r in rows if int(r.n) != 0}
+
+
+def _item_rows(group_id: str, items: Iterable[NewItem], now: int) -> Iterator[dict[str, Any]]:
+    for seq, item in enumerate(items):
+        yield {
+            "id": item.id,
+            "group_id": group_id,
+            "seq": seq,
+            "state": State.QUEUED.value,
+            "attempt": 0,
+            "attempt_base": 0,
+            "lease_token": None,
+            "lease_expires_at": None,
+            "attempt_started_at": None,
+            "next_attempt_at": now,
+            "worker_id": None,
+            "error_category": None,
+            "correlation_id": None,
+            "created_at": now,
+            "updated_at": now,
+            "payload": dict(item.payload),
+        }
+
+
+def _batches(rows: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
+    batch: list[dict[str, Any]] = []
+    for row in rows:
+        batch.append(row)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch

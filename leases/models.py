@@ -1,0 +1,132 @@
+"""Values the lease engine hands out: states and frozen row snapshots.
+
+All times are timezone-aware UTC `datetime`s read from the database clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+MILLISECONDS_PER_SECOND = 1000
+
+
+class State(StrEnum):
+    """The state of one item (DESIGN section 3)."""
+
+    QUEUED = "queued"
+    IN_PROGRESS = "in_progress"
+    RETRYABLE = "retryable"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    ABANDONED = "abandoned"
+
+
+TERMINAL: frozenset[State] = frozenset({State.SUCCEEDED, State.FAILED, State.ABANDONED})
+UNFINISHED: frozenset[State] = frozenset({State.QUEUED, State.IN_PROGRESS, State.RETRYABLE})
+# Failure categories are counted per category only in these states (see docs/adr/0001).
+CATEGORISED: frozenset[State] = frozenset({State.FAILED, State.ABANDONED})
+
+
+def from_ms(epoch_ms: int) -> datetime:
+    """Convert epoch milliseconds (the storage unit) into an aware UTC datetime."""
+    return datetime.fromtimestamp(epoch_ms / MILLISECONDS_PER_SECOND, tz=UTC)
+
+
+def to_ms(seconds: float) -> int:
+    """Convert a duration in seconds into whole milliseconds."""
+    return round(seconds * MILLISECONDS_PER_SECOND)
+
+
+@dataclass(frozen=True)
+class NewItem:
+    """An item to create: its caller-chosen id and an opaque JSON object."""
+
+    id: str
+    payload: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claimed attempt. `lease_token` fences every later write about it."""
+
+    item_id: str
+    group_id: str
+    attempt: int
+    lease_token: str
+    lease_expires_at: datetime
+    payload: dict[str, Any]
+    correlation_id: str
+
+
+@dataclass(frozen=True)
+class HeartbeatReply:
+    """A heartbeat's answer; `stop_reason` set means the lease was NOT extended."""
+
+    lease_expires_at: datetime
+    cancel_requested: bool
+    stop_reason: str | None
+
+
+@dataclass(frozen=True)
+class ReapResult:
+    """How many items one reaper pass moved, by destination."""
+
+    retried: int
+    failed: int
+    abandoned: int
+
+    @property
+    def total(self) -> int:
+        """All items moved by the pass."""
+        return self.retried + self.failed + self.abandoned
+
+
+@dataclass(frozen=True)
+class GroupSummary:
+    """A group's status read from its counters (no scan of its items)."""
+
+    id: str
+    created_at: datetime
+    deadline_at: datetime
+    max_attempts: int
+    cancel_requested: bool
+    total: int
+    counts: dict[State, int]
+    failures: dict[str, int]
+    updated_at: datetime
+    oldest_updated_at: datetime | None
+
+
+@dataclass(frozen=True)
+class ItemRow:
+    """A snapshot of one item."""
+
+    id: str
+    group_id: str
+    seq: int
+    state: State
+    attempt: int
+    error_category: str | None
+    updated_at: datetime
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class EventRow:
+    """One transition in the event log; `from_state` is None for creation."""
+
+    id: int
+    item_id: str
+    group_id: str
+    attempt: int
+    from_state: State | None
+    to_state: State
+    at: datetime
+    worker_id: str | None
+    lease_token: str | None
+    reason: str | None
+    correlation_id: str | None

@@ -1,0 +1,510 @@
+"""Every statement the lease engine runs, one small builder each; `leases.store` executes them.
+
+Conventions: times are epoch milliseconds from `db_now_ms()` (the database clock); state values
+are rendered as SQL literals (not bound parameters) so that SQLite and PostgreSQL can match the
+partial indexes declared in the migration. Statements that move items are compare-and-set
+UPDATEs whose WHERE clause names the source state, so a row moved concurrently by someone else
+simply does not match; each returns the moved rows (`MOVED` columns) for the event log and the
+counters, which the caller writes in the same transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.sql.dml import Insert, Update
+from sqlalchemy.sql.elements import ColumnElement
+
+from leases.models import CATEGORISED, UNFINISHED, State
+from leases.schema import counters, events, groups, items
+from leases.sqlfuncs import db_now_ms, random_short_id, random_token, random_unit
+
+# A retry waits between (1 - fraction) and 1 times its exponential backoff ("equal jitter"),
+# so that items expired together do not come back together.
+RETRY_JITTER_FRACTION = 0.5
+# The backoff doubles per attempt up to this many doublings before it is simply capped.
+BACKOFF_MAX_DOUBLINGS = 30
+
+MOVED = (
+    items.c.id,
+    items.c.group_id,
+    items.c.attempt,
+    items.c.state,
+    items.c.error_category,
+    items.c.worker_id,
+    items.c.lease_token,
+    items.c.correlation_id,
+    items.c.updated_at,
+)
+
+
+def state_is(state: State) -> ColumnElement[bool]:
+    """`lease_items.state = '<state>'` with the value inlined (partial indexes need literals)."""
+    return items.c.state == sa.literal_column(f"'{state.value}'")
+
+
+def state_in(states: Collection[State]) -> ColumnElement[bool]:
+    """`lease_items.state IN (...)` with literal values, in a stable order."""
+    ordered = sorted(s.value for s in states)
+    return items.c.state.in_([sa.literal_column(f"'{value}'") for value in ordered])
+
+
+def _fenced(item_id: str, lease_token: str) -> tuple[ColumnElement[bool], ...]:
+    return (
+        items.c.id == item_id,
+        state_is(State.IN_PROGRESS),
+        items.c.lease_token == lease_token,
+    )
+
+
+def _max_attempts_of_item_group() -> sa.ScalarSelect[int]:
+    return sa.select(groups.c.max_attempts).where(groups.c.id == items.c.group_id).scalar_subquery()
+
+
+def _exhausted() -> ColumnElement[bool]:
+    """The attempt just ended was the last one of the budget since the last requeue."""
+    return (items.c.attempt - items.c.attempt_base) >= _max_attempts_of_item_group()
+
+
+def backoff_ms(base_ms: int, max_ms: int) -> ColumnElement[int]:
+    """Jittered exponential backoff for the attempt that just ended, in milliseconds.
+
+    The table of delays (`base * 2**(n-1)`, capped at `max_ms`) is computed here and inlined as a
+    CASE, which both dialects evaluate per row without a power function.
+    """
+    number = items.c.attempt - items.c.attempt_base
+    whens: list[tuple[ColumnElement[bool], int]] = []
+    for n in range(1, BACKOFF_MAX_DOUBLINGS + 1):
+        delay = min(max_ms, base_ms * 2 ** (n - 1))
+        whens.append((number == n, delay))
+        if delay >= max_ms:
+            break
+    delay_expr = sa.case(*whens, else_=max_ms)
+    jittered = delay_expr * (1.0 - RETRY_JITTER_FRACTION * random_unit())
+    return sa.cast(jittered, sa.BigInteger)
+
+
+def select_now() -> sa.Select[tuple[int]]:
+    """The database clock in epoch milliseconds."""
+    return sa.select(db_now_ms())
+
+
+# --- groups -------------------------------------------------------------------------------
+
+
+def group_row(group_id: str, *, lock: bool = False) -> sa.Select[Any]:
+    """One group with the database time; `lock` takes its row lock (PostgreSQL) for the txn."""
+    stmt = sa.select(groups, db_now_ms().label("now")).where(groups.c.id == group_id)
+    return stmt.with_for_update() if lock else stmt
+
+
+def insert_group() -> Insert:
+    """Insert one group (parameters: every column)."""
+    return sa.insert(groups)
+
+
+def request_cancel(group_id: str) -> Update:
+    """Set the cancel flag; idempotent. Row count 0 means no such group."""
+    return sa.update(groups).where(groups.c.id == group_id).values(cancel_requested=True)
+
+
+def reopen_group(group_id: str, deadline_ms: int | None) -> Update:
+    """Clear the cancel flag and, when given, set the deadline to now + `deadline_ms`."""
+    values: dict[str, Any] = {"cancel_requested": False}
+    if deadline_ms is not None:
+        values["deadline_at"] = db_now_ms() + deadline_ms
+    return sa.update(groups).where(groups.c.id == group_id).values(**values)
+
+
+def counter_totals(group_id: str) -> sa.Select[Any]:
+    """A group's counters summed over shards: (state, category, n, updated_at)."""
+    return (
+        sa.select(
+            counters.c.state,
+            counters.c.category,
+            sa.func.sum(counters.c.n).label("n"),
+            sa.func.max(counters.c.updated_at).label("updated_at"),
+        )
+        .where(counters.c.group_id == group_id)
+        .group_by(counters.c.state, counters.c.category)
+    )
+
+
+def oldest_unfinished(group_id: str) -> sa.Select[tuple[int]]:
+    """The oldest `updated_at` among the group's unfinished items (one partial-index probe)."""
+    return (
+        sa.select(items.c.updated_at)
+        .where(items.c.group_id == group_id, state_in(UNFINISHED))
+        .order_by(items.c.updated_at)
+        .limit(1)
+    )
+
+
+def recount(group_id: str) -> sa.Select[Any]:
+    """The truth the counters must equal: items grouped by (state, counted category)."""
+    category = sa.case(
+        (state_in(CATEGORISED), sa.func.coalesce(items.c.error_category, "")), else_=""
+    )
+    return (
+        sa.select(items.c.state, category.label("category"), sa.func.count().label("n"))
+        .where(items.c.group_id == group_id)
+        .group_by(items.c.state, category)
+    )
+
+
+# --- creation -------------------------------------------------------------------------------
+
+
+def insert_items() -> Insert:
+    """Insert items, meant for executemany (parameters: every column)."""
+    return sa.insert(items)
+
+
+def insert_creation_events(group_id: str, correlation_id: str) -> Insert:
+    """Log `None -> queued` for every item of a freshly created group, in one statement."""
+    source = sa.select(
+        items.c.id,
+        items.c.group_id,
+        items.c.attempt,
+        sa.null(),
+        items.c.state,
+        items.c.created_at,
+        sa.literal(correlation_id),
+    ).where(items.c.group_id == group_id)
+    columns = ["item_id", "group_id", "attempt", "from_state", "to_state", "at", "correlation_id"]
+    return sa.insert(events).from_select(columns, source)
+
+
+# --- claim and fenced writes ------------------------------------------------------------------
+
+
+def claim(
+    from_state: State,
+    *,
+    worker_id: str,
+    limit: int,
+    lease_ms: int,
+    group_ids: Sequence[str] | None,
+) -> Update:
+    """Claim up to `limit` items now in `from_state` (queued or due retryable) of open groups.
+
+    Concurrency: PostgreSQL picks rows in a MATERIALIZED CTE with FOR UPDATE SKIP LOCKED, so two
+    claimers never pick the same row and the LIMIT is evaluated once; SQLite runs it inside
+    BEGIN IMMEDIATE (one writer at a time). Queued items are taken in `seq` order across all
+    groups, which interleaves groups: every group's first items come before anyone's later ones.
+    Due retryable items are taken by due time. Returns MOVED + lease_expires_at + payload.
+    """
+    now = db_now_ms()
+    order = items.c.seq if from_state is State.QUEUED else items.c.next_attempt_at
+    picked_query = (
+        sa.select(items.c.id)
+        .select_from(items.join(groups, groups.c.id == items.c.group_id))
+        .where(
+            state_is(from_state),
+            items.c.next_attempt_at <= now,
+            sa.not_(groups.c.cancel_requested),
+            groups.c.deadline_at > now,
+        )
+        .order_by(order)
+        .limit(limit)
+        .with_for_update(skip_locked=True, of=items)
+    )
+    if group_ids is not None:
+        picked_query = picked_query.where(items.c.group_id.in_(list(group_ids)))
+    picked = picked_query.cte("picked").prefix_with("MATERIALIZED")
+    return (
+        sa.update(items)
+        .where(items.c.id.in_(sa.select(picked.c.id)), state_is(from_state))
+        .values(
+            state=State.IN_PROGRESS.value,
+            attempt=items.c.attempt + 1,
+            lease_token=random_token(),
+            lease_expires_at=now + lease_ms,
+            attempt_started_at=now,
+            worker_id=worker_id,
+            error_category=None,
+            correlation_id=random_short_id(),
+            updated_at=now,
+        )
+        .returning(*MOVED, items.c.lease_expires_at, items.c.payload)
+    )
+
+
+def lease_status(item_id: str, lease_token: str) -> sa.Select[Any]:
+    """The held lease with its group's flags and the database time; no row if not held."""
+    return (
+        sa.select(
+            items.c.lease_expires_at,
+            items.c.attempt_started_at,
+            groups.c.cancel_requested,
+            groups.c.deadline_at,
+            db_now_ms().label("now"),
+        )
+        .select_from(items.join(groups, groups.c.id == items.c.group_id))
+        .where(*_fenced(item_id, lease_token))
+    )
+
+
+def extend_lease(item_id: str, lease_token: str, lease_ms: int) -> Update:
+    """Fenced: set the lease to expire `lease_ms` from now; returns the new expiry, or no row."""
+    return (
+        sa.update(items)
+        .where(*_fenced(item_id, lease_token))
+        .values(lease_expires_at=db_now_ms() + lease_ms)
+        .returning(items.c.lease_expires_at)
+    )
+
+
+def finish(item_id: str, lease_token: str, to_state: State, category: str | None) -> Update:
+    """Fenced: end the attempt in `to_state` (succeeded, failed, abandoned); returns MOVED."""
+    return (
+        sa.update(items)
+        .where(*_fenced(item_id, lease_token))
+        .values(
+            state=to_state.value,
+            error_category=category,
+            lease_expires_at=None,
+            updated_at=db_now_ms(),
+        )
+        .returning(*MOVED)
+    )
+
+
+def retry_later(
+    item_id: str, lease_token: str, category: str, *, base_ms: int, max_ms: int
+) -> Update:
+    """Fenced: to retryable with backoff, or failed `attempts_exhausted` at the attempt cap."""
+    now = db_now_ms()
+    exhausted = _exhausted()
+    return (
+        sa.update(items)
+        .where(*_fenced(item_id, lease_token))
+        .values(
+            state=sa.case((exhausted, State.FAILED.value), else_=State.RETRYABLE.value),
+            error_category=sa.case((exhausted, "attempts_exhausted"), else_=category),
+            next_attempt_at=sa.case(
+                (exhausted, items.c.next_attempt_at), else_=now + backoff_ms(base_ms, max_ms)
+            ),
+            lease_expires_at=None,
+            updated_at=now,
+        )
+        .returning(*MOVED)
+    )
+
+
+def give_back(item_id: str, lease_token: str) -> Update:
+    """Fenced: back to queued, due now, taking the claim's attempt number back."""
+    now = db_now_ms()
+    return (
+        sa.update(items)
+        .where(*_fenced(item_id, lease_token))
+        .values(
+            state=State.QUEUED.value,
+            attempt=items.c.attempt - 1,
+            error_category=None,
+            lease_expires_at=None,
+            next_attempt_at=now,
+            updated_at=now,
+        )
+        .returning(*MOVED)
+    )
+
+
+def check_lease(item_id: str, lease_token: str) -> sa.Select[tuple[str]]:
+    """A row if and only if the lease is still held."""
+    return sa.select(items.c.id).where(*_fenced(item_id, lease_token))
+
+
+# --- reaper, cancel, requeue ------------------------------------------------------------------
+
+
+def cancelled_groups() -> sa.Select[tuple[str]]:
+    """Ids of groups with cancel requested."""
+    return sa.select(groups.c.id).where(groups.c.cancel_requested)
+
+
+def expired_groups() -> sa.Select[tuple[str]]:
+    """Ids of groups past their deadline (and not cancelled: cancel is reported first)."""
+    return sa.select(groups.c.id).where(
+        groups.c.deadline_at <= db_now_ms(), sa.not_(groups.c.cancel_requested)
+    )
+
+
+def one_group(group_id: str) -> sa.Select[tuple[str]]:
+    """The id of one group, as a group selection."""
+    return sa.select(groups.c.id).where(groups.c.id == group_id)
+
+
+def _pick(where: Sequence[ColumnElement[bool]], limit: int) -> sa.CTE:
+    query = (
+        sa.select(items.c.id).where(*where).limit(limit).with_for_update(skip_locked=True, of=items)
+    )
+    return query.cte("picked").prefix_with("MATERIALIZED")
+
+
+def abandon(
+    from_state: State, reason: str, group_select: sa.Select[tuple[str]], limit: int
+) -> Update:
+    """Move up to `limit` items of the selected groups from `from_state` to abandoned.
+
+    For `in_progress` only expired leases are taken (a live holder is stopped by its heartbeat
+    instead). Concurrency: rows are picked with SKIP LOCKED and re-checked by the UPDATE's
+    state predicate, so reapers running at once never move an item twice.
+    """
+    now = db_now_ms()
+    where: list[ColumnElement[bool]] = [
+        state_is(from_state),
+        items.c.group_id.in_(group_select),
+    ]
+    if from_state is State.IN_PROGRESS:
+        where.append(items.c.lease_expires_at <= now)
+    picked = _pick(where, limit)
+    return (
+        sa.update(items)
+        .where(items.c.id.in_(sa.select(picked.c.id)), state_is(from_state))
+        .values(
+            state=State.ABANDONED.value,
+            error_category=reason,
+            lease_expires_at=None,
+            updated_at=now,
+        )
+        .returning(*MOVED)
+    )
+
+
+def retry_or_fail_expired(limit: int, *, base_ms: int, max_ms: int) -> Update:
+    """Expired leases: to retryable (`lease_expired`, with backoff) or failed at the cap.
+
+    Same concurrency as `abandon`. An expiry counts as an attempt.
+    """
+    now = db_now_ms()
+    picked = _pick([state_is(State.IN_PROGRESS), items.c.lease_expires_at <= now], limit)
+    exhausted = _exhausted()
+    return (
+        sa.update(items)
+        .where(
+            items.c.id.in_(sa.select(picked.c.id)),
+            state_is(State.IN_PROGRESS),
+            items.c.lease_expires_at <= now,
+        )
+        .values(
+            state=sa.case((exhausted, State.FAILED.value), else_=State.RETRYABLE.value),
+            error_category=sa.case((exhausted, "attempts_exhausted"), else_="lease_expired"),
+            next_attempt_at=sa.case(
+                (exhausted, items.c.next_attempt_at), else_=now + backoff_ms(base_ms, max_ms)
+            ),
+            lease_expires_at=None,
+            updated_at=now,
+        )
+        .returning(*MOVED)
+    )
+
+
+def _item_filter(group_id: str, item_ids: Collection[str] | None) -> list[ColumnElement[bool]]:
+    where = [items.c.group_id == group_id]
+    if item_ids is not None:
+        where.append(items.c.id.in_(list(item_ids)))
+    return where
+
+
+def requeue_sources(
+    group_id: str, states: Collection[State], item_ids: Collection[str] | None
+) -> sa.Select[Any]:
+    """The distinct (state, error_category) pairs requeue will move."""
+    return (
+        sa.select(items.c.state, items.c.error_category)
+        .where(*_item_filter(group_id, item_ids), state_in(states))
+        .distinct()
+    )
+
+
+def requeue(
+    group_id: str,
+    state: State,
+    category: str | None,
+    item_ids: Collection[str] | None,
+) -> Update:
+    """Move the group's items in (`state`, `category`) back to queued with a fresh budget.
+
+    `attempt_base = attempt` gives the fresh budget; the attempt number itself keeps growing.
+    """
+    now = db_now_ms()
+    same_category = (
+        items.c.error_category.is_(None) if category is None else items.c.error_category == category
+    )
+    return (
+        sa.update(items)
+        .where(*_item_filter(group_id, item_ids), state_is(state), same_category)
+        .values(
+            state=State.QUEUED.value,
+            attempt_base=items.c.attempt,
+            error_category=None,
+            lease_expires_at=None,
+            next_attempt_at=now,
+            updated_at=now,
+        )
+        .returning(*MOVED)
+    )
+
+
+# --- event log and counters -----------------------------------------------------------------
+
+
+def insert_events() -> Insert:
+    """Append events, meant for executemany."""
+    return sa.insert(events)
+
+
+def add_to_counters(dialect_name: str, rows: Sequence[dict[str, Any]]) -> Insert:
+    """Add each row's `n` to its counter (group_id, state, category, shard), creating it.
+
+    Concurrency: the caller passes rows sorted by key, so that transactions touching the same
+    counters lock them in the same order and cannot deadlock.
+    """
+    dialect_insert = postgresql.insert if dialect_name == "postgresql" else sqlite.insert
+    stmt = dialect_insert(counters).values(list(rows))
+    return stmt.on_conflict_do_update(
+        index_elements=[
+            counters.c.group_id,
+            counters.c.state,
+            counters.c.category,
+            counters.c.shard,
+        ],
+        set_={"n": counters.c.n + stmt.excluded.n, "updated_at": stmt.excluded.updated_at},
+    )
+
+
+# --- reads ------------------------------------------------------------------------------------
+
+
+def item_row(item_id: str) -> sa.Select[Any]:
+    """One item."""
+    return sa.select(items).where(items.c.id == item_id)
+
+
+def item_rows(
+    group_id: str, states: Collection[State] | None, after_seq: int | None, limit: int
+) -> sa.Select[Any]:
+    """A page of a group's items in `seq` order."""
+    stmt = sa.select(items).where(items.c.group_id == group_id)
+    if states is not None:
+        stmt = stmt.where(state_in(states))
+    if after_seq is not None:
+        stmt = stmt.where(items.c.seq > after_seq)
+    return stmt.order_by(items.c.seq).limit(limit)
+
+
+def event_rows(
+    group_id: str, item_id: str | None, after_id: int | None, limit: int
+) -> sa.Select[Any]:
+    """A page of a group's (or one item's) events in id order."""
+    stmt = sa.select(events)
+    if item_id is not None:
+        stmt = stmt.where(events.c.item_id == item_id)
+    stmt = stmt.where(events.c.group_id == group_id)
+    if after_id is not None:
+        stmt = stmt.where(events.c.id > after_id)
+    return stmt.order_by(events.c.id).limit(limit)

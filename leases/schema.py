@@ -1,0 +1,72 @@
+"""Table definitions the statements in `leases.queries` are built on.
+
+The migrations in `leases/migrations/versions` create exactly these tables; times are epoch
+milliseconds from the database clock (BIGINT), see docs/adr/0001.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+metadata = sa.MetaData()
+
+# SQLite only auto-increments an INTEGER PRIMARY KEY (the rowid alias), not a BIGINT one.
+EVENT_ID_TYPE = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+groups = sa.Table(
+    "lease_groups",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.Column("deadline_at", sa.BigInteger, nullable=False),
+    sa.Column("max_attempts", sa.Integer, nullable=False),
+    sa.Column("cancel_requested", sa.Boolean, nullable=False),
+)
+
+items = sa.Table(
+    "lease_items",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("group_id", sa.String(64), sa.ForeignKey("lease_groups.id"), nullable=False),
+    sa.Column("seq", sa.Integer, nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("attempt_base", sa.Integer, nullable=False),
+    sa.Column("lease_token", sa.String(64)),
+    sa.Column("lease_expires_at", sa.BigInteger),
+    sa.Column("attempt_started_at", sa.BigInteger),
+    sa.Column("next_attempt_at", sa.BigInteger, nullable=False),
+    sa.Column("worker_id", sa.String(200)),
+    sa.Column("error_category", sa.String(64)),
+    sa.Column("correlation_id", sa.String(32)),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.Column("updated_at", sa.BigInteger, nullable=False),
+    sa.Column("payload", sa.JSON, nullable=False),
+)
+
+events = sa.Table(
+    "lease_events",
+    metadata,
+    sa.Column("id", EVENT_ID_TYPE, primary_key=True, autoincrement=True),
+    sa.Column("item_id", sa.String(64), nullable=False),
+    sa.Column("group_id", sa.String(64), nullable=False),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("from_state", sa.String(16)),
+    sa.Column("to_state", sa.String(16), nullable=False),
+    sa.Column("at", sa.BigInteger, nullable=False),
+    sa.Column("worker_id", sa.String(200)),
+    sa.Column("lease_token", sa.String(64)),
+    sa.Column("reason", sa.String(64)),
+    sa.Column("correlation_id", sa.String(32)),
+)
+
+counters = sa.Table(
+    "lease_counters",
+    metadata,
+    sa.Column("group_id", sa.String(64), primary_key=True),
+    sa.Column("state", sa.String(16), primary_key=True),
+    sa.Column("category", sa.String(64), primary_key=True),
+    sa.Column("shard", sa.Integer, primary_key=True),
+    sa.Column("n", sa.BigInteger, nullable=False),
+    sa.Column("updated_at", sa.BigInteger, nullable=False),
+)

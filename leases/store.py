@@ -1,0 +1,109 @@
+"""The one place that executes SQL: transactions, statement execution, driver error translation.
+
+Thread-safe as the engine is: each transaction uses its own pooled connection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.sql import Executable
+
+from leases.engine import READ_ONLY_OPTION, configure_sqlite
+from leases.errors import DatabaseUnavailable
+
+# SQLite reports lock waits that outlasted the busy timeout with these OperationalError messages;
+# its other OperationalErrors (missing table, syntax) are programming errors, not outages.
+SQLITE_TRANSIENT_MARKERS = ("database is locked", "database is busy", "disk i/o error")
+
+
+def _is_transient(exc: sa.exc.DBAPIError, dialect_name: str) -> bool:
+    if exc.connection_invalidated or isinstance(exc, sa.exc.InterfaceError):
+        return True
+    if not isinstance(exc, sa.exc.OperationalError):
+        return False
+    if dialect_name == "sqlite":
+        message = str(exc.orig).lower()
+        return any(marker in message for marker in SQLITE_TRANSIENT_MARKERS)
+    return True
+
+
+class Store:
+    """Executes `leases.queries` statements on an engine, translating transient failures."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        configure_sqlite(engine)
+        self.engine = engine
+        self.dialect_name = engine.dialect.name
+
+    @contextmanager
+    def translate_errors(self) -> Iterator[None]:
+        """Raise transient driver failures as `DatabaseUnavailable` (chained)."""
+        try:
+            yield
+        except sa.exc.DBAPIError as exc:
+            if _is_transient(exc, self.dialect_name):
+                raise DatabaseUnavailable(
+                    f"database unavailable: {type(exc.orig).__name__}"
+                ) from exc
+            raise
+        except sa.exc.TimeoutError as exc:
+            raise DatabaseUnavailable("database connection pool exhausted") from exc
+
+    @contextmanager
+    def write(self, conn: sa.Connection | None = None) -> Iterator[sa.Connection]:
+        """A write transaction (BEGIN IMMEDIATE on SQLite), committed on normal exit.
+
+        With `conn`, run inside the caller's transaction instead: nothing is committed here.
+        """
+        if conn is not None:
+            with self.translate_errors():
+                yield conn
+            return
+        with self.translate_errors(), self.engine.begin() as own:
+            yield own
+
+    @contextmanager
+    def read(self) -> Iterator[sa.Connection]:
+        """A read-only transaction (a plain deferred BEGIN on SQLite)."""
+        with self.translate_errors(), self.engine.connect() as conn:
+            conn.execution_options(**{READ_ONLY_OPTION: True})
+            with conn.begin():
+                yield conn
+
+    def rows(self, conn: sa.Connection, stmt: Executable) -> Sequence[sa.Row[Any]]:
+        """Execute and fetch every row."""
+        with self.translate_errors():
+            return conn.execute(stmt).all()
+
+    def one(self, conn: sa.Connection, stmt: Executable) -> sa.Row[Any] | None:
+        """Execute and fetch the first row, if any."""
+        with self.translate_errors():
+            return conn.execute(stmt).first()
+
+    def scalar(self, conn: sa.Connection, stmt: Executable) -> Any:
+        """Execute and fetch the first column of the first row (None when no row)."""
+        with self.translate_errors():
+            return conn.execute(stmt).scalar()
+
+    def rowcount(self, conn: sa.Connection, stmt: Executable) -> int:
+        """Execute and return the number of rows matched."""
+        with self.translate_errors():
+            return int(conn.execute(stmt).rowcount)
+
+    def execute_many(
+        self, conn: sa.Connection, stmt: Executable, params: Sequence[dict[str, Any]]
+    ) -> None:
+        """Execute once per parameter set (batched by the driver); nothing when empty."""
+        if not params:
+            return
+        with self.translate_errors():
+            conn.execute(stmt, list(params))
+
+    def execute(self, conn: sa.Connection, stmt: Executable) -> None:
+        """Execute a statement whose result is not needed."""
+        with self.translate_errors():
+            conn.execute(stmt)

@@ -1,0 +1,112 @@
+"""Turning moved rows into event-log rows and counter deltas, written in the mover's transaction.
+
+Counters are keyed (group, state, category, shard): the category is kept only for `failed` and
+`abandoned` (what a status reports as failures) and is '' otherwise; the shard is a stable hash
+of the item id, so an item is counted in, and later taken out of, the same row (docs/adr/0001).
+"""
+
+from __future__ import annotations
+
+import secrets
+import zlib
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from leases import queries
+from leases.models import CATEGORISED, State
+from leases.store import Store
+
+CORRELATION_ID_BYTES = 6
+
+
+def new_correlation_id() -> str:
+    """A short random id for one operator action or reaper pass."""
+    return secrets.token_hex(CORRELATION_ID_BYTES)
+
+
+def shard_of(item_id: str, shards: int) -> int:
+    """The counter shard of an item: stable across processes with the same shard count."""
+    return zlib.crc32(item_id.encode()) % shards
+
+
+def counted_category(state: State, category: str | None) -> str:
+    """The category an item in `state` is counted under."""
+    return (category or "") if state in CATEGORISED else ""
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where the moved rows came from, and how their events are attributed.
+
+    `correlation_id` None: use each row's attempt correlation id (worker acts); otherwise the
+    reaper's or operator's own. `attempt_fields` False: the item had no live attempt, so the
+    event carries no worker id or lease token. `attempt_offset` corrects the logged attempt
+    (give-back logs the attempt it took back). `reason` None: the row's new error category.
+    """
+
+    state: State
+    category: str | None = None
+    correlation_id: str | None = None
+    attempt_fields: bool = True
+    attempt_offset: int = 0
+    reason: str | None = None
+
+
+def record(
+    store: Store,
+    conn: sa.Connection,
+    moved: Sequence[sa.Row[Any]],
+    source: Source,
+    shards: int,
+) -> None:
+    """Append one event per moved row and apply the counter deltas, in `conn`'s transaction."""
+    if not moved:
+        return
+    store.execute_many(conn, queries.insert_events(), [_event(row, source) for row in moved])
+    deltas: Counter[tuple[str, str, str, int]] = Counter()
+    at = 0
+    from_category = counted_category(source.state, source.category)
+    for row in moved:
+        shard = shard_of(row.id, shards)
+        deltas[(row.group_id, source.state.value, from_category, shard)] -= 1
+        to_state = State(row.state)
+        deltas[
+            (row.group_id, to_state.value, counted_category(to_state, row.error_category), shard)
+        ] += 1
+        at = max(at, row.updated_at)
+    add(store, conn, deltas.items(), at)
+
+
+def add(
+    store: Store,
+    conn: sa.Connection,
+    deltas: Iterable[tuple[tuple[str, str, str, int], int]],
+    at: int,
+) -> None:
+    """Add `deltas` to the counters, in key order (a fixed lock order: no deadlocks)."""
+    rows = [
+        {"group_id": g, "state": s, "category": c, "shard": shard, "n": n, "updated_at": at}
+        for (g, s, c, shard), n in sorted(deltas)
+        if n != 0
+    ]
+    if rows:
+        store.execute(conn, queries.add_to_counters(store.dialect_name, rows))
+
+
+def _event(row: sa.Row[Any], source: Source) -> dict[str, Any]:
+    return {
+        "item_id": row.id,
+        "group_id": row.group_id,
+        "attempt": row.attempt + source.attempt_offset,
+        "from_state": source.state.value,
+        "to_state": row.state,
+        "at": row.updated_at,
+        "worker_id": row.worker_id if source.attempt_fields else None,
+        "lease_token": row.lease_token if source.attempt_fields else None,
+        "reason": source.reason if source.reason is not None else row.error_category,
+        "correlation_id": source.correlation_id or row.correlation_id,
+    }
