@@ -243,9 +243,9 @@ class LocalStore:
         """Turn a symlink (always) or a file standing where a folder should be into clear errors."""
         if exc.errno in _SYMLINK_ERRNOS or _is_symlink(name, dir_fd):
             raise InvalidKey(f"symlink in key path refused: {key!r}") from exc
-        if exc.errno == errno.ENOTDIR:
+        if exc.errno in (errno.ENOTDIR, errno.EISDIR):
             if create:
-                raise InvalidKey(f"an object stands where {key!r} needs a folder") from exc
+                raise InvalidKey(f"an object or folder stands in the way of {key!r}") from exc
             raise ObjectNotFound(f"not found: {key}") from exc
 
     @contextmanager
