@@ -1,0 +1,6 @@
+"""The batch status HTTP API served by `batchcrop serve` (DESIGN section 7, docs/api.md)."""
+
+from batchcrop.api.application import create_api
+from batchcrop.api.server import serve
+
+__all__ = ["create_api", "serve"]

@@ -1,0 +1,76 @@
+"""The FastAPI application: routes, auth, problem handlers and the request guards, wired to an
+`App` from the composition root.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from fastapi import APIRouter, Depends, FastAPI
+from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.responses import Response
+
+from batchcrop.api import handlers, models
+from batchcrop.api.auth import token_guard
+from batchcrop.api.middleware import BODY_BYTES_MAX, BodyLimit, CrashGuard
+from batchcrop.api.problems import Problem
+from batchcrop.api.routes import PROBLEM_RESPONSE, batch_router, json_response
+from batchcrop.app import App
+from leases import DatabaseUnavailable
+
+API_TITLE = "batchcrop"
+API_VERSION = "1"
+
+
+def _ops_router(app: App, api: FastAPI) -> APIRouter:
+    router = APIRouter(tags=["operations"])
+
+    @router.get("/metrics", response_class=Response, responses={401: PROBLEM_RESPONSE})
+    def metrics() -> Response:
+        """Prometheus text exposition of this process's counters."""
+        return Response(app.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    @router.get("/openapi.json", include_in_schema=False)
+    def openapi() -> dict[str, Any]:
+        """This API's OpenAPI document (behind the token like everything but `/healthz`)."""
+        return api.openapi()
+
+    return router
+
+
+def _health_router(app: App) -> APIRouter:
+    router = APIRouter(tags=["operations"])
+
+    @router.get("/healthz", response_model=models.Health, responses={503: PROBLEM_RESPONSE})
+    def healthz() -> Response:
+        """200 when the database answers a trivial query; no authentication."""
+        try:
+            with app.engine.connect() as conn:
+                conn.execute(sa.select(sa.literal(1)))
+        except (DatabaseUnavailable, sa.exc.SQLAlchemyError) as exc:
+            raise Problem(503, "the database is unavailable", slug="database-unavailable") from exc
+        return json_response({"status": "ok"})
+
+    return router
+
+
+def create_api(app: App, *, max_body_bytes: int = BODY_BYTES_MAX) -> FastAPI:
+    """The ASGI application serving `app`; safe to call once per process (or per test)."""
+    api = FastAPI(
+        title=API_TITLE,
+        version=API_VERSION,
+        description="Batch status API of batchcrop: submit, poll, inspect, cancel, requeue.",
+        openapi_url=None,  # served by `_ops_router`, behind the token
+        docs_url=None,
+        redoc_url=None,
+    )
+    guard = Depends(token_guard(app.settings.api_token))
+    api.include_router(_health_router(app))
+    api.include_router(batch_router(app), dependencies=[guard])
+    api.include_router(_ops_router(app, api), dependencies=[guard])
+    handlers.install(api)
+    # Added last = outermost: the body cap acts before anything reads the body.
+    api.add_middleware(CrashGuard)
+    api.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    return api

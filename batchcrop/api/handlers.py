@@ -1,0 +1,134 @@
+"""Exception handlers: every error the API answers is a problem document (RFC 9457).
+
+Domain errors map to statuses here, in one table, so endpoints simply let them propagate.
+Messages of library errors are never echoed: they can hold paths, SQL or credentials.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+from starlette.responses import Response
+
+from batchcrop.api.problems import Problem, field_problem, problem_response
+from batchcrop.batches import BadCursor, EmptyBatch, IdempotencyConflict, NoSuchBatch
+from leases import DatabaseUnavailable, NoSuchGroup, RequeueNeedsDeadline
+
+DATABASE_RETRY_AFTER_SECONDS = 5
+_VALUE_ERROR_PREFIX = "Value error, "
+_HTTP_SLUGS = {
+    401: "unauthorized",
+    404: "not-found",
+    405: "method-not-allowed",
+    413: "body-too-large",
+}
+
+
+def field_name(location: Sequence[int | str]) -> str:
+    """`("body", "items", 3, "source")` ⇒ `items[3].source`; `("query", "limit")` ⇒ `limit`."""
+    where, parts = (location[0], list(location[1:])) if location else ("", [])
+    if where not in ("body", "query", "path", "header"):
+        parts = list(location)
+    elif where == "header" and parts:
+        return "-".join(w.capitalize() for w in str(parts[0]).split("-"))
+    elif where == "body" and parts[:1] and isinstance(parts[0], int):
+        return "body"  # the body as a whole, e.g. a JSON syntax error at some offset
+    name = ""
+    for part in parts:
+        name += f"[{part}]" if isinstance(part, int) else (f".{part}" if name else str(part))
+    return name or "body"
+
+
+def _message(error: dict[str, Any]) -> str:
+    if error.get("type") == "json_invalid":
+        reason = (error.get("ctx") or {}).get("error", "")
+        return f"not valid JSON ({reason})" if reason else "not valid JSON"
+    return str(error.get("msg", "invalid value")).removeprefix(_VALUE_ERROR_PREFIX)
+
+
+def validation_problem(exc: RequestValidationError) -> Problem:
+    """422 listing each offending field with pydantic's message (never the input itself)."""
+    errors = [{"field": field_name(e.get("loc", ())), "message": _message(e)} for e in exc.errors()]
+    first = errors[0] if errors else {"field": "body", "message": "invalid request"}
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return Problem(
+        422, f"{first['field']}: {first['message']}{more}", slug="invalid-request", errors=errors
+    )
+
+
+def _instance(request: Request) -> str:
+    return request.url.path
+
+
+def install(api: FastAPI) -> None:
+    """Register every handler on `api`."""
+
+    async def on_problem(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, Problem)
+        return problem_response(exc, instance=_instance(request))
+
+    async def on_validation(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        return problem_response(validation_problem(exc), instance=_instance(request))
+
+    async def on_http(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        detail = exc.detail if isinstance(exc.detail, str) else "request refused"
+        problem = Problem(
+            exc.status_code, detail, slug=_HTTP_SLUGS.get(exc.status_code), headers=exc.headers
+        )
+        return problem_response(problem, instance=_instance(request))
+
+    def mapped(
+        status: int, slug: str, *, field: str | None = None, headers: dict[str, str] | None = None
+    ) -> Any:
+        async def handler(request: Request, exc: Exception) -> Response:
+            # Domain messages are written for users (ids, the rule broken); library ones are not.
+            if field is not None:
+                problem = field_problem(field, str(exc), status=status)
+            else:
+                problem = Problem(status, str(exc), slug=slug, headers=headers)
+            return problem_response(problem, instance=_instance(request))
+
+        return handler
+
+    api.add_exception_handler(Problem, on_problem)
+    api.add_exception_handler(RequestValidationError, on_validation)
+    api.add_exception_handler(HTTPException, on_http)
+    api.add_exception_handler(NoSuchBatch, mapped(404, "not-found"))
+    api.add_exception_handler(NoSuchGroup, _no_such_group)
+    api.add_exception_handler(IdempotencyConflict, mapped(409, "idempotency-conflict"))
+    api.add_exception_handler(EmptyBatch, mapped(422, "invalid-request", field="items"))
+    api.add_exception_handler(BadCursor, mapped(422, "invalid-request", field="cursor"))
+    api.add_exception_handler(RequeueNeedsDeadline, _requeue_needs_deadline)
+    api.add_exception_handler(DatabaseUnavailable, _database_unavailable)
+
+
+async def _no_such_group(request: Request, exc: Exception) -> Response:
+    # The lease engine's message is a bare id; say what was not found instead.
+    problem = Problem(404, "no batch with this id", slug="not-found")
+    return problem_response(problem, instance=_instance(request))
+
+
+async def _requeue_needs_deadline(request: Request, exc: Exception) -> Response:
+    problem = field_problem(
+        "deadline_seconds",
+        "this batch was cancelled or is past its deadline, so a requeue needs a new deadline",
+        status=409,
+        slug="requeue-needs-deadline",
+    )
+    return problem_response(problem, instance=_instance(request))
+
+
+async def _database_unavailable(request: Request, exc: Exception) -> Response:
+    problem = Problem(
+        503,
+        "the database is unavailable; retry later",
+        slug="database-unavailable",
+        headers={"Retry-After": str(DATABASE_RETRY_AFTER_SECONDS)},
+    )
+    return problem_response(problem, instance=_instance(request))

@@ -1,0 +1,117 @@
+"""Two ASGI guards around the application: a request body cap and a last-resort 500.
+
+Both answer with problem documents. They are plain ASGI (not `BaseHTTPMiddleware`) so that
+they add no task or thread hop to every request.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from batchcrop.api.problems import Problem, problem_response
+
+BODY_BYTES_MAX = 16 * 1024 * 1024
+
+log = logging.getLogger("batchcrop.api")
+
+
+class BodyTooLarge(HTTPException):
+    """Raised from `receive` once a chunked body grows past the cap.
+
+    An `HTTPException`, because FastAPI re-raises those from its body reader unchanged (any other
+    exception there becomes a 400), so the API's HTTP error handler answers it with a 413.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(413, f"request body larger than {max_bytes} bytes")
+
+
+async def _answer(scope: Scope, receive: Receive, send: Send, problem: Problem) -> None:
+    response = problem_response(problem, instance=str(scope.get("path", "")))
+    await response(scope, receive, send)
+
+
+def _too_large(limit: int) -> Problem:
+    return Problem(413, f"request body larger than {limit} bytes", slug="body-too-large")
+
+
+class BodyLimit:
+    """413 before parsing: a declared `Content-Length` over `max_bytes` is refused unread;
+    a chunked body is counted as it arrives and refused once it passes the cap."""
+
+    def __init__(self, app: ASGIApp, *, max_bytes: int = BODY_BYTES_MAX) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = _content_length(scope)
+        if declared is not None and declared > self.max_bytes:
+            await _answer(scope, receive, send, _too_large(self.max_bytes))
+            return
+        received = 0
+
+        async def counted() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    raise BodyTooLarge(self.max_bytes)
+            return message
+
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counted, tracked)
+        except BodyTooLarge:
+            if started:
+                raise
+            await _answer(scope, receive, send, _too_large(self.max_bytes))
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            # The server (h11/httptools) already refused a malformed Content-Length.
+            return int(value) if value.isdigit() else None
+    return None
+
+
+class CrashGuard:
+    """Any exception no handler claimed becomes a bare 500 problem; the details go to the log."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except BodyTooLarge:
+            raise
+        except Exception:
+            log.exception("unhandled error answering %s %s", scope.get("method"), scope.get("path"))
+            if started:
+                raise
+            problem = Problem(500, "internal error; the server log has the details")
+            await _answer(scope, receive, send, problem)

@@ -1,0 +1,212 @@
+"""Request bodies and the documented response shapes of the HTTP API.
+
+Request models are strict (a number is not a string, `true` is not `1`) and reject unknown
+fields, so a typo is a 422 naming the field rather than a silently ignored setting. Every limit
+is a named constant: a request over a limit is a 422 (or a 413 for the body size), never a 500.
+Response models only document the contract in OpenAPI; the endpoints return the documents that
+`batchcrop.documents` builds, unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+
+from batchcrop.crop.spec import (
+    MAX_SIDE_PX_DEFAULT,
+    MAX_SIDE_PX_MAX,
+    MAX_SIDE_PX_MIN,
+    QUALITY_DEFAULT,
+    QUALITY_MAX,
+    QUALITY_MIN,
+    RATIOS_MAX_COUNT,
+)
+from batchcrop.settings import DEADLINE_SECONDS, MAX_ATTEMPTS
+
+ITEMS_PER_BATCH_MAX = 100_000
+SOURCE_CHARS_MAX = 4096
+REF_CHARS_MAX = 256
+RATIO_CHARS_MAX = 16
+DEADLINE_SECONDS_MAX = 30 * 24 * 3600.0
+MAX_ATTEMPTS_MAX = 100
+REQUEUE_ITEM_IDS_MAX = 10_000
+RATIOS_DEFAULT = ("1:1", "4:3", "16:9", "3:4")
+UUID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+
+
+def storable_text(text: str) -> str:
+    """Refuse what no database column can hold: NUL characters and lone UTF-16 surrogates."""
+    if "\0" in text:
+        raise ValueError("must not contain NUL characters")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("must be valid Unicode text (no lone surrogates)") from None
+    return text
+
+
+StateName = Literal["queued", "in_progress", "retryable", "succeeded", "failed", "abandoned"]
+RequeueableState = Literal["failed", "abandoned"]
+SourceText = Annotated[
+    str, StringConstraints(min_length=1, max_length=SOURCE_CHARS_MAX), AfterValidator(storable_text)
+]
+RefText = Annotated[str, StringConstraints(max_length=REF_CHARS_MAX), AfterValidator(storable_text)]
+RatioText = Annotated[str, StringConstraints(min_length=1, max_length=RATIO_CHARS_MAX)]
+UuidText = Annotated[str, StringConstraints(pattern=UUID_PATTERN)]
+Seconds = Annotated[float, Field(gt=0, le=DEADLINE_SECONDS_MAX)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+
+class ItemBody(_Strict):
+    """One source image: a path under an allowed root or `s3://bucket/key`, and a caller ref."""
+
+    source: SourceText
+    ref: RefText | None = None
+
+
+class BatchBody(_Strict):
+    """`POST /v1/batches`: the items and how to render them."""
+
+    items: Annotated[list[ItemBody], Field(min_length=1, max_length=ITEMS_PER_BATCH_MAX)]
+    ratios: Annotated[list[RatioText], Field(min_length=1, max_length=RATIOS_MAX_COUNT)] = Field(
+        default_factory=lambda: list(RATIOS_DEFAULT)
+    )
+    max_side: Annotated[int, Field(ge=MAX_SIDE_PX_MIN, le=MAX_SIDE_PX_MAX)] = MAX_SIDE_PX_DEFAULT
+    quality: Annotated[int, Field(ge=QUALITY_MIN, le=QUALITY_MAX)] = QUALITY_DEFAULT
+    deadline_seconds: Seconds = DEADLINE_SECONDS
+    max_attempts: Annotated[int, Field(ge=1, le=MAX_ATTEMPTS_MAX)] = MAX_ATTEMPTS
+
+
+def _requeueable_states() -> list[RequeueableState]:
+    return ["failed", "abandoned"]
+
+
+class RequeueBody(_Strict):
+    """`POST /v1/batches/{id}/requeue`: which items get a fresh attempt budget.
+
+    `deadline_seconds` (from now) is required when the batch was cancelled or is past its
+    deadline, or the reaper would abandon the requeued items again at once.
+    """
+
+    states: Annotated[list[RequeueableState], Field(min_length=1, max_length=2)] = Field(
+        default_factory=_requeueable_states
+    )
+    item_ids: (
+        Annotated[list[UuidText], Field(min_length=1, max_length=REQUEUE_ITEM_IDS_MAX)] | None
+    ) = None
+    deadline_seconds: Seconds | None = None
+
+
+class Counts(BaseModel):
+    """Items per state; they add up to `total`."""
+
+    queued: int
+    in_progress: int
+    retryable: int
+    succeeded: int
+    failed: int
+    abandoned: int
+
+
+class StatusDocument(BaseModel):
+    """The batch status document (DESIGN section 7)."""
+
+    id: str
+    state: StateName
+    cancel_requested: bool
+    ratios: list[str]
+    max_side: int
+    quality: int
+    total: int
+    counts: Counts
+    failures: dict[str, int]
+    created_at: str
+    updated_at: str
+    deadline_at: str
+    oldest_updated_at: str | None
+    terminal_reason: str | None
+    poll_until: str
+
+
+class BatchPage(BaseModel):
+    """One page of status documents, newest first."""
+
+    batches: list[StatusDocument]
+    next_cursor: str | None
+
+
+class DerivativeDocument(BaseModel):
+    """One stored derivative; `crop_box` is [left, top, right, bottom] in source pixels."""
+
+    ratio: str
+    key: str
+    width: int
+    height: int
+    bytes: int
+    sha256: str
+    crop_box: list[int]
+
+
+class ItemDocument(BaseModel):
+    """The item document (DESIGN section 7)."""
+
+    id: str
+    batch_id: str
+    ref: str | None
+    source: str
+    state: StateName
+    attempt: int
+    error_category: str | None
+    updated_at: str
+    derivatives: list[DerivativeDocument]
+
+
+class ItemPage(BaseModel):
+    """One page of items in submission order."""
+
+    items: list[ItemDocument]
+    next_cursor: str | None
+
+
+class EventDocument(BaseModel):
+    """One transition of the timeline (DESIGN section 7)."""
+
+    id: int
+    item_id: str
+    batch_id: str
+    attempt: int
+    from_state: StateName | None
+    to_state: StateName
+    at: str
+    worker_id: str | None
+    lease_token: str | None
+    reason: str | None
+    correlation_id: str | None
+
+
+class EventPage(BaseModel):
+    """One page of the timeline, oldest first."""
+
+    events: list[EventDocument]
+    next_cursor: str | None
+
+
+class ProblemDocument(BaseModel):
+    """RFC 9457 problem details; `errors` lists the offending fields of a 422."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    instance: str
+    errors: list[dict[str, str]] | None = None
+
+
+class Health(BaseModel):
+    """`GET /healthz`: the database answered."""
+
+    status: Literal["ok"]

@@ -1,0 +1,78 @@
+"""Turning validated request bodies into domain requests, naming the field that is wrong.
+
+Sources are confined here: every item's source goes through the API's `SourceReader`, which
+refuses anything outside `BATCHCROP_SOURCE_ROOTS` (after resolving symlinks), any URL scheme but
+`s3://` and local paths, and everything when no roots are configured. No URL is ever fetched.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from batchcrop.api.models import BatchBody
+from batchcrop.api.problems import Problem, field_problem
+from batchcrop.batches import BatchRequest, ItemRequest
+from batchcrop.crop import Ratio, RenderSpec
+from storage import SourceNotAllowed, SourceReader
+
+SOURCE_REFUSED = (
+    "not allowed: sources must be local paths or s3:// URLs under the configured "
+    "source roots (BATCHCROP_SOURCE_ROOTS)"
+)
+
+
+def path_id(text: str, *, what: str) -> str:
+    """The canonical (lower-case, hyphenated) form of a UUID path segment.
+
+    A malformed id names nothing, so it is a 404 like an unknown one — consistently, whatever
+    the endpoint.
+    """
+    try:
+        return str(uuid.UUID(text))
+    except ValueError:
+        raise Problem(404, f"no {what} with this id (ids are UUIDs)", slug="not-found") from None
+
+
+def query_id(text: str | None) -> str | None:
+    """The canonical form of an already pattern-checked UUID query value."""
+    return None if text is None else str(uuid.UUID(text))
+
+
+def _ratios(texts: list[str]) -> tuple[Ratio, ...]:
+    ratios = []
+    for index, text in enumerate(texts):
+        try:
+            ratios.append(Ratio.parse(text))
+        except ValueError as exc:
+            raise field_problem(f"ratios[{index}]", str(exc)) from exc
+    return tuple(ratios)
+
+
+def render_spec(body: BatchBody) -> RenderSpec:
+    """The render spec of a batch body; RenderSpec's own checks become a 422 naming the field."""
+    ratios = _ratios(body.ratios)
+    try:
+        return RenderSpec(ratios=ratios, max_side=body.max_side, quality=body.quality)
+    except ValueError as exc:
+        message = str(exc)
+        field = next((f for f in ("max_side", "quality") if message.startswith(f)), "ratios")
+        raise field_problem(field, message) from exc
+
+
+def batch_request(body: BatchBody, sources: SourceReader) -> BatchRequest:
+    """The domain request for `POST /v1/batches`, every source normalised and confined."""
+    spec = render_spec(body)
+    items = []
+    for index, item in enumerate(body.items):
+        try:
+            source = sources.normalize(item.source)
+        except (SourceNotAllowed, ValueError, OSError) as exc:
+            # The reader's message may hold the resolved path (a symlink target): not echoed.
+            raise field_problem(f"items[{index}].source", SOURCE_REFUSED) from exc
+        items.append(ItemRequest(source=source, ref=item.ref))
+    return BatchRequest(
+        items=tuple(items),
+        spec=spec,
+        deadline_seconds=body.deadline_seconds,
+        max_attempts=body.max_attempts,
+    )

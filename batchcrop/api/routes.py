@@ -1,0 +1,165 @@
+"""The `/v1/batches` endpoints. Sync handlers: FastAPI runs them in its threadpool, since the
+database layer is synchronous. Domain errors propagate to `handlers`, which map them to problems.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Header, Query
+from starlette.responses import Response
+
+from batchcrop.api import models, polling
+from batchcrop.api.requests import batch_request, path_id, query_id
+from batchcrop.app import App
+from batchcrop.batches import PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX
+from leases import State
+
+IDEMPOTENCY_KEY_CHARS_MAX = 255
+CURSOR_CHARS_MAX = 64
+PROBLEM_RESPONSE = {"model": models.ProblemDocument, "content": {"application/problem+json": {}}}
+PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: PROBLEM_RESPONSE,
+    404: PROBLEM_RESPONSE,
+    413: PROBLEM_RESPONSE,
+    422: PROBLEM_RESPONSE,
+    503: PROBLEM_RESPONSE,
+}
+
+Limit = Annotated[int, Query(ge=1, le=PAGE_LIMIT_MAX, description="page size")]
+Cursor = Annotated[
+    str | None, Query(max_length=CURSOR_CHARS_MAX, description="next_cursor of the previous page")
+]
+
+
+def json_response(
+    document: Any, status: int = 200, headers: dict[str, str] | None = None
+) -> Response:
+    return Response(
+        polling.encode(document),
+        status_code=status,
+        headers=headers,
+        media_type=polling.JSON_MEDIA_TYPE,
+    )
+
+
+def batch_router(app: App) -> APIRouter:
+    """Every `/v1/batches` endpoint, bound to `app`'s services."""
+    router = APIRouter(prefix="/v1/batches", tags=["batches"], responses=PROBLEM_RESPONSES)
+    sources = app.source_reader(trusted=False)
+
+    @router.post(
+        "",
+        status_code=201,
+        response_model=None,
+        responses={
+            201: {"model": models.StatusDocument, "description": "created"},
+            200: {"model": models.StatusDocument, "description": "the batch of this key"},
+            409: PROBLEM_RESPONSE,
+        },
+    )
+    def submit_batch(
+        body: models.BatchBody,
+        idempotency_key: Annotated[
+            str | None, Header(min_length=1, max_length=IDEMPOTENCY_KEY_CHARS_MAX)
+        ] = None,
+    ) -> Response:
+        """Create a batch; with `Idempotency-Key`, a repeat of the same body returns it (200)."""
+        request = batch_request(body, sources)
+        document, created = app.batches.submit(request, idempotency_key=idempotency_key)
+        location = f"/v1/batches/{document['id']}"
+        return json_response(document, 201 if created else 200, {"Location": location})
+
+    @router.get("", response_model=models.BatchPage)
+    def list_batches(
+        state: Annotated[models.StateName | None, Query()] = None,
+        cursor: Cursor = None,
+        limit: Limit = PAGE_LIMIT_DEFAULT,
+    ) -> Response:
+        """Status documents, newest first, optionally only those in `state`."""
+        page, next_cursor = app.batches.list(
+            state=State(state) if state else None, cursor=cursor, limit=limit
+        )
+        return json_response({"batches": page, "next_cursor": next_cursor})
+
+    @router.get(
+        "/{batch_id}",
+        response_model=models.StatusDocument,
+        responses={304: {"description": "unchanged since the ETag in If-None-Match"}},
+    )
+    def get_batch(
+        batch_id: str,
+        if_none_match: Annotated[str | None, Header(max_length=4096)] = None,
+    ) -> Response:
+        """The status document with a strong ETag; `If-None-Match` ⇒ 304. Follow `Retry-After`."""
+        document = app.batches.status(path_id(batch_id, what="batch"))
+        response = polling.status_response(document, if_none_match=if_none_match)
+        if response.status_code == 304:
+            app.metrics.polls_not_modified.inc()
+        return response
+
+    @router.get("/{batch_id}/items", response_model=models.ItemPage)
+    def list_items(
+        batch_id: str,
+        state: Annotated[
+            list[models.StateName] | None, Query(max_length=6, description="repeatable")
+        ] = None,
+        cursor: Cursor = None,
+        limit: Limit = PAGE_LIMIT_DEFAULT,
+    ) -> Response:
+        """Item documents in submission order, optionally only those in the given states."""
+        states = [State(s) for s in state] if state else None
+        page, next_cursor = app.batches.items(
+            path_id(batch_id, what="batch"), states=states, cursor=cursor, limit=limit
+        )
+        return json_response({"items": page, "next_cursor": next_cursor})
+
+    @router.get("/{batch_id}/items/{item_id}", response_model=models.ItemDocument)
+    def get_item(batch_id: str, item_id: str) -> Response:
+        """One item document with its derivatives."""
+        document = app.batches.item(path_id(batch_id, what="batch"), path_id(item_id, what="item"))
+        return json_response(document)
+
+    @router.get("/{batch_id}/events", response_model=models.EventPage)
+    def list_events(
+        batch_id: str,
+        item: Annotated[models.UuidText | None, Query(description="only this item")] = None,
+        cursor: Cursor = None,
+        limit: Limit = PAGE_LIMIT_DEFAULT,
+    ) -> Response:
+        """The transition timeline, oldest first."""
+        page, next_cursor = app.batches.events(
+            path_id(batch_id, what="batch"), item_id=query_id(item), cursor=cursor, limit=limit
+        )
+        return json_response({"events": page, "next_cursor": next_cursor})
+
+    @router.post(
+        "/{batch_id}/cancel",
+        status_code=202,
+        response_model=None,
+        responses={202: {"model": models.StatusDocument}},
+    )
+    def cancel_batch(batch_id: str) -> Response:
+        """Request cancellation; unclaimed items are abandoned now, held ones soon after."""
+        return json_response(app.batches.cancel(path_id(batch_id, what="batch")), 202)
+
+    @router.post(
+        "/{batch_id}/requeue",
+        status_code=202,
+        response_model=None,
+        responses={202: {"model": models.StatusDocument}, 409: PROBLEM_RESPONSE},
+    )
+    def requeue_batch(
+        batch_id: str, body: Annotated[models.RequeueBody | None, Body()] = None
+    ) -> Response:
+        """Give failed/abandoned items a fresh attempt budget (and the batch a new deadline)."""
+        body = body or models.RequeueBody()
+        document = app.batches.requeue(
+            path_id(batch_id, what="batch"),
+            states=[State(s) for s in body.states],
+            item_ids=[str(query_id(i)) for i in body.item_ids] if body.item_ids else None,
+            deadline_seconds=body.deadline_seconds,
+        )
+        return json_response(document, 202)
+
+    return router

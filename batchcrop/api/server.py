@@ -1,0 +1,115 @@
+"""`batchcrop serve`: uvicorn running the API, with the reaper on a timer beside it.
+
+The API refuses to listen beyond loopback without a token: anyone who can reach it could
+otherwise submit work and read every batch.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import sys
+import threading
+
+import uvicorn
+
+from batchcrop.api.application import create_api
+from batchcrop.app import App
+from batchcrop.logs import log_event
+from leases import DatabaseUnavailable
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+SHUTDOWN_GRACE_SECONDS = 10
+LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
+
+log = logging.getLogger("batchcrop.api")
+
+
+def is_loopback(host: str) -> bool:
+    """True for `localhost` and loopback addresses (127.0.0.0/8, ::1); False for the rest,
+    including `0.0.0.0`/`::` (every interface) and any other host name."""
+    if host.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class Reaper(threading.Thread):
+    """Calls `app.leases.reap()` every `app.settings.reaper_interval_seconds` until `stop()`.
+
+    A failed pass is logged and retried at the next tick: a database outage must not kill the
+    reaper thread while the API keeps answering.
+    """
+
+    def __init__(self, app: App) -> None:
+        super().__init__(name="batchcrop-reaper", daemon=True)
+        self.app = app
+        self._stopping = threading.Event()
+
+    def run(self) -> None:
+        interval = self.app.settings.reaper_interval_seconds
+        while not self._stopping.wait(interval):
+            try:
+                result = self.app.leases.reap()
+            except DatabaseUnavailable as exc:
+                log_event("database_unavailable", level=logging.WARNING, error=type(exc).__name__)
+                continue
+            except Exception:
+                log.exception("reaper pass failed")
+                continue
+            # Abandoned items are cancel/deadline work, not lease expirations.
+            expired = result.retried + result.failed
+            if expired:
+                self.app.metrics.lease_expirations.inc(expired)
+            if result.total:
+                log_event(
+                    "reaped",
+                    worker="api",
+                    retried=result.retried,
+                    failed=result.failed,
+                    abandoned=result.abandoned,
+                )
+
+    def stop(self) -> None:
+        """Ask the thread to finish after its current pass (it sleeps interruptibly)."""
+        self._stopping.set()
+
+
+def serve(app: App, *, host: str, port: int) -> int:
+    """Run the API until SIGTERM/SIGINT; the exit code of `batchcrop serve`.
+
+    Returns 2 (after one line on stderr) when `host` is not loopback and no token is set.
+    uvicorn handles the signals: it stops accepting, finishes in-flight requests (up to
+    `SHUTDOWN_GRACE_SECONDS`), then we stop the reaper.
+    """
+    if not is_loopback(host) and not app.settings.api_token:
+        print(
+            f"batchcrop serve: refusing to listen on {host} without BATCHCROP_API_TOKEN "
+            "(set a token, or use --host 127.0.0.1)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    config = uvicorn.Config(
+        create_api(app),
+        host=host,
+        port=port,
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
+        server_header=False,
+        log_level="info",
+    )
+    server = uvicorn.Server(config)
+    reaper = Reaper(app)
+    reaper.start()
+    try:
+        server.run()
+    except SystemExit as exc:
+        # uvicorn exits 1 when it cannot bind or start; report it as a configuration error.
+        log.error("the API server could not start (exit %s)", exc.code)
+        return EXIT_USAGE
+    finally:
+        reaper.stop()
+        reaper.join()
+    return EXIT_OK
