@@ -25,8 +25,8 @@ MAX_SOURCE_PIXELS = 80_000_000
 """Default pixel-count limit. It stays below Pillow's own bomb warning threshold (89.5 MP), so the
 limit callers see is ours; Pillow's hard DecompressionBombError (179 MP) is mapped as well."""
 
-ACCEPTED_FORMATS = ("JPEG", "MPO", "PNG", "GIF", "WEBP", "TIFF", "BMP")
-"""Pillow format names we decode; MPO is how Pillow names many camera JPEGs."""
+ACCEPTED_FORMATS = ("JPEG", "PNG", "GIF", "WEBP", "TIFF", "BMP")
+"""Pillow format names we open. Pillow's JPEG opener also yields "MPO" for many camera JPEGs."""
 
 _SNIFF_BYTES = 1024
 

@@ -1,0 +1,101 @@
+"""Properties over many random sources and specs, determinism and thread-safety."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from PIL import Image
+
+from batchcrop.crop import Ratio, RenderSpec, render
+from batchcrop.crop.window import window_size
+from tests.crop.images import decode, encode, scene, within_one_pixel
+
+ratios = st.builds(Ratio, st.integers(1, 100), st.integers(1, 100))
+specs = st.builds(
+    RenderSpec,
+    ratios=st.lists(ratios, min_size=1, max_size=4, unique=True).map(tuple),
+    max_side=st.integers(16, 400),
+    quality=st.integers(1, 100),
+)
+
+
+@st.composite
+def sources(draw: st.DrawFn) -> tuple[bytes, int, int]:
+    """A small noisy picture as JPEG or PNG, with its width and height."""
+    width, height = draw(st.integers(1, 640)), draw(st.integers(1, 640))
+    seed = draw(st.integers(0, 2**16))
+    pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    fmt = draw(st.sampled_from(["JPEG", "PNG"]))
+    return encode(Image.fromarray(pixels), fmt), width, height
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(source=sources(), spec=specs)
+def test_every_output_has_its_ratio_and_fits(
+    source: tuple[bytes, int, int], spec: RenderSpec
+) -> None:
+    """Outputs keep their ratio within a pixel, never exceed max side or the source, boxes fit."""
+    data, width, height = source
+    renditions = render(data, spec)
+    assert [r.ratio for r in renditions] == list(spec.ratios)
+    for rendition in renditions:
+        left, top, right, bottom = rendition.crop_box
+        assert 0 <= left < right <= width
+        assert 0 <= top < bottom <= height
+        assert (right - left, bottom - top) == window_size(rendition.ratio, width, height)
+        assert (rendition.width, rendition.height) == decode(rendition.data).size
+        assert max(rendition.width, rendition.height) <= spec.max_side
+        assert rendition.width <= right - left
+        assert rendition.height <= bottom - top
+        assert within_one_pixel(
+            rendition.width, rendition.height, rendition.ratio.w, rendition.ratio.h
+        )
+
+
+@settings(max_examples=300, deadline=None)
+@given(width=st.integers(1, 5000), height=st.integers(1, 5000), ratio=ratios)
+def test_window_is_largest_of_its_ratio(width: int, height: int, ratio: Ratio) -> None:
+    """The window spans the full width or height and matches the ratio within a pixel."""
+    win_w, win_h = window_size(ratio, width, height)
+    assert win_w == width or win_h == height
+    assert win_w <= width
+    assert win_h <= height
+    assert within_one_pixel(win_w, win_h, ratio.w, ratio.h)
+
+
+FOUR = RenderSpec(tuple(Ratio.parse(t) for t in ("1:1", "4:3", "16:9", "3:4")), max_side=300)
+
+
+def test_deterministic_bytes() -> None:
+    """Rendering the same bytes with the same spec twice gives identical bytes and hashes."""
+    data = encode(scene(1400, 900, (900, 200, 1100, 500)), "JPEG", quality=90)
+    first, second = render(data, FOUR), render(data, FOUR)
+    assert [(r.data, r.sha256, r.crop_box) for r in first] == [
+        (r.data, r.sha256, r.crop_box) for r in second
+    ]
+
+
+def test_threads_give_the_same_bytes_as_one_thread() -> None:
+    """Concurrent renders in threads produce exactly the sequential results."""
+    sources = [
+        encode(scene(1200, 800, (100 * i, 50 * i, 100 * i + 200, 50 * i + 200), seed=i), "JPEG")
+        for i in range(4)
+    ]
+    expected = [[r.sha256 for r in render(data, FOUR)] for data in sources]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(lambda d: [r.sha256 for r in render(d, FOUR)], sources * 3))
+    assert expected * 3 == results
+
+
+def test_output_is_baseline_jpeg() -> None:
+    """Outputs are baseline (not progressive) JPEGs with no EXIF, at the requested size."""
+    data = encode(scene(800, 600, (300, 200, 500, 400)), "JPEG", progressive=True)
+    for rendition in render(data, FOUR):
+        image = decode(rendition.data)
+        assert not image.info.get("progressive")
+        assert not image.info.get("progression")
+        assert "exif" not in image.info
+        assert image.mode == "RGB"

@@ -1,0 +1,93 @@
+"""Ratio parsing, RenderSpec validation and the variant hash."""
+
+from __future__ import annotations
+
+import pytest
+
+from batchcrop.crop import ALGORITHM_VERSION, Ratio, RenderSpec, variant_of
+
+SQUARE = (Ratio(1, 1),)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("16:9", Ratio(16, 9)),
+        ("16x9", Ratio(16, 9)),
+        (" 3 : 4 ", Ratio(3, 4)),
+        ("1X1", Ratio(1, 1)),
+    ],
+)
+def test_parse_accepts_colon_and_x(text: str, expected: Ratio) -> None:
+    """Both `16:9` and `16x9` spellings parse to the same ratio."""
+    assert expected == Ratio.parse(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("0:1", "1..100"),
+        ("1:0", "1..100"),
+        ("101:1", "1..100"),
+        ("-1:1", "16:9"),
+        ("16/9", "16:9"),
+        ("abc", "16:9"),
+        ("", "16:9"),
+        ("1.5:1", "16:9"),
+    ],
+)
+def test_parse_rejects_with_clear_message(text: str, message: str) -> None:
+    """Junk, non-positive and oversized terms are ValueErrors that say what is expected."""
+    with pytest.raises(ValueError, match=message):
+        Ratio.parse(text)
+
+
+def test_ratio_text_and_key() -> None:
+    """A ratio prints as `16:9` and keys as `16x9`, and ratios sort by their terms."""
+    ratio = Ratio.parse("16:9")
+    assert (str(ratio), ratio.key) == ("16:9", "16x9")
+    assert [Ratio(1, 1), Ratio(3, 4), Ratio(16, 9)] == sorted(
+        [Ratio(16, 9), Ratio(1, 1), Ratio(3, 4)]
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"ratios": ()}, "ratios"),
+        ({"ratios": tuple(Ratio(i, 1) for i in range(1, 18))}, "ratios"),
+        ({"ratios": (Ratio(1, 1), Ratio(1, 1))}, "ratios"),
+        ({"ratios": [Ratio(1, 1)]}, "ratios"),
+        ({"ratios": SQUARE, "max_side": 15}, "max_side"),
+        ({"ratios": SQUARE, "max_side": 10_001}, "max_side"),
+        ({"ratios": SQUARE, "quality": 0}, "quality"),
+        ({"ratios": SQUARE, "quality": 101}, "quality"),
+        ({"ratios": SQUARE, "quality": True}, "quality"),
+    ],
+)
+def test_render_spec_rejects_naming_the_field(kwargs: dict[str, object], field: str) -> None:
+    """An out-of-range RenderSpec raises ValueError naming the offending field."""
+    with pytest.raises(ValueError, match=field):
+        RenderSpec(**kwargs)  # type: ignore[arg-type]
+
+
+def test_render_spec_defaults() -> None:
+    """Defaults are 1200 px and quality 85."""
+    spec = RenderSpec(SQUARE)
+    assert (spec.max_side, spec.quality) == (1200, 85)
+
+
+def test_variant_is_short_hex_and_stable() -> None:
+    """The variant is 12 hex digits, equal for equal settings whatever the ratios."""
+    first = variant_of(RenderSpec(SQUARE))
+    again = variant_of(RenderSpec((Ratio(16, 9), Ratio(3, 4))))
+    assert first == again
+    assert len(first) == 12
+    int(first, 16)
+    assert ALGORITHM_VERSION
+
+
+@pytest.mark.parametrize("change", [{"max_side": 800}, {"quality": 90}])
+def test_variant_changes_with_settings_that_change_bytes(change: dict[str, int]) -> None:
+    """Max side and quality each change the variant."""
+    assert variant_of(RenderSpec(SQUARE)) != variant_of(RenderSpec(SQUARE, **change))
