@@ -13,9 +13,11 @@ from botocore.exceptions import (
     BotoCoreError,
     ClientError,
     HTTPClientError,
+    IncompleteReadError,
     NoCredentialsError,
     PartialCredentialsError,
 )
+from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from storage.errors import (
     AccessDenied,
@@ -81,8 +83,9 @@ def translate(exc: Exception, what: str) -> StorageError:
     """The storage error for a botocore exception raised while doing `what`."""
     if isinstance(exc, ClientError):
         return _from_client_error(exc, what)
-    if isinstance(exc, HTTPClientError):
-        # Connection refused/reset/closed, connect and read timeouts, endpoint unreachable.
+    if isinstance(exc, HTTPClientError | BotoConnectionError | IncompleteReadError):
+        # Connection refused/reset/closed, connect and read timeouts, endpoint unreachable,
+        # a body cut short.
         return StorageUnavailable(f"{what}: {exc}")
     if isinstance(exc, NoCredentialsError | PartialCredentialsError):
         return AccessDenied(f"{what}: {exc}")

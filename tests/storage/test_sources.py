@@ -1,0 +1,184 @@
+"""SourceReader: expansion, normalisation, reading and confinement, local and on S3 (moto)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from storage import (
+    IMAGE_EXTENSIONS,
+    ObjectNotFound,
+    ObjectTooLarge,
+    S3Settings,
+    S3Store,
+    SourceNotAllowed,
+    SourceReader,
+)
+
+LOCAL_TREE = {
+    "a.jpg": b"a",
+    "B.PNG": b"b",
+    "notes.txt": b"not an image",
+    ".hidden.jpg": b"dot-file",
+    ".cache/c.jpg": b"dot-folder",
+    "sub/c.webp": b"c",
+    "sub/deeper/e.TIFF": b"e",
+    "sub/deeper/f.Bmp": b"f",
+}
+S3_TREE = {
+    "photos/a.jpg": b"a",
+    "photos/sub/b.PNG": b"b",
+    "photos/.hidden/c.jpg": b"dot-folder",
+    "photos/.d.jpg": b"dot-file",
+    "photos/readme.txt": b"text",
+    "photos/marker/": b"",
+    "photos-other/x.jpg": b"sibling prefix",
+}
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """A folder of sources with images, non-images, dot-files and dot-folders."""
+    root = tmp_path / "sources"
+    for name, data in LOCAL_TREE.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(data)
+    return root
+
+
+@pytest.fixture
+def s3_sources(moto_s3: S3Store) -> str:
+    """A moto bucket holding `S3_TREE`; returns the bucket name."""
+    for key, data in S3_TREE.items():
+        moto_s3.client.put_object(Bucket=moto_s3.bucket, Key=key, Body=data)
+    return moto_s3.bucket
+
+
+def test_image_extensions_are_lower_case() -> None:
+    """The published extension set is the contract's eight lower-case suffixes."""
+    expected = {".jpg", ".jpeg", ".png", ".gif", ".webp", ".tif", ".tiff", ".bmp"}
+    assert expected == IMAGE_EXTENSIONS
+
+
+def test_expand_local_folder(tree: Path) -> None:
+    """A folder expands recursively to its images in any case, without dot entries, sorted."""
+    expected = [
+        str(tree / name)
+        for name in ("B.PNG", "a.jpg", "sub/c.webp", "sub/deeper/e.TIFF", "sub/deeper/f.Bmp")
+    ]
+    assert expected == SourceReader().expand(str(tree))
+
+
+def test_expand_named_file_is_one_item(tree: Path) -> None:
+    """A file named explicitly is one item whatever its extension or dot."""
+    reader = SourceReader()
+    assert [str(tree / "notes.txt")] == reader.expand(str(tree / "notes.txt"))
+    assert [str(tree / ".hidden.jpg")] == reader.expand(str(tree / ".hidden.jpg"))
+
+
+def test_expand_missing_is_not_found(tmp_path: Path) -> None:
+    """A source that does not exist raises ObjectNotFound."""
+    with pytest.raises(ObjectNotFound):
+        SourceReader().expand(str(tmp_path / "nope"))
+
+
+def test_normalize_resolves_relative_and_symlinks(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Relative paths become absolute and symlinks are resolved."""
+    monkeypatch.chdir(tree)
+    (tree / "alias.jpg").symlink_to(tree / "a.jpg")
+    reader = SourceReader()
+    assert str(tree / "a.jpg") == reader.normalize("sub/../a.jpg")
+    assert str(tree / "a.jpg") == reader.normalize("alias.jpg")
+
+
+def test_roots_confine_local_sources(tree: Path, tmp_path: Path) -> None:
+    """With roots, sources outside them (also via .. or a symlink) raise SourceNotAllowed."""
+    outside = tmp_path / "outside.jpg"
+    outside.write_bytes(b"x")
+    sibling = tmp_path / "sources-private"
+    sibling.mkdir()
+    (tree / "escape.jpg").symlink_to(outside)
+    reader = SourceReader([str(tree)])
+    assert str(tree / "a.jpg") == reader.normalize(str(tree / "a.jpg"))
+    for source in (str(outside), f"{tree}/../outside.jpg", str(tree / "escape.jpg"), str(sibling)):
+        with pytest.raises(SourceNotAllowed):
+            reader.read(source, max_bytes=100)
+    assert str(tree / "escape.jpg") not in [*reader.expand(str(tree))]
+
+
+def test_empty_roots_allow_nothing(tree: Path) -> None:
+    """roots=[] (the API default) refuses every source."""
+    with pytest.raises(SourceNotAllowed):
+        SourceReader([]).read(str(tree / "a.jpg"), max_bytes=100)
+
+
+def test_unsupported_scheme_is_refused() -> None:
+    """URLs other than s3:// and file:// are not sources."""
+    with pytest.raises(SourceNotAllowed):
+        SourceReader().normalize("https://example.com/a.jpg")
+
+
+def test_read_local(tree: Path) -> None:
+    """read returns the bytes, refuses larger files and reports missing ones and folders."""
+    reader = SourceReader()
+    assert reader.read(str(tree / "a.jpg"), max_bytes=1) == b"a"
+    with pytest.raises(ObjectTooLarge):
+        reader.read(str(tree / "notes.txt"), max_bytes=3)
+    with pytest.raises(ObjectNotFound):
+        reader.read(str(tree / "missing.jpg"), max_bytes=10)
+    with pytest.raises(ObjectNotFound):
+        reader.read(str(tree / "sub"), max_bytes=10)
+
+
+def test_expand_s3_prefix(s3_sources: str) -> None:
+    """An s3 prefix expands to its images, skipping dot entries, markers and sibling prefixes."""
+    reader = SourceReader(s3=S3Settings(region="us-east-1"))
+    expected = [f"s3://{s3_sources}/photos/a.jpg", f"s3://{s3_sources}/photos/sub/b.PNG"]
+    assert expected == reader.expand(f"s3://{s3_sources}/photos")
+    assert expected == reader.expand(f"s3://{s3_sources}/photos/")
+
+
+def test_expand_s3_named_object_and_missing(s3_sources: str) -> None:
+    """A named s3 object is one item; a prefix with no object raises ObjectNotFound."""
+    reader = SourceReader(s3=S3Settings(region="us-east-1"))
+    named = f"s3://{s3_sources}/photos/readme.txt"
+    assert [named] == reader.expand(named)
+    with pytest.raises(ObjectNotFound):
+        reader.expand(f"s3://{s3_sources}/missing")
+
+
+def test_read_s3(s3_sources: str) -> None:
+    """read fetches s3 objects and enforces max_bytes and existence."""
+    reader = SourceReader(s3=S3Settings(region="us-east-1"))
+    assert reader.read(f"s3://{s3_sources}/photos/a.jpg", max_bytes=1) == b"a"
+    with pytest.raises(ObjectTooLarge):
+        reader.read(f"s3://{s3_sources}/photos/readme.txt", max_bytes=3)
+    with pytest.raises(ObjectNotFound):
+        reader.read(f"s3://{s3_sources}/photos/nope.jpg", max_bytes=3)
+
+
+def test_roots_confine_s3_sources(s3_sources: str) -> None:
+    """An s3 root allows its own prefix only: not siblings, other buckets or dot segments."""
+    reader = SourceReader([f"s3://{s3_sources}/photos"], s3=S3Settings(region="us-east-1"))
+    allowed = f"s3://{s3_sources}/photos/a.jpg"
+    assert allowed == reader.normalize(allowed)
+    refused = [
+        f"s3://{s3_sources}/photos-other/x.jpg",
+        "s3://another-bucket/photos/a.jpg",
+        f"s3://{s3_sources}/photos/../photos-other/x.jpg",
+        f"s3://{s3_sources}",
+        "s3:///photos/a.jpg",
+    ]
+    for source in refused:
+        with pytest.raises(SourceNotAllowed):
+            reader.read(source, max_bytes=100)
+
+
+def test_mixed_roots(tree: Path, s3_sources: str) -> None:
+    """Local and s3 roots can be combined; each confines its own kind of source."""
+    reader = SourceReader([str(tree), f"s3://{s3_sources}"], s3=S3Settings(region="us-east-1"))
+    assert reader.read(str(tree / "a.jpg"), max_bytes=10) == b"a"
+    assert reader.read(f"s3://{s3_sources}/photos/a.jpg", max_bytes=10) == b"a"
