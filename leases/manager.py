@@ -126,6 +126,7 @@ class LeaseManager:
             return []
         lease_ms = to_ms(self.lease_seconds)
         claimed: list[sa.Row[Any]] = []
+        moves: list[tuple[Sequence[sa.Row[Any]], Source]] = []
         with self._store.write() as c:
             for from_state in (State.RETRYABLE, State.QUEUED):
                 want = limit - len(claimed)
@@ -139,8 +140,9 @@ class LeaseManager:
                     group_ids=group_ids,
                 )
                 rows = self._store.rows(c, stmt)
-                transitions.record(self._store, c, rows, Source(from_state), self._shards)
+                moves.append((rows, Source(from_state)))
                 claimed.extend(rows)
+            transitions.record(self._store, c, moves, self._shards)
         return [
             Claim(
                 item_id=row.id,
@@ -235,7 +237,7 @@ class LeaseManager:
             rows = self._store.rows(c, stmt)
             if not rows:
                 raise LeaseLost("lease not held: item moved on or token superseded")
-            transitions.record(self._store, c, rows, source, self._shards)
+            transitions.record(self._store, c, [(rows, source)], self._shards)
             return rows[0]
 
     # --- reaper and operator actions -------------------------------------------------------
@@ -273,7 +275,7 @@ class LeaseManager:
         while True:
             with self._store.write() as c:
                 rows = self._store.rows(c, stmt)
-                transitions.record(self._store, c, rows, source, self._shards)
+                transitions.record(self._store, c, [(rows, source)], self._shards)
             moved.update(row.state for row in rows)
             if len(rows) < MOVE_BATCH_ROWS:
                 return moved
@@ -313,7 +315,7 @@ class LeaseManager:
             raise ValueError("only failed and abandoned items can be requeued")
         store = self._store
         cid = transitions.new_correlation_id()
-        moved = 0
+        moves: list[tuple[Sequence[sa.Row[Any]], Source]] = []
         with store.write() as c:
             group = store.one(c, queries.group_row(group_id, lock=True))
             if group is None:
@@ -327,9 +329,9 @@ class LeaseManager:
                 category = pair.error_category
                 source = Source(State(pair.state), category, cid, attempt_fields=False)
                 rows = store.rows(c, queries.requeue(group_id, source.state, category, item_ids))
-                transitions.record(store, c, rows, source, self._shards)
-                moved += len(rows)
-        return moved
+                moves.append((rows, source))
+            transitions.record(store, c, moves, self._shards)
+        return sum(len(rows) for rows, _ in moves)
 
     # --- reads -------------------------------------------------------------------------------
 

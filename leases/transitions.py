@@ -56,28 +56,30 @@ class Source:
     reason: str | None = None
 
 
-def record(
-    store: Store,
-    conn: sa.Connection,
-    moved: Sequence[sa.Row[Any]],
-    source: Source,
-    shards: int,
-) -> None:
-    """Append one event per moved row and apply the counter deltas, in `conn`'s transaction."""
-    if not moved:
+Moves = Sequence[tuple[Sequence[sa.Row[Any]], Source]]
+
+
+def record(store: Store, conn: sa.Connection, moves: Moves, shards: int) -> None:
+    """Append one event per moved row and apply the counter deltas, in `conn`'s transaction.
+
+    All moves of one transaction must be recorded in one call: the counter rows are then
+    locked once, in key order, which is what keeps concurrent transactions deadlock-free.
+    """
+    events = [_event(row, source) for rows, source in moves for row in rows]
+    if not events:
         return
-    store.execute_many(conn, queries.insert_events(), [_event(row, source) for row in moved])
+    store.execute_many(conn, queries.insert_events(), events)
     deltas: Counter[tuple[str, str, str, int]] = Counter()
     at = 0
-    from_category = counted_category(source.state, source.category)
-    for row in moved:
-        shard = shard_of(row.id, shards)
-        deltas[(row.group_id, source.state.value, from_category, shard)] -= 1
-        to_state = State(row.state)
-        deltas[
-            (row.group_id, to_state.value, counted_category(to_state, row.error_category), shard)
-        ] += 1
-        at = max(at, row.updated_at)
+    for rows, source in moves:
+        from_category = counted_category(source.state, source.category)
+        for row in rows:
+            shard = shard_of(row.id, shards)
+            deltas[(row.group_id, source.state.value, from_category, shard)] -= 1
+            to_state = State(row.state)
+            to_category = counted_category(to_state, row.error_category)
+            deltas[(row.group_id, to_state.value, to_category, shard)] += 1
+            at = max(at, row.updated_at)
     add(store, conn, deltas.items(), at)
 
 

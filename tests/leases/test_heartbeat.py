@@ -1,0 +1,119 @@
+"""Heartbeats (B): extension, the reasons to stop extending, and the Heartbeater thread."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import sqlalchemy as sa
+
+from leases import Heartbeater, LeaseManager
+from tests.leases.conftest import (
+    ManagerFactory,
+    age_attempts,
+    expire_deadline,
+    expire_leases,
+    new_group,
+)
+
+WAIT_SECONDS = 5.0
+
+
+def _wait_for(condition: Callable[[], bool], timeout: float = WAIT_SECONDS) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_heartbeat_extends_from_database_now(manager: LeaseManager, engine: sa.Engine) -> None:
+    """A heartbeat moves the expiry to now + lease, even after the lease had expired unreaped."""
+    new_group(manager, 1)
+    (claim,) = manager.claim("w", 1)
+    expire_leases(engine)
+    reply = manager.heartbeat(claim.item_id, claim.lease_token)
+    assert (reply.stop_reason, reply.cancel_requested) == (None, False)
+    assert reply.lease_expires_at >= claim.lease_expires_at
+    assert manager.reap().total == 0
+
+
+def test_heartbeat_refuses_after_cancel(manager: LeaseManager) -> None:
+    """After cancel the reply says so and the lease is not extended."""
+    group_id, _ = new_group(manager, 1)
+    (claim,) = manager.claim("w", 1)
+    manager.cancel(group_id)
+    reply = manager.heartbeat(claim.item_id, claim.lease_token)
+    assert (reply.stop_reason, reply.cancel_requested) == ("cancelled", True)
+    assert reply.lease_expires_at == claim.lease_expires_at
+
+
+def test_heartbeat_refuses_past_deadline(manager: LeaseManager, engine: sa.Engine) -> None:
+    """Past the group deadline the lease is not extended (`deadline_exceeded`)."""
+    group_id, _ = new_group(manager, 1)
+    (claim,) = manager.claim("w", 1)
+    expire_deadline(engine, group_id)
+    reply = manager.heartbeat(claim.item_id, claim.lease_token)
+    assert (reply.stop_reason, reply.cancel_requested) == ("deadline_exceeded", False)
+    assert reply.lease_expires_at == claim.lease_expires_at
+
+
+def test_heartbeat_refuses_overlong_attempt(
+    make_manager: ManagerFactory, engine: sa.Engine
+) -> None:
+    """An attempt running longer than max_attempt_seconds is not extended any more."""
+    manager: LeaseManager = make_manager(max_attempt_seconds=60.0)
+    new_group(manager, 1)
+    (claim,) = manager.claim("w", 1)
+    assert manager.heartbeat(claim.item_id, claim.lease_token).stop_reason is None
+    age_attempts(engine, 61.0)
+    reply = manager.heartbeat(claim.item_id, claim.lease_token)
+    assert reply.stop_reason == "max_attempt_seconds"
+
+
+def test_heartbeater_keeps_lease_alive(make_manager: ManagerFactory) -> None:
+    """The thread renews a 0.3 s lease so that the reaper never takes it while work runs."""
+    manager: LeaseManager = make_manager(lease_seconds=0.3)
+    new_group(manager, 1)
+    (claim,) = manager.claim("w", 1)
+    with Heartbeater(manager, claim) as beat:
+        for _ in range(8):
+            time.sleep(0.1)
+            assert manager.reap().total == 0
+        assert not beat.lost.is_set()
+    manager.complete(claim.item_id, claim.lease_token)
+
+
+def test_heartbeater_signals_lost_lease(manager: LeaseManager, engine: sa.Engine) -> None:
+    """When the lease is reaped the thread sets `lost` and stops."""
+    new_group(manager, 1)
+    (claim,) = manager.claim("w", 1)
+    with Heartbeater(manager, claim, interval_seconds=0.02) as beat:
+        expire_leases(engine)
+        manager.reap()
+        assert _wait_for(beat.lost.is_set)
+    assert beat.stop_reason is None
+
+
+def test_heartbeater_signals_cancel(manager: LeaseManager) -> None:
+    """A cancel shows up as `cancel_requested` and `stop_reason`; exit joins promptly."""
+    group_id, _ = new_group(manager, 1)
+    (claim,) = manager.claim("w", 1)
+    started = time.monotonic()
+    with Heartbeater(manager, claim, interval_seconds=0.02) as beat:
+        manager.cancel(group_id)
+        assert _wait_for(beat.cancel_requested.is_set)
+        assert _wait_for(lambda: beat.stop_reason == "cancelled")
+    assert time.monotonic() - started < WAIT_SECONDS
+    manager.abandon(claim.item_id, claim.lease_token)
+    assert manager.group(group_id).failures == {"cancelled": 1}
+
+
+def test_heartbeater_default_interval_is_a_third_of_the_lease(make_manager: ManagerFactory) -> None:
+    """Without an interval the thread beats every lease/3."""
+    manager: LeaseManager = make_manager(lease_seconds=9.0)
+    new_group(manager, 1)
+    (claim,) = manager.claim("w", 1)
+    beat = Heartbeater(manager, claim)
+    assert beat.interval_seconds == 3.0

@@ -1,0 +1,48 @@
+"""Migrations: their own version table, idempotent upgrades, room for the app's history."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from leases import make_engine, upgrade
+from leases.migrate import VERSION_TABLE, current
+
+LEASE_TABLES = {"lease_groups", "lease_items", "lease_events", "lease_counters"}
+
+
+def test_upgrade_twice_is_a_no_op(database_url: str) -> None:
+    """A second upgrade changes nothing and keeps the rows and revision."""
+    engine = make_engine(database_url)
+    try:
+        assert current(engine) is None
+        upgrade(engine)
+        revision = current(engine)
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO lease_groups (id, created_at, deadline_at, max_attempts, "
+                    "cancel_requested) VALUES ('g', 1, 2, 3, :f)"
+                ),
+                {"f": False},
+            )
+        upgrade(engine)
+        assert current(engine) == revision == "0001"
+        inspector = sa.inspect(engine)
+        tables = set(inspector.get_table_names())
+        assert LEASE_TABLES | {VERSION_TABLE} <= tables
+        assert "alembic_version" not in tables
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT count(*) FROM lease_groups")).scalar_one() == 1
+    finally:
+        engine.dispose()
+
+
+def test_sqlite_engine_uses_wal_and_busy_timeout(sqlite_url: str) -> None:
+    """make_engine puts SQLite in WAL mode with a busy timeout."""
+    engine = make_engine(sqlite_url)
+    try:
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+            assert int(conn.exec_driver_sql("PRAGMA busy_timeout").scalar() or 0) > 0
+    finally:
+        engine.dispose()

@@ -1,0 +1,109 @@
+"""Give-back (F) and requeue (J): attempt numbers, budgets and deadlines."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+
+from leases import LeaseManager, NoSuchGroup, RequeueNeedsDeadline, State
+from tests.leases.conftest import expire_deadline, expire_leases, make_due, new_group
+
+
+def test_give_back_does_not_count_the_attempt(manager: LeaseManager) -> None:
+    """A given-back item is queued with its attempt number taken back, logged `interrupted`."""
+    group_id, ids = new_group(manager, 1, max_attempts=1)
+    (claim,) = manager.claim("w", 1)
+    manager.give_back(claim.item_id, claim.lease_token)
+    item = manager.item(ids[0])
+    assert item is not None
+    assert (item.state, item.attempt, item.error_category) == (State.QUEUED, 0, None)
+    last = manager.events(group_id)[-1]
+    assert (last.to_state, last.attempt, last.reason) == (State.QUEUED, 1, "interrupted")
+    (again,) = manager.claim("w", 1)
+    assert again.attempt == 1
+
+
+def test_give_back_never_fails_even_at_the_cap(manager: LeaseManager) -> None:
+    """Giving back the last attempt of the budget returns the item to queued, never failed."""
+    group_id, _ = new_group(manager, 1, max_attempts=1)
+    for _ in range(3):
+        (claim,) = manager.claim("w", 1)
+        manager.give_back(claim.item_id, claim.lease_token)
+    summary = manager.group(group_id)
+    assert summary.counts[State.QUEUED] == 1
+    assert summary.counts[State.FAILED] == 0
+    (claim,) = manager.claim("w", 1)
+    manager.complete(claim.item_id, claim.lease_token)
+    assert manager.group(group_id).counts[State.SUCCEEDED] == 1
+
+
+def test_requeue_gives_fresh_budget_and_keeps_numbering(
+    manager: LeaseManager, engine: sa.Engine
+) -> None:
+    """A requeued exhausted item gets max_attempts more attempts numbered after the old ones."""
+    group_id, ids = new_group(manager, 2, max_attempts=1)
+    first, second = manager.claim("w", 2)
+    manager.fail(first.item_id, first.lease_token, "invalid_image")
+    expire_leases(engine)
+    manager.reap()
+    assert manager.group(group_id).counts[State.FAILED] == 2
+    assert manager.requeue(group_id) == 2
+    make_due(engine)
+    again = manager.claim("w", 2)
+    assert sorted(c.attempt for c in again) == [2, 2]
+    expire_leases(engine)
+    assert manager.reap().failed == 2
+    summary = manager.group(group_id)
+    assert summary.failures == {"attempts_exhausted": 2}
+    assert manager.requeue(group_id, item_ids=[ids[0]]) == 1
+    assert manager.recount(group_id) == manager.counted(group_id)
+    assert second.item_id in ids
+
+
+def test_requeue_selects_states(manager: LeaseManager) -> None:
+    """Only the named states move; succeeded items are never requeued."""
+    group_id, _ = new_group(manager, 3)
+    a, b, c = manager.claim("w", 3)
+    manager.fail(a.item_id, a.lease_token, "invalid_image")
+    manager.abandon(b.item_id, b.lease_token)
+    manager.complete(c.item_id, c.lease_token)
+    assert manager.requeue(group_id, states=[State.ABANDONED]) == 1
+    counts = manager.group(group_id).counts
+    assert (counts[State.QUEUED], counts[State.FAILED], counts[State.SUCCEEDED]) == (1, 1, 1)
+    with pytest.raises(ValueError, match="failed and abandoned"):
+        manager.requeue(group_id, states=[State.SUCCEEDED])
+
+
+def test_requeue_of_cancelled_or_expired_needs_deadline(
+    manager: LeaseManager, engine: sa.Engine
+) -> None:
+    """A cancelled or expired group is reopened only with a new deadline, which clears cancel."""
+    cancelled, _ = new_group(manager, 2)
+    manager.cancel(cancelled)
+    with pytest.raises(RequeueNeedsDeadline):
+        manager.requeue(cancelled)
+    assert manager.requeue(cancelled, deadline_seconds=60.0) == 2
+    summary = manager.group(cancelled)
+    assert not summary.cancel_requested
+    assert len(manager.claim("w", 5, group_ids=[cancelled])) == 2
+
+    expired, _ = new_group(manager, 1)
+    expire_deadline(engine, expired)
+    manager.reap()
+    with pytest.raises(RequeueNeedsDeadline):
+        manager.requeue(expired)
+    assert manager.requeue(expired, deadline_seconds=60.0) == 1
+    assert manager.group(expired).deadline_at > manager.group(expired).created_at
+
+
+def test_unknown_group(manager: LeaseManager) -> None:
+    """Operations on an unknown group raise NoSuchGroup; groups() skips it."""
+    with pytest.raises(NoSuchGroup):
+        manager.group("nope")
+    with pytest.raises(NoSuchGroup):
+        manager.cancel("nope")
+    with pytest.raises(NoSuchGroup):
+        manager.requeue("nope")
+    group_id, _ = new_group(manager, 1)
+    assert [s.id for s in manager.groups(["nope", group_id])] == [group_id]
+    assert manager.item("nope") is None
