@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import signal
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
 
 import uvicorn
 
@@ -104,7 +108,8 @@ def serve(app: App, *, host: str, port: int) -> int:
     reaper = Reaper(app)
     reaper.start()
     try:
-        server.run()
+        with _graceful_signals(server):
+            server.run()
     except SystemExit as exc:
         # uvicorn exits 1 when it cannot bind or start; report it as a configuration error.
         log.error("the API server could not start (exit %s)", exc.code)
@@ -113,3 +118,23 @@ def serve(app: App, *, host: str, port: int) -> int:
         reaper.stop()
         reaper.join()
     return EXIT_OK
+
+
+@contextmanager
+def _graceful_signals(server: uvicorn.Server) -> Iterator[None]:
+    """While uvicorn runs it handles SIGTERM/SIGINT itself, then re-raises the signal it caught
+    against the handlers it found. Those are these: they only ask the server to exit, so a
+    graceful stop ends in exit code 0 instead of death by signal."""
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        server.should_exit = True
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signals can only be handled in the main thread
+        return
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)

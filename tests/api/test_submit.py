@@ -1,0 +1,238 @@
+"""POST /v1/batches through a live server: creation, idempotency, validation and confinement."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from batchcrop.api.models import ITEMS_PER_BATCH_MAX, REF_CHARS_MAX, SOURCE_CHARS_MAX
+from tests.api.conftest import assert_problem, batch_body
+from tests.api.live import LiveServer
+
+# Validation and confinement happen before the database is touched: SQLite alone covers them.
+sqlite_only = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+
+
+def test_submit_creates_a_batch(api: LiveServer, sources: list[str]) -> None:
+    """A new batch answers 201, a Location that resolves, and a queued status document."""
+    response = api.client.post("/v1/batches", json=batch_body(sources))
+    assert response.status_code == 201, response.text
+    document = response.json()
+    assert f"/v1/batches/{document['id']}" == response.headers["location"]
+    assert document["state"] == "queued"
+    assert len(sources) == document["total"]
+    assert document["ratios"] == ["1:1", "16:9"]
+    assert (document["max_side"], document["quality"]) == (64, 80)
+    assert len(sources) == document["counts"]["queued"]
+    fetched = api.client.get(response.headers["location"])
+    assert document == fetched.json()
+
+
+def test_items_keep_refs_and_normalised_sources(
+    api: LiveServer, sources: list[str], source_root: Path
+) -> None:
+    """Items keep their refs in submission order; sources are stored as resolved paths."""
+    relative_spelling = str(source_root / "shoes" / ".." / Path(sources[0]).name)
+    body = batch_body([relative_spelling, *sources[1:]])
+    batch = api.client.post("/v1/batches", json=body).json()
+    items = api.client.get(f"/v1/batches/{batch['id']}/items").json()["items"]
+    assert [f"sku-{n}" for n in range(len(sources))] == [i["ref"] for i in items]
+    assert sources[0] == items[0]["source"]
+
+
+def test_defaults_apply(api: LiveServer, sources: list[str]) -> None:
+    """Only items are required: ratios, max_side and quality take the documented defaults."""
+    response = api.client.post("/v1/batches", json={"items": [{"source": sources[0]}]})
+    assert response.status_code == 201, response.text
+    document = response.json()
+    assert document["ratios"] == ["1:1", "4:3", "16:9", "3:4"]
+    assert (document["max_side"], document["quality"]) == (1200, 85)
+
+
+def test_idempotency_key_replays_the_same_batch(api: LiveServer, sources: list[str]) -> None:
+    """Same key and body ⇒ the same batch with 200; the same key with another body ⇒ 409."""
+    headers = {"Idempotency-Key": "import-2026-11-30"}
+    first = api.client.post("/v1/batches", json=batch_body(sources), headers=headers)
+    again = api.client.post("/v1/batches", json=batch_body(sources), headers=headers)
+    other = api.client.post("/v1/batches", json=batch_body(sources[:1]), headers=headers)
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert first.json()["id"] == again.json()["id"]
+    assert first.headers["location"] == again.headers["location"]
+    assert_problem(other, 409)
+    listed = api.client.get("/v1/batches").json()["batches"]
+    assert [first.json()["id"]] == [b["id"] for b in listed]
+
+
+def test_without_key_every_post_is_a_new_batch(api: LiveServer, sources: list[str]) -> None:
+    """Without Idempotency-Key two identical posts create two batches."""
+    ids = {api.client.post("/v1/batches", json=batch_body(sources)).json()["id"] for _ in "ab"}
+    assert len(ids) == 2
+
+
+BAD_BODIES: list[tuple[str, dict[str, Any], str]] = [
+    ("no items", {"items": []}, "items"),
+    ("items missing", {"items": None}, "items"),
+    ("source missing", {"items": [{"ref": "x"}]}, "items[0].source"),
+    ("empty source", {"items": [{"source": ""}]}, "items[0].source"),
+    ("source not a string", {"items": [{"source": 7}]}, "items[0].source"),
+    ("source too long", {"items": [{"source": "/" + "a" * SOURCE_CHARS_MAX}]}, "items[0].source"),
+    (
+        "ref too long",
+        {"items": [{"source": "/x.jpg", "ref": "r" * (REF_CHARS_MAX + 1)}]},
+        "items[0].ref",
+    ),
+    ("NUL in ref", {"items": [{"source": "/x.jpg", "ref": "a\u0000b"}]}, "items[0].ref"),
+    ("unknown item field", {"items": [{"source": "/x.jpg", "sku": "1"}]}, "items[0].sku"),
+    ("bad ratio", {"ratios": ["16/9"]}, "ratios[0]"),
+    ("ratio term zero", {"ratios": ["1:1", "0:9"]}, "ratios[1]"),
+    ("ratio term too big", {"ratios": ["101:1"]}, "ratios[0]"),
+    ("duplicate ratios", {"ratios": ["1:1", "1:1"]}, "ratios"),
+    ("no ratios", {"ratios": []}, "ratios"),
+    ("too many ratios", {"ratios": [f"{n}:1" for n in range(1, 18)]}, "ratios"),
+    ("ratio not a string", {"ratios": [16]}, "ratios[0]"),
+    ("max_side too small", {"max_side": 15}, "max_side"),
+    ("max_side too big", {"max_side": 10_001}, "max_side"),
+    ("max_side as string", {"max_side": "1200"}, "max_side"),
+    ("max_side fractional", {"max_side": 12.5}, "max_side"),
+    ("quality zero", {"quality": 0}, "quality"),
+    ("quality over 100", {"quality": 101}, "quality"),
+    ("quality boolean", {"quality": True}, "quality"),
+    ("deadline zero", {"deadline_seconds": 0}, "deadline_seconds"),
+    ("deadline negative", {"deadline_seconds": -5}, "deadline_seconds"),
+    ("deadline over 30 days", {"deadline_seconds": 31 * 86400}, "deadline_seconds"),
+    ("max_attempts zero", {"max_attempts": 0}, "max_attempts"),
+    ("max_attempts huge", {"max_attempts": 10**9}, "max_attempts"),
+    ("unknown field", {"priority": 1}, "priority"),
+]
+
+
+@sqlite_only
+@pytest.mark.parametrize(("case", "fields", "field"), BAD_BODIES, ids=[c[0] for c in BAD_BODIES])
+def test_bad_bodies_are_422_naming_the_field(
+    api: LiveServer, sources: list[str], case: str, fields: dict[str, Any], field: str
+) -> None:
+    """Each broken rule is a 422 problem whose detail and errors name the field."""
+    response = api.client.post("/v1/batches", json=batch_body(sources[:1], **fields))
+    assert_problem(response, 422, field=field)
+    assert api.client.get("/v1/batches").json()["batches"] == []
+
+
+@sqlite_only
+@pytest.mark.parametrize(
+    ("content", "content_type", "status"),
+    [
+        (b"{not json", "application/json", 422),
+        (b"[1, 2]", "application/json", 422),
+        (b"", "application/json", 422),
+        (b"items=1", "application/x-www-form-urlencoded", 422),
+        (b'{"items": "\xff\xfe"}', "application/json", 400),
+    ],
+)
+def test_malformed_bodies_are_client_errors(
+    api: LiveServer, content: bytes, content_type: str, status: int
+) -> None:
+    """Bad JSON, a non-object, an empty body or another media type is a 422; bytes that are not
+    UTF-8 at all are a 400 problem."""
+    response = api.client.post(
+        "/v1/batches", content=content, headers={"Content-Type": content_type}
+    )
+    assert_problem(response, status)
+
+
+@sqlite_only
+def test_too_many_items_is_422(api: LiveServer, sources: list[str]) -> None:
+    """One item over the per-batch cap is refused before any source is looked at."""
+    body = {"items": [{"source": sources[0]}] * (ITEMS_PER_BATCH_MAX + 1)}
+    assert_problem(api.client.post("/v1/batches", json=body), 422, field="items")
+
+
+def test_body_over_the_cap_is_413(serve: Any, sources: list[str]) -> None:
+    """A declared Content-Length over the cap is refused unread; so is a chunked body."""
+    live = serve()
+    oversized = b'{"items": [' + b" " * (16 * 1024 * 1024) + b"]}"
+    assert_problem(
+        live.client.post(
+            "/v1/batches", content=oversized, headers={"Content-Type": "application/json"}
+        ),
+        413,
+    )
+
+    def chunks() -> Any:
+        yield b'{"items": ['
+        for _ in range(17):
+            yield b" " * (1024 * 1024)
+        yield b"]}"
+
+    chunked = live.client.post(
+        "/v1/batches", content=chunks(), headers={"Content-Type": "application/json"}
+    )
+    assert_problem(chunked, 413)
+    assert live.client.get("/healthz").status_code == 200
+
+
+@sqlite_only
+def test_bad_idempotency_key_is_422(api: LiveServer, sources: list[str]) -> None:
+    """An Idempotency-Key longer than 255 characters is a 422 naming the header."""
+    response = api.client.post(
+        "/v1/batches", json=batch_body(sources), headers={"Idempotency-Key": "k" * 256}
+    )
+    assert_problem(response, 422, field="Idempotency-Key")
+
+
+@sqlite_only
+@pytest.mark.parametrize(
+    "source",
+    [
+        "/etc/passwd",
+        "http://example.com/a.jpg",
+        "ftp://host/a.jpg",
+        "file:///etc/hosts",
+        "s3://bucket/key.jpg",
+        "relative/path.jpg",
+    ],
+)
+def test_sources_outside_the_roots_are_refused(
+    api: LiveServer, sources: list[str], source: str
+) -> None:
+    """Paths outside the roots, other URL schemes and unlisted buckets are 422, never fetched."""
+    body = batch_body([sources[0], source])
+    problem = assert_problem(
+        api.client.post("/v1/batches", json=body), 422, field="items[1].source"
+    )
+    assert "/etc" not in problem["detail"]
+
+
+@sqlite_only
+def test_dot_dot_and_symlinks_cannot_escape(
+    api: LiveServer, sources: list[str], source_root: Path, tmp_path: Path
+) -> None:
+    """`..` segments and symlinks leading out of a root are refused; the target is not echoed."""
+    secret = tmp_path / "private" / "secret.jpg"
+    secret.parent.mkdir()
+    secret.write_bytes(b"not for you")
+    link = source_root / "innocent.jpg"
+    os.symlink(secret, link)
+    for escape in (str(source_root / ".." / "private" / "secret.jpg"), str(link)):
+        response = api.client.post("/v1/batches", json=batch_body([escape]))
+        problem = assert_problem(response, 422, field="items[0].source")
+        assert "private" not in response.text, problem
+
+
+def test_s3_sources_under_an_s3_root_are_accepted(serve: Any, source_root: Path) -> None:
+    """With an s3://bucket/prefix root, keys under the prefix pass and other keys do not."""
+    live = serve(source_roots=(str(source_root), "s3://catalogue/imports"))
+    ok = live.client.post("/v1/batches", json=batch_body(["s3://catalogue/imports/a.jpg"]))
+    assert ok.status_code == 201, ok.text
+    for refused in ("s3://catalogue/other/a.jpg", "s3://catalogue/imports/../x.jpg"):
+        response = live.client.post("/v1/batches", json=batch_body([refused]))
+        assert_problem(response, 422, field="items[0].source")
+
+
+def test_no_roots_configured_refuses_every_source(serve: Any, sources: list[str]) -> None:
+    """With BATCHCROP_SOURCE_ROOTS empty, nothing may be submitted through the API."""
+    live = serve(source_roots=())
+    response = live.client.post("/v1/batches", json=batch_body(sources))
+    assert_problem(response, 422, field="items[0].source")
