@@ -1,0 +1,44 @@
+"""Failures inside the server: a 500 or 503 problem, never a stack trace, SQL or a path."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import pytest
+import sqlalchemy as sa
+
+from tests.api.conftest import assert_problem, batch_body
+from tests.api.live import LiveServer
+
+LEAKS = ("Traceback", "sqlalchemy", "SELECT", "lease_", "batchcrop_", 'File "', ".py", "psycopg")
+
+
+def test_internal_errors_are_bare_500_problems(
+    api: LiveServer, sources: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A broken schema yields a 500 problem with no detail leaked; the log has the details."""
+    created = api.client.post("/v1/batches", json=batch_body(sources)).json()
+    with api.app.engine.begin() as conn:
+        conn.execute(sa.text("DROP TABLE batchcrop_derivatives"))
+    with caplog.at_level(logging.ERROR, logger="batchcrop.api"):
+        response = api.client.get(f"/v1/batches/{created['id']}/items")
+    problem = assert_problem(response, 500)
+    for leak in LEAKS:
+        assert leak not in response.text, problem
+    assert "unhandled error answering GET" in caplog.text
+    assert api.client.get(f"/v1/batches/{created['id']}").status_code == 200
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_healthz_is_503_without_a_database(serve: Callable[..., LiveServer]) -> None:
+    """With the database unreachable, /healthz is a 503 problem that leaks no URL or error."""
+    live = serve()
+    live.app.engine.dispose()
+    unreachable = sa.create_engine("postgresql+psycopg://nobody:pw@127.0.0.1:9/none")
+    live.app.engine = unreachable
+    response = live.client.get("/healthz")
+    problem = assert_problem(response, 503)
+    for leak in (*LEAKS, "nobody", "127.0.0.1:9", "pw"):
+        assert leak not in response.text, problem
+    unreachable.dispose()
