@@ -245,19 +245,19 @@ class LeaseManager:
     def reap(self) -> ReapResult:
         """G and H: one set-based pass; idempotent and safe from many processes at once.
 
-        Cancelled groups, then groups past their deadline: queued, retryable and expired
+        In cancelled groups and groups past their deadline, queued, retryable and expired
         in-progress items become `abandoned` (`cancelled` / `deadline_exceeded`). Then every
         other expired lease becomes `retryable` (`lease_expired`) or `failed`
         (`attempts_exhausted`) at the cap. Each batch of moves is its own transaction.
         """
         cid = transitions.new_correlation_id()
         moved: Counter[str] = Counter()
-        for reason, selection in (
-            ("cancelled", queries.cancelled_groups()),
-            ("deadline_exceeded", queries.expired_groups()),
-        ):
+        with self._store.read() as c:
+            closed = self._store.rows(c, queries.closed_groups_with_work())
+        for group in closed:
+            reason = "cancelled" if group.cancel_requested else "deadline_exceeded"
             for from_state in (State.QUEUED, State.RETRYABLE, State.IN_PROGRESS):
-                stmt = queries.abandon(from_state, reason, selection, MOVE_BATCH_ROWS)
+                stmt = queries.abandon(from_state, reason, group.id, MOVE_BATCH_ROWS)
                 live = from_state is State.IN_PROGRESS
                 moved += self._move_all(stmt, Source(from_state, None, cid, live))
         stmt = queries.retry_or_fail_expired(
@@ -290,9 +290,7 @@ class LeaseManager:
                 raise NoSuchGroup(group_id)
         cid = transitions.new_correlation_id()
         for from_state in (State.QUEUED, State.RETRYABLE):
-            stmt = queries.abandon(
-                from_state, "cancelled", queries.one_group(group_id), MOVE_BATCH_ROWS
-            )
+            stmt = queries.abandon(from_state, "cancelled", group_id, MOVE_BATCH_ROWS)
             self._move_all(stmt, Source(from_state, None, cid, attempt_fields=False))
 
     def requeue(

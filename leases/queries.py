@@ -20,7 +20,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from leases.models import CATEGORISED, UNFINISHED, State
 from leases.schema import counters, events, groups, items
-from leases.sqlfuncs import db_now_ms, random_short_id, random_token, random_unit
+from leases.sqlfuncs import db_now_ms, in_picked, random_short_id, random_token, random_unit
 
 # A retry waits between (1 - fraction) and 1 times its exponential backoff ("equal jitter"),
 # so that items expired together do not come back together.
@@ -217,7 +217,7 @@ def claim(
     picked = picked_query.cte("picked").prefix_with("MATERIALIZED")
     return (
         sa.update(items)
-        .where(items.c.id.in_(sa.select(picked.c.id)), state_is(from_state))
+        .where(in_picked(items.c.id, picked), state_is(from_state))
         .values(
             state=State.IN_PROGRESS.value,
             attempt=items.c.attempt + 1,
@@ -321,21 +321,15 @@ def check_lease(item_id: str, lease_token: str) -> sa.Select[tuple[str]]:
 # --- reaper, cancel, requeue ------------------------------------------------------------------
 
 
-def cancelled_groups() -> sa.Select[tuple[str]]:
-    """Ids of groups with cancel requested."""
-    return sa.select(groups.c.id).where(groups.c.cancel_requested)
+def closed_groups_with_work() -> sa.Select[Any]:
+    """Groups cancelled or past their deadline that still hold unfinished items: (id, cancel).
 
-
-def expired_groups() -> sa.Select[tuple[str]]:
-    """Ids of groups past their deadline (and not cancelled: cancel is reported first)."""
-    return sa.select(groups.c.id).where(
-        groups.c.deadline_at <= db_now_ms(), sa.not_(groups.c.cancel_requested)
-    )
-
-
-def one_group(group_id: str) -> sa.Select[tuple[str]]:
-    """The id of one group, as a group selection."""
-    return sa.select(groups.c.id).where(groups.c.id == group_id)
+    One probe of the unfinished-items index per closed group, so finished groups cost nothing
+    to skip however many there are.
+    """
+    unfinished = sa.exists().where(items.c.group_id == groups.c.id, state_in(UNFINISHED))
+    closed = sa.or_(groups.c.cancel_requested, groups.c.deadline_at <= db_now_ms())
+    return sa.select(groups.c.id, groups.c.cancel_requested).where(closed, unfinished)
 
 
 def _pick(where: Sequence[ColumnElement[bool]], limit: int) -> sa.CTE:
@@ -345,10 +339,8 @@ def _pick(where: Sequence[ColumnElement[bool]], limit: int) -> sa.CTE:
     return query.cte("picked").prefix_with("MATERIALIZED")
 
 
-def abandon(
-    from_state: State, reason: str, group_select: sa.Select[tuple[str]], limit: int
-) -> Update:
-    """Move up to `limit` items of the selected groups from `from_state` to abandoned.
+def abandon(from_state: State, reason: str, group_id: str, limit: int) -> Update:
+    """Move up to `limit` of the group's items from `from_state` to abandoned.
 
     For `in_progress` only expired leases are taken (a live holder is stopped by its heartbeat
     instead). Concurrency: rows are picked with SKIP LOCKED and re-checked by the UPDATE's
@@ -357,14 +349,14 @@ def abandon(
     now = db_now_ms()
     where: list[ColumnElement[bool]] = [
         state_is(from_state),
-        items.c.group_id.in_(group_select),
+        items.c.group_id == group_id,
     ]
     if from_state is State.IN_PROGRESS:
         where.append(items.c.lease_expires_at <= now)
     picked = _pick(where, limit)
     return (
         sa.update(items)
-        .where(items.c.id.in_(sa.select(picked.c.id)), state_is(from_state))
+        .where(in_picked(items.c.id, picked), state_is(from_state))
         .values(
             state=State.ABANDONED.value,
             error_category=reason,
@@ -386,7 +378,7 @@ def retry_or_fail_expired(limit: int, *, base_ms: int, max_ms: int) -> Update:
     return (
         sa.update(items)
         .where(
-            items.c.id.in_(sa.select(picked.c.id)),
+            in_picked(items.c.id, picked),
             state_is(State.IN_PROGRESS),
             items.c.lease_expires_at <= now,
         )

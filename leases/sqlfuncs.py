@@ -10,7 +10,8 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.sql.expression import FunctionElement
+from sqlalchemy.sql.expression import ColumnElement, FunctionElement
+from sqlalchemy.sql.visitors import InternalTraversal
 
 
 class db_now_ms(FunctionElement[int]):
@@ -84,3 +85,39 @@ def _unit_pg(element: random_unit, compiler: Any, **kw: Any) -> str:
 def _unit_sqlite(element: random_unit, compiler: Any, **kw: Any) -> str:
     # random() is a signed 64-bit integer; keep 20 bits of it.
     return "((random() & 1048575) / 1048576.0)"
+
+
+class in_picked(ColumnElement[bool]):
+    """`column IN (SELECT id FROM picked)`, rendered so PostgreSQL probes the primary key.
+
+    PostgreSQL plans `IN (SELECT ...)` as a hash semi-join and, when it over-estimates the
+    picked rows, scans the whole table to feed it; `= ANY(ARRAY(SELECT ...))` is always an
+    index lookup per picked id. SQLite keeps the plain form (it has no arrays).
+    """
+
+    type = sa.Boolean()
+    # Already a predicate: without this SQLite's non-native booleans would get "= 1" appended.
+    _is_implicitly_boolean = True
+    inherit_cache = True
+    _traverse_internals = [  # noqa: RUF012  (SQLAlchemy's cache-key protocol expects a list)
+        ("column", InternalTraversal.dp_clauseelement),
+        ("picked", InternalTraversal.dp_clauseelement),
+    ]
+
+    def __init__(self, column: ColumnElement[Any], picked: sa.CTE) -> None:
+        self.column = column
+        self.picked = picked
+
+
+@compiles(in_picked, "postgresql")
+def _in_picked_pg(element: in_picked, compiler: Any, **kw: Any) -> str:
+    column = compiler.process(element.column, **kw)
+    ids = compiler.process(sa.select(element.picked.c.id), **kw)
+    return f"{column} = ANY(ARRAY({ids}))"
+
+
+@compiles(in_picked, "sqlite")
+def _in_picked_sqlite(element: in_picked, compiler: Any, **kw: Any) -> str:
+    column = compiler.process(element.column, **kw)
+    ids = compiler.process(sa.select(element.picked.c.id), **kw)
+    return f"{column} IN ({ids})"

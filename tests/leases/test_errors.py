@@ -1,0 +1,57 @@
+"""Transient database failures surface as DatabaseUnavailable, chained to the driver error."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from leases import DatabaseUnavailable, LeaseError, LeaseManager, make_engine, upgrade
+from tests.leases.conftest import new_group
+
+CLOSED_PORT_URL = "postgresql+psycopg://postgres@127.0.0.1:1/none?connect_timeout=2"
+
+
+def test_unreachable_postgres_is_unavailable() -> None:
+    """A refused connection raises DatabaseUnavailable (a LeaseError) from the driver error."""
+    engine = make_engine(CLOSED_PORT_URL)
+    manager = LeaseManager(engine)
+    with pytest.raises(DatabaseUnavailable) as caught:
+        manager.claim("w", 1)
+    assert isinstance(caught.value, LeaseError)
+    assert isinstance(caught.value.__cause__, sa.exc.OperationalError)
+    engine.dispose()
+
+
+def test_sqlite_lock_beyond_busy_timeout_is_unavailable(sqlite_url: str) -> None:
+    """A write lock held elsewhere longer than the busy timeout raises DatabaseUnavailable."""
+    engine = make_engine(sqlite_url)
+    upgrade(engine)
+    manager = LeaseManager(engine)
+    new_group(manager, 1)
+    engine.dispose()
+
+    def short_timeout(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.execute("PRAGMA busy_timeout=50")
+
+    sa.event.listen(engine, "connect", short_timeout)
+    holder = sqlite3.connect(sa.make_url(sqlite_url).database or "", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(DatabaseUnavailable):
+            manager.claim("w", 1)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert len(manager.claim("w", 1)) == 1
+    engine.dispose()
+
+
+def test_programming_errors_are_not_outages(sqlite_url: str) -> None:
+    """A missing schema is a bug, not an outage: the driver error propagates unchanged."""
+    engine = make_engine(sqlite_url)
+    with pytest.raises(sa.exc.OperationalError, match="no such table"):
+        LeaseManager(engine).claim("w", 1)
+    engine.dispose()
