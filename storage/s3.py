@@ -38,9 +38,9 @@ from storage.port import (
     validate_prefix,
 )
 from storage.s3errors import (
+    error_code,
     is_conditional_conflict,
     is_precondition_failed,
-    translate,
     translated,
 )
 
@@ -153,17 +153,14 @@ class S3Store:
         full_key = self._full_key(key)
         digest = sha256_hex(data)
         user_metadata = {**(metadata or {}), SHA256_METADATA_KEY: digest}
-        what = f"put {self.url}/{key}"
-        try:
-            self._conditional_put(full_key, data, content_type, user_metadata)
-        except ClientError as exc:
-            if not is_precondition_failed(exc):
-                raise translate(exc, what) from exc
-        except BotoCoreError as exc:
-            raise translate(exc, what) from exc
-        else:
-            return PutResult(key=key, created=True, sha256=digest)
-        return self._resolve_taken(key, digest)
+        with translated(f"put {self.url}/{key}"):
+            try:
+                self._conditional_put(full_key, data, content_type, user_metadata)
+            except ClientError as exc:
+                if not is_precondition_failed(exc):
+                    raise
+                return self._resolve_taken(key, digest)
+        return PutResult(key=key, created=True, sha256=digest)
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         """Yield objects under `prefix`, in the server's (UTF-8 binary, i.e. sorted) key order.
@@ -243,18 +240,19 @@ class S3Store:
 
     def _probe_write(self, full_key: str, *, first: bool) -> None:
         what = f"probe conditional write on {self.url}"
-        try:
-            self.client.put_object(Bucket=self.bucket, Key=full_key, Body=b"probe", IfNoneMatch="*")
-        except ClientError as exc:
-            if is_precondition_failed(exc):
-                # On the first write, a 412 is our own write answered twice (a lost response
-                # retried by botocore): the store honours the condition either way.
-                return
-            if exc.response.get("Error", {}).get("Code") in _NOT_IMPLEMENTED_CODES:
-                raise ConditionalWritesUnsupported(f"{what}: {exc}") from exc
-            raise translate(exc, what) from exc
-        except BotoCoreError as exc:
-            raise translate(exc, what) from exc
+        with translated(what):
+            try:
+                self.client.put_object(
+                    Bucket=self.bucket, Key=full_key, Body=b"probe", IfNoneMatch="*"
+                )
+            except ClientError as exc:
+                if is_precondition_failed(exc):
+                    # On the first write, a 412 is our own write answered twice (a lost response
+                    # retried by botocore): the store honours the condition either way.
+                    return
+                if error_code(exc) in _NOT_IMPLEMENTED_CODES:
+                    raise ConditionalWritesUnsupported(f"{what}: {exc}") from exc
+                raise
         if not first:
             raise ConditionalWritesUnsupported(
                 f"{self.url} accepted a second If-None-Match: * write to an existing key; "

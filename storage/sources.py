@@ -56,6 +56,8 @@ class SourceReader:
         if roots is not None:
             self._local_roots, self._s3_roots = [], []
             for root in roots:
+                if not root.strip():
+                    continue  # an empty entry (e.g. "a::b") must not silently allow the cwd
                 if root.startswith(S3_SCHEME):
                     bucket, prefix = split_s3_url(root)
                     self._s3_roots.append((bucket, prefix.strip("/")))
@@ -132,7 +134,7 @@ class SourceReader:
             bucket, key = split_s3_url(source)
         except ValueError as exc:
             raise SourceNotAllowed(str(exc)) from exc
-        key = key.rstrip("/") if key.endswith("/") else key
+        key = key.rstrip("/")
         if key:
             try:
                 validate_key(key)

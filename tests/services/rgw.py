@@ -19,7 +19,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,9 +91,11 @@ def stop() -> None:
 
 
 def _ready() -> bool:
-    """True when our bootstrap completed and the gateway answers HTTP."""
-    if not (ROOT / "ready").exists():
-        return False
+    """True when our bootstrap completed (test user included) and the gateway answers HTTP."""
+    return (ROOT / "ready").exists() and _answers_http()
+
+
+def _answers_http() -> bool:
     try:
         with urllib.request.urlopen(ENDPOINT.url, timeout=2):
             return True
@@ -210,15 +212,12 @@ def _bootstrap() -> None:
     _start("ceph-osd", "-c", str(conf), "-i", "0")
     _wait("OSD", OSD_STARTUP_TIMEOUT_SECONDS, lambda: "1 up" in _ceph_out(conf, "osd", "stat"))
     _start("radosgw", "-c", str(conf), "-n", "client.rgw.a")
-    (ROOT / "ready").touch()  # _ready() needs it; removed again below if the gateway never answers
-    try:
-        _wait("radosgw", RGW_STARTUP_TIMEOUT_SECONDS, _ready)
-        _run("radosgw-admin", "-c", str(conf), "user", "create", "--uid=batchcrop-test",
-             "--display-name=batchcrop test", f"--access-key={ACCESS_KEY}",
-             f"--secret={SECRET_KEY}")  # fmt: skip
-    except BaseException:
-        (ROOT / "ready").unlink(missing_ok=True)
-        raise
+    _wait("radosgw", RGW_STARTUP_TIMEOUT_SECONDS, _answers_http)
+    _run("radosgw-admin", "-c", str(conf), "user", "create", "--uid=batchcrop-test",
+         "--display-name=batchcrop test", f"--access-key={ACCESS_KEY}",
+         f"--secret={SECRET_KEY}")  # fmt: skip
+    # Last: other processes treat the gateway as usable only once this marker exists.
+    (ROOT / "ready").touch()
 
 
 def _conf_value(conf: Path, name: str) -> str:
@@ -264,8 +263,7 @@ def _ceph_ok(conf: Path, *args: str) -> bool:
     return bool(_ceph_out(conf, *args))
 
 
-def _wait(what: str, timeout_seconds: float, done: object) -> None:
-    assert callable(done)
+def _wait(what: str, timeout_seconds: float, done: Callable[[], bool]) -> None:
     deadline = time.monotonic() + timeout_seconds
     while not done():
         if time.monotonic() > deadline:
