@@ -1,16 +1,18 @@
 """Window geometry: which part of the source each ratio keeps, and the output size.
 
 Every window is the largest of its ratio that fits the source (it spans the full width or the full
-height), so only its position along one axis is chosen. The position keeps the most salient mass
-and, among the positions that keep nearly as much, puts the window's centre closest to the centre
-of the mass it keeps: a small subject ends up centred, not pushed against the window's edge, and
-a subject at the image border stays inside (the window is clamped to the image, never cut).
+height), so only its position along one axis is chosen, from the saliency summed across the other
+axis. The position keeps (nearly) the most salient mass; among those positions it prefers edges
+that cut through the least salience, then the one centred on the mass it keeps: a small subject
+ends up centred, not pushed against the window's edge, and a subject at the image border stays
+whole (the window is clamped to the image; its edge there cuts nothing).
 Pure functions.
 """
 
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import numpy.typing as npt
@@ -20,17 +22,21 @@ from batchcrop.crop.spec import Ratio
 PLACEMENT_TOLERANCE = 0.02
 """Positions keeping at least (1 - this) of the best salient mass count as equally good."""
 
+CUT_TOLERANCE = 0.1
+"""Edge cuts within this fraction of the profile's peak of the least-cutting position are equal."""
+
 PLACEMENT_STEP_CELLS = 0.25
 """Candidate window positions are this many saliency-map cells apart."""
 
 _FLOOR_SLACK = 1e-6  # absorbs float error in "at least this many pixels" comparisons
 
 Box = tuple[int, int, int, int]
+_HALF = Fraction(1, 2)
 
 
-def round_half_up(value: float) -> int:
+def round_half_up(value: float | Fraction) -> int:
     """Round to the nearest integer, halves up (Python's round() goes to even)."""
-    return math.floor(value + 0.5)
+    return math.floor(value + _HALF)
 
 
 def window_size(ratio: Ratio, width: int, height: int) -> tuple[int, int]:
@@ -83,26 +89,56 @@ def place_window(
 
 
 def _place(profile: npt.NDArray[np.float32], length: float) -> float:
-    """Start (in cells) of a `length`-cell window over a 1-D saliency profile."""
+    """Start (in cells) of a `length`-cell window over a 1-D saliency profile.
+
+    Three preferences, in order: keep nearly the most salient mass; among those positions, cut
+    through as little salience as possible (a window edge lying on the subject both cuts it and
+    pushes it against the edge); among those, centre the window on the mass it keeps.
+    """
     cells = int(profile.shape[0])
     slack = cells - length
     if slack <= 0:
         return 0.0
-    starts = np.append(np.arange(0.0, slack, PLACEMENT_STEP_CELLS), slack)
-    edges = np.arange(cells + 1, dtype=np.float64)
     weights = profile.astype(np.float64)
-    mass_before = np.concatenate(([0.0], np.cumsum(weights)))
-    moment_before = np.concatenate(([0.0], np.cumsum(weights * (edges[:-1] + 0.5))))
-    # Linear interpolation of the cumulative sums: exact mass for a piecewise-constant profile.
-    mass = np.interp(starts + length, edges, mass_before) - np.interp(starts, edges, mass_before)
-    moment = np.interp(starts + length, edges, moment_before) - np.interp(
-        starts, edges, moment_before
-    )
+    starts = np.append(np.arange(0.0, slack, PLACEMENT_STEP_CELLS), slack)
+    mass, moment = _window_sums(weights, starts, length)
     best = float(mass.max())
     if best <= 0.0:
         return slack / 2
+    keeps = mass >= best * (1.0 - PLACEMENT_TOLERANCE)
+    cut = _cut_salience(weights, starts, length)
+    keeps &= cut <= cut[keeps].min() + CUT_TOLERANCE * float(weights.max())
     centroid = moment / np.maximum(mass, np.finfo(np.float64).tiny)
-    off_centre = np.abs(centroid - (starts + length / 2))
-    off_centre[mass < best * (1.0 - PLACEMENT_TOLERANCE)] = np.inf
+    off_centre = np.where(keeps, np.abs(centroid - (starts + length / 2)), np.inf)
     chosen: float = starts[int(np.argmin(off_centre))].item()
     return chosen
+
+
+def _window_sums(
+    weights: npt.NDArray[np.float64], starts: npt.NDArray[np.float64], length: float
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Mass and first moment (about cell 0) of the profile inside each window."""
+    edges = np.arange(weights.shape[0] + 1, dtype=np.float64)
+    mass_before = np.concatenate(([0.0], np.cumsum(weights)))
+    moment_before = np.concatenate(([0.0], np.cumsum(weights * (edges[:-1] + 0.5))))
+    # Linear interpolation of the cumulative sums: exact mass for a piecewise-constant profile.
+    ends = starts + length
+    mass = np.interp(ends, edges, mass_before) - np.interp(starts, edges, mass_before)
+    moment = np.interp(ends, edges, moment_before) - np.interp(starts, edges, moment_before)
+    return mass, moment
+
+
+def _cut_salience(
+    weights: npt.NDArray[np.float64], starts: npt.NDArray[np.float64], length: float
+) -> npt.NDArray[np.float64]:
+    """Salience next to each window's two edges; an edge on the image border cuts nothing."""
+    cells = weights.shape[0]
+    # Dilate by one cell: a salient cell touching the edge counts as cut, not only one crossed.
+    near = np.maximum(weights, np.maximum(np.roll(weights, 1), np.roll(weights, -1)))
+    near[0] = max(weights[0], weights[min(1, cells - 1)])
+    near[-1] = max(weights[-1], weights[max(0, cells - 2)])
+    first = np.clip(np.floor(starts).astype(np.int64), 0, cells - 1)
+    last = np.clip(np.ceil(starts + length).astype(np.int64) - 1, 0, cells - 1)
+    before = np.where(starts > _FLOOR_SLACK, near[first], 0.0)
+    after = np.where(starts + length < cells - _FLOOR_SLACK, near[last], 0.0)
+    return before + after
