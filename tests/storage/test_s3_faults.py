@@ -14,6 +14,7 @@ from storage import (
     ConditionalWritesUnsupported,
     DerivativeConflict,
     ObjectNotFound,
+    ObjectTooLarge,
     S3Settings,
     S3Store,
     StorageError,
@@ -212,3 +213,37 @@ def _dummy_session(secret: str = "dummy") -> Any:
     return boto3.session.Session(
         aws_access_key_id="dummy", aws_secret_access_key=secret, region_name="us-east-1"
     )
+
+
+class _CountingBody:
+    """Wraps a response body and records how many bytes were read from it."""
+
+    def __init__(self, body: Any) -> None:
+        self._body = body
+        self.bytes_read = 0
+        self.closed = False
+
+    def read(self, amount: int | None = None) -> bytes:
+        data: bytes = self._body.read(amount)
+        self.bytes_read += len(data)
+        return data
+
+    def close(self) -> None:
+        self.closed = True
+        self._body.close()
+
+
+def test_too_large_object_is_refused_before_reading(s3_factory: StoreFactory) -> None:
+    """get(max_bytes) decides from Content-Length: no byte of a too-large body is read."""
+    store = s3_factory()
+    store.put_if_absent("large.bin", b"L" * 100_000)
+    bodies: list[_CountingBody] = []
+
+    def wrap_body(parsed: dict[str, Any], **_: Any) -> None:
+        bodies.append(_CountingBody(parsed["Body"]))
+        parsed["Body"] = bodies[-1]
+
+    store.client.meta.events.register("after-call.s3.GetObject", wrap_body)
+    with pytest.raises(ObjectTooLarge):
+        store.get("large.bin", max_bytes=99_999)
+    assert (bodies[0].bytes_read, bodies[0].closed) == (0, True)
