@@ -102,10 +102,11 @@ def test_output_is_baseline_jpeg() -> None:
 
 
 def test_shared_resample_matches_direct_resize() -> None:
-    """Outputs cut from a shared resample equal a direct Lanczos resize of their crop box.
+    """Outputs cut from a shared resample match a direct Lanczos resize of their crop box.
 
-    On this pattern a one-pixel error in the box costs ~3.5 levels on average; the box is whole
-    source pixels, so up to half a pixel (~1.8 levels) is rounding.
+    On this pattern a one-pixel error in the box costs ~3.5 levels on average. The box is whole
+    source pixels and a member of a shared resample may span up to one output pixel more or less
+    than its box, so the best match within a pixel of the box must be close.
     """
     rows, cols = np.mgrid[0:1100, 0:1700]
     pattern = 128 + 60 * np.sin(cols / 7.0) * np.sin(rows / 9.0)
@@ -113,9 +114,13 @@ def test_shared_resample_matches_direct_resize() -> None:
     draw_subject(source, (1000, 300, 1300, 700))
     ratios = tuple(Ratio.parse(t) for t in ("1:1", "4:3", "16:9", "3:4", "2:3"))
     for rendition in render(encode(source, "PNG"), RenderSpec(ratios, 400, quality=100)):
-        direct = source.resize(
-            (rendition.width, rendition.height), Image.Resampling.LANCZOS, box=rendition.crop_box
-        )
         shared = np.asarray(decode(rendition.data), dtype=np.float64)
-        error = np.abs(shared - np.asarray(direct, dtype=np.float64)).mean()
-        assert error < 2.5, (rendition.ratio, error)
+        left, top, right, bottom = rendition.crop_box
+        errors = []
+        for shift in (-1.0, -0.5, 0.0, 0.5, 1.0):
+            box = (left + shift, top, right + shift, bottom)
+            if box[0] < 0 or box[2] > source.width:
+                continue
+            direct = source.resize(shared.shape[1::-1], Image.Resampling.LANCZOS, box=box)
+            errors.append(np.abs(shared - np.asarray(direct, dtype=np.float64)).mean())
+        assert min(errors) < 2.0, (rendition.ratio, errors)
