@@ -1,0 +1,37 @@
+"""Key rules as properties: an accepted key never escapes a local store's root."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from storage import InvalidKey, LocalStore
+
+KEY_ALPHABET = st.sampled_from(["a", "é", " ", "/", ".", "..", "\\", "\x00", "\n", "日", "-"])
+keys = st.lists(KEY_ALPHABET, min_size=0, max_size=12).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(key=keys)
+def test_accepted_keys_stay_inside_the_root(key: str) -> None:
+    """Any key either raises InvalidKey or writes exactly one file, under the root."""
+    with tempfile.TemporaryDirectory() as scratch:
+        root = Path(scratch) / "root"
+        store = LocalStore(root)
+        try:
+            store.put_if_absent(key, b"x")
+        except InvalidKey:
+            written: list[str] = []
+        else:
+            written = [key]
+        files = sorted(
+            os.path.relpath(os.path.join(folder, name), root)
+            for folder, _, names in os.walk(scratch)
+            for name in names
+        )
+        assert files == written
+        assert [info.key for info in store.list()] == written
