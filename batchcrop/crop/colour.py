@@ -20,6 +20,8 @@ BACKGROUND_RGB = (255, 255, 255)
 SIXTEEN_BIT_MAX = 65535
 _WIDE_GRAY_MODES = frozenset({"I;16", "I;16L", "I;16B", "I;16N", "I"})
 _ALPHA_MODES = frozenset({"RGBA", "RGBa", "LA", "La", "PA"})
+# Floating-point pixels have no agreed range (0..1, 0..255, HDR): no faithful 8-bit conversion.
+_REFUSED_MODES = frozenset({"F"})
 
 
 def to_rgb(image: Image.Image) -> Image.Image:
@@ -27,6 +29,8 @@ def to_rgb(image: Image.Image) -> Image.Image:
     mode = image.mode
     if mode == "RGB":
         return image
+    if mode in _REFUSED_MODES:
+        raise UnsupportedImage(f"image mode {mode} is not supported")
     if mode in _WIDE_GRAY_MODES:
         return _wide_gray_to_rgb(image)
     if mode == "CMYK":

@@ -15,6 +15,7 @@ import math
 import struct
 import zlib
 from dataclasses import dataclass
+from functools import cache
 
 from PIL import ExifTags, Image, UnidentifiedImageError
 
@@ -79,7 +80,8 @@ def open_image(data: bytes, max_pixels: int) -> OpenedImage:
     if width * height > max_pixels:
         image.close()
         raise ImageTooLarge(f"{width}x{height} exceeds {max_pixels} pixels")
-    orientation = _orientation(image)
+    # Recent Pillow orients TIFFs itself (upright size at open, transpose on load).
+    orientation = 1 if image.format == "TIFF" and _pillow_orients_tiff() else _orientation(image)
     if orientation in _SWAPS_AXES:
         width, height = height, width
     return OpenedImage(image=image, orientation=orientation, size=(width, height))
@@ -117,6 +119,15 @@ def _orientation(image: Image.Image) -> int:
         # A broken EXIF block should not lose an otherwise good picture: show it as stored.
         return 1
     return value if isinstance(value, int) and 1 <= value <= 8 else 1
+
+
+@cache
+def _pillow_orients_tiff() -> bool:
+    """Whether this Pillow applies a TIFF's orientation tag itself, probed once on a 2x1 TIFF."""
+    buffer = io.BytesIO()
+    Image.new("L", (2, 1)).save(buffer, format="TIFF", tiffinfo={ExifTags.Base.Orientation: 6})
+    with Image.open(buffer) as probe:
+        return probe.size == (1, 2)
 
 
 def _refuse_known_unsupported(head: bytes) -> None:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from batchcrop.crop import Ratio, RenderSpec, render
+from batchcrop.crop import Ratio, RenderSpec, UnsupportedImage, render
 from batchcrop.crop.decode import decode_rgb, open_image
 from tests.crop.images import cmyk_profile_to_lab, decode, encode, mean_rgb, scene
 
@@ -140,3 +140,45 @@ def test_progressive_jpeg_decodes_at_reduced_scale() -> None:
     assert decode_rgb(open_image(data, 10**8), 0.24).size == (400, 300)
     (rendition,) = render(data, RenderSpec((Ratio(1, 1),), max_side=200))
     assert decode(rendition.data).size == (200, 200)
+
+
+def test_cmyk_tiff() -> None:
+    """CMYK TIFFs convert too (magenta ink renders magenta)."""
+    data = encode(Image.new("CMYK", (40, 40), (0, 255, 0, 0)), "TIFF")
+    assert_close((255, 0, 255), rendered_colour(data))
+
+
+def test_thirty_two_bit_integer_grayscale() -> None:
+    """Mode I pixels are read as 16-bit levels (40000 of 65535 is 156 of 255)."""
+    data = encode(Image.fromarray(np.full((40, 60), 40000, dtype=np.int32)), "TIFF")
+    assert_close((156, 156, 156), rendered_colour(data))
+
+
+def test_float_pixels_are_unsupported() -> None:
+    """Floating-point TIFFs have no agreed range and are refused as unsupported."""
+    data = encode(Image.fromarray(np.full((40, 60), 0.5, dtype=np.float32)), "TIFF")
+    with pytest.raises(UnsupportedImage):
+        render(data, SPEC)
+
+
+def test_mpo_camera_jpeg() -> None:
+    """A multi-picture (MPO) camera JPEG renders its first picture."""
+    first = Image.new("RGB", (60, 40), (200, 30, 30))
+    second = Image.new("RGB", (60, 40), (30, 30, 200))
+    data = encode(first, "MPO", save_all=True, append_images=[second])
+    assert_close((200, 30, 30), rendered_colour(data), tolerance=10)
+
+
+@pytest.mark.parametrize(
+    ("fmt", "options"),
+    [("PNG", {}), ("WEBP", {}), ("TIFF", {}), ("TIFF", {"compression": "tiff_lzw"})],
+)
+def test_orientation_outside_jpeg(fmt: str, options: dict[str, object]) -> None:
+    """EXIF orientation is honoured once in PNG, WebP and TIFF too (6: stored sideways)."""
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    image = Image.new("RGB", (300, 200), (90, 90, 90))
+    data = encode(image, fmt, exif=exif.tobytes(), **options)
+    (rendition,) = render(data, RenderSpec((Ratio(1, 1),), max_side=64))
+    assert rendition.crop_box[2:] == (200, rendition.crop_box[1] + 200)
+    assert rendition.crop_box[3] <= 300
