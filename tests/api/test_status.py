@@ -13,6 +13,7 @@ from batchcrop.api.polling import (
     if_none_match_matches,
     retry_after_seconds,
 )
+from batchcrop.api.server import is_loopback
 from tests.api.conftest import assert_problem, batch_body
 from tests.api.live import LiveServer
 
@@ -158,3 +159,22 @@ def test_if_none_match_parsing() -> None:
     assert not if_none_match_matches("", '"a"')
     assert not if_none_match_matches('"b", "c"', '"a"')
     assert if_none_match_matches(' "b" , W/"a"', '"a"')
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.8.9.10", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("localhost", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("10.0.0.5", False),
+        ("example.com", False),
+    ],
+)
+def test_loopback_detection(host: str, loopback: bool) -> None:
+    """Only loopback addresses and localhost count as loopback; 0.0.0.0 and :: do not."""
+    assert is_loopback(host) is loopback
