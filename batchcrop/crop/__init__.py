@@ -1,7 +1,7 @@
 """Smart crop engine: source bytes in, one smart-cropped, resized, encoded JPEG per ratio out.
 
 Pure functions, no storage and no database. See `render` for the pipeline and
-`docs/adr/0003-saliency-window.md` for how windows are chosen.
+`docs/adr/0003-saliency-window-crop.md` for how windows are chosen.
 """
 
 from batchcrop.crop.decode import MAX_SOURCE_PIXELS
