@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import io
 
+import numpy as np
 from PIL import Image
 
 from batchcrop.crop.decode import MAX_SOURCE_PIXELS, decode_rgb, open_image
@@ -38,7 +39,9 @@ def render(
     windows = [window_size(ratio, width, height) for ratio in spec.ratios]
     picture = decode_rgb(opened, max(needed_scale(window, spec.max_side) for window in windows))
     scale_x, scale_y = picture.width / width, picture.height / height
-    saliency = saliency_map(small_copy(picture))
+    # A ratio equal to the source's leaves nothing to choose: skip saliency when all do.
+    needs_placing = any(window != (width, height) for window in windows)
+    saliency = saliency_map(small_copy(picture)) if needs_placing else np.zeros((1, 1), np.float32)
     cuts = []
     for ratio, window in zip(spec.ratios, windows, strict=True):
         box = place_window(window, (width, height), saliency)

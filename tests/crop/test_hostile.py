@@ -6,6 +6,8 @@ import struct
 import zlib
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from PIL import Image
 
 from batchcrop.crop import (
@@ -172,3 +174,35 @@ def test_corrupt_exif_does_not_lose_the_picture() -> None:
     square, wide = render(data[:2] + segment + data[2:], SPEC)
     assert (square.crop_box[2] - square.crop_box[0], square.crop_box[3]) == (300, 300)
     assert (wide.crop_box[0], wide.crop_box[2]) == (0, 400)
+
+
+FUZZ_BASE = scene(120, 80, (30, 20, 70, 60))
+FUZZ_SOURCES = {
+    "jpeg": encode(FUZZ_BASE, "JPEG"),
+    "progressive": encode(FUZZ_BASE, "JPEG", progressive=True),
+    "png": encode(FUZZ_BASE, "PNG"),
+    "gif": encode(FUZZ_BASE, "GIF"),
+    "webp": encode(FUZZ_BASE, "WEBP"),
+    "tiff": encode(FUZZ_BASE, "TIFF"),
+    "bmp": encode(FUZZ_BASE, "BMP"),
+}
+
+
+# Pillow only warns about damaged metadata; the product runs with default warning filters.
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@settings(max_examples=150, deadline=None)
+@given(
+    name=st.sampled_from(sorted(FUZZ_SOURCES)),
+    edits=st.lists(st.tuples(st.floats(0, 1, exclude_max=True), st.integers(0, 255)), max_size=8),
+    keep=st.floats(0.05, 1.0),
+)
+def test_damaged_files_fail_cleanly(name: str, edits: list[tuple[float, int]], keep: float) -> None:
+    """Randomly damaged or cut files either render whole outputs or raise a CropError."""
+    data = bytearray(FUZZ_SOURCES[name])
+    for where, value in edits:
+        data[int(where * len(data))] = value
+    try:
+        renditions = render(bytes(data[: max(1, int(len(data) * keep))]), SPEC)
+    except CropError:
+        return
+    assert [r.ratio for r in renditions] == list(SPEC.ratios)
