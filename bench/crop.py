@@ -4,7 +4,8 @@ Generates 12 MP JPEGs (baseline and progressive) with a subject at a known place
 into 1:1, 4:3, 16:9 and 3:4 at 1200 px and quality 85 with every engine, and prints per engine:
 median ms per image, peak RSS of the engine's own process, and how many crops contain the whole
 subject. Each engine runs in its own subprocess, pinned to one thread (VIPS_CONCURRENCY=1,
-OMP/OPENBLAS threads 1) so the comparison is per core.
+OMP/OPENBLAS threads 1) so the comparison is per core; the images are generated in another
+subprocess so the parent stays small (Linux children inherit the parent's ru_maxrss).
 
     .venv/bin/python bench/crop.py [--images 10] [--engines ours,vips,vips-full,smartcrop]
 
@@ -208,6 +209,19 @@ def run_smartcrop(data: bytes) -> list[Box]:
     return boxes
 
 
+def peak_rss_mb() -> tuple[float, float]:
+    """(VmHWM, ru_maxrss) of this process in MB.
+
+    ru_maxrss survives exec on Linux, so a child started by a big parent reports at least the
+    parent's peak; VmHWM belongs to this process's own address space. Both are printed.
+    """
+    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024, maxrss
+    return maxrss, maxrss
+
+
 def worker(engine: str, directory: Path) -> None:
     """Run one engine over every image in `directory`; print one JSON line of results."""
     manifest = json.loads((directory / "manifest.json").read_text())
@@ -220,27 +234,27 @@ def worker(engine: str, directory: Path) -> None:
     run = engines[engine]
     sources = [(directory / entry["file"]).read_bytes() for entry in manifest]
     run(sources[0])  # warm-up: imports, codec tables, first-call allocations
-    timings, contained, total = [], 0, 0
+    wall, cpu, contained, total = [], [], 0, 0
     for data, entry in zip(sources, manifest, strict=True):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         boxes = run(data)
-        timings.append((time.perf_counter() - start) * 1000)
+        wall.append((time.perf_counter() - start) * 1000)
+        cpu.append((time.process_time() - start_cpu) * 1000)
         subject = tuple(entry["subject"])
         contained += sum(contains(box, subject) for box in boxes)
         total += len(boxes)
-    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(
-        json.dumps(
-            {
-                "median_ms": statistics.median(timings),
-                "min_ms": min(timings),
-                "max_ms": max(timings),
-                "peak_rss_mb": peak_kib / 1024,
-                "contained": contained,
-                "crops": total,
-            }
-        )
-    )
+    hwm, maxrss = peak_rss_mb()
+    result = {
+        "median_ms": statistics.median(wall),
+        "min_ms": min(wall),
+        "max_ms": max(wall),
+        "cpu_ms": statistics.median(cpu),
+        "peak_rss_mb": hwm,
+        "ru_maxrss_mb": maxrss,
+        "contained": contained,
+        "crops": total,
+    }
+    print(json.dumps(result))
 
 
 def main() -> None:
@@ -249,19 +263,24 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=10)
     parser.add_argument("--engines", default=",".join(ENGINES))
     parser.add_argument("--worker", choices=ENGINES, help=argparse.SUPPRESS)
+    parser.add_argument("--generate", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--dir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(args.worker, args.dir)
         return
+    if args.generate is not None:
+        generate(args.dir, args.generate)
+        return
+    env = {**os.environ, **SINGLE_THREAD_ENV}
     with tempfile.TemporaryDirectory(prefix="bench-crop-") as temp:
-        directory = Path(temp)
         print(f"generating {args.images} {WIDTH_PX}x{HEIGHT_PX} JPEGs ...", flush=True)
-        generate(directory, args.images)
+        # In a subprocess, so this process stays small: children inherit its ru_maxrss.
+        generator = [sys.executable, __file__, "--generate", str(args.images), "--dir", temp]
+        subprocess.run(generator, env=env, check=True)
         results = {}
         for engine in args.engines.split(","):
-            command = [sys.executable, __file__, "--worker", engine, "--dir", str(directory)]
-            env = {**os.environ, **SINGLE_THREAD_ENV}
+            command = [sys.executable, __file__, "--worker", engine, "--dir", temp]
             done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
             if done.returncode != 0:
                 print(f"{engine}: failed\n{done.stderr}", file=sys.stderr)
@@ -273,17 +292,21 @@ def main() -> None:
 def print_table(results: dict[str, dict[str, float]]) -> None:
     """One row per engine; the last column is our median divided by the engine's."""
     ours = results.get("ours", {}).get("median_ms")
-    columns = ("median ms", "min-max ms", "peak RSS MB", "subject kept", "ours/this")
-    print(f"{'engine':36}" + "".join(f"{column:>14}" for column in columns))
+    columns = ("median ms", "min-max ms", "CPU ms", "VmHWM MB", "ru_maxrss MB", "kept", "ours/it")
+    widths = (10, 12, 8, 10, 13, 7, 8)
+    print(f"{'engine':34}" + "".join(f"{c:>{w + 1}}" for c, w in zip(columns, widths, strict=True)))
     for engine, row in results.items():
         cells = (
             f"{row['median_ms']:.1f}",
             f"{row['min_ms']:.0f}-{row['max_ms']:.0f}",
+            f"{row['cpu_ms']:.1f}",
             f"{row['peak_rss_mb']:.1f}",
+            f"{row['ru_maxrss_mb']:.1f}",
             f"{row['contained']:.0f}/{row['crops']:.0f}",
             f"{ours / row['median_ms']:.2f}" if ours else "-",
         )
-        print(f"{LABELS[engine]:36}" + "".join(f"{cell:>14}" for cell in cells))
+        line = "".join(f"{c:>{w + 1}}" for c, w in zip(cells, widths, strict=True))
+        print(f"{LABELS[engine]:34}{line}")
 
 
 if __name__ == "__main__":
