@@ -154,7 +154,11 @@ class LocalStore:
         self._validate(key)
         digest = sha256_hex(data)
         with _os_errors(key):
-            parent_fd, name = self._open_parent(key, create=True)
+            try:
+                parent_fd, name = self._open_parent(key, create=True)
+            except FileNotFoundError as exc:
+                # Only the root can be missing here (folders below it are created).
+                raise StorageUnavailable(f"store folder is missing: {self.root}") from exc
             try:
                 existing = self._existing_sha256(parent_fd, name, key)
                 if existing is None:
@@ -181,9 +185,16 @@ class LocalStore:
             yield ObjectInfo(key=key, size=size, sha256=None)
 
     def check(self) -> None:
-        """Prove the root is writable and supports hard links (the no-replace primitive)."""
+        """Prove the root is writable and supports hard links (the no-replace primitive).
+
+        A root (or staging folder) that vanished, e.g. an unmounted volume, is `StorageUnavailable`.
+        """
+        try:
+            with _os_errors(str(self.root)):
+                staging_fd = os.open(self._staging, _DIR_FLAGS)
+        except ObjectNotFound as exc:
+            raise StorageUnavailable(f"store folder is missing: {self._staging}") from exc
         with _os_errors(str(self.root)):
-            staging_fd = os.open(self._staging, _DIR_FLAGS)
             first, second = f"probe-{uuid.uuid4().hex}", f"probe-{uuid.uuid4().hex}"
             try:
                 os.close(
@@ -281,7 +292,10 @@ class LocalStore:
 
     def _link_new(self, parent_fd: int, name: str, data: bytes) -> bool:
         """Stage `data`, link it to `name` unless taken; True if this call created the object."""
-        staging_fd = os.open(self._staging, _DIR_FLAGS)
+        try:
+            staging_fd = os.open(self._staging, _DIR_FLAGS)
+        except FileNotFoundError as exc:
+            raise StorageUnavailable(f"staging folder is missing: {self._staging}") from exc
         temp_name = f"{uuid.uuid4().hex}.tmp"
         try:
             with open(temp_name, "wb", opener=_opener(staging_fd, os.O_EXCL)) as temp:

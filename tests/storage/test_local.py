@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import shutil
 import time
 from pathlib import Path
 
 import pytest
 
-from storage import InvalidKey, LocalStore, ObjectNotFound
+from storage import InvalidKey, LocalStore, ObjectNotFound, StorageUnavailable
 from storage.local import STAGING_DIR_NAME, STAGING_STALE_SECONDS
 
 PROCESS_WRITERS = 4
@@ -110,3 +111,14 @@ def test_processes_racing_have_exactly_one_creator(tmp_path: Path) -> None:
     for worker in workers:
         worker.join(timeout=30)
     assert sorted(results) == [False] * (PROCESS_WRITERS - 1) + [True]
+
+
+def test_check_reports_a_vanished_root_as_unavailable(tmp_path: Path) -> None:
+    """check() on a store whose folder disappeared (an unmounted volume) is StorageUnavailable."""
+    store = LocalStore(tmp_path / "root")
+    store.check()
+    shutil.rmtree(store.root)
+    with pytest.raises(StorageUnavailable):
+        store.check()
+    with pytest.raises(StorageUnavailable):
+        store.put_if_absent("k", b"x")
