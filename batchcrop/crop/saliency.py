@@ -25,6 +25,9 @@ SURROUND_FRACTIONS = (0.0625, 0.125, 0.25)
 """Surround box radii as fractions of the small copy's shorter side: several scales, so both
 small details and the interior of large subjects stand out from their surroundings."""
 
+LINE_PERCENTILE = 25.0
+"""Per row and column, saliency up to this percentile is a line across the frame, not subject."""
+
 BACKGROUND_SPREADS = 3.0
 """Saliency up to median + this many (robust) standard deviations counts as background."""
 MAD_TO_SIGMA = 1.4826
@@ -104,12 +107,15 @@ def saliency_map(image: Image.Image) -> FloatArray:
 def _without_lines(saliency: FloatArray) -> FloatArray:
     """Remove what a whole row or column shares: horizons, shelf edges, poles crossing the frame.
 
-    A subject fills a minority of its rows and columns, so the row and column medians pass it
-    through; a line across the frame is the median of its row and vanishes.
+    Subtracts each row's, then each column's, LINE_PERCENTILE level: a line across the frame
+    (even partly hidden) is that level in its row and vanishes, while a subject filling less than
+    three quarters of its rows and columns passes through.
     """
-    rows_removed = np.maximum(saliency - np.median(saliency, axis=1, keepdims=True), 0.0)
+    rows_removed = np.maximum(
+        saliency - np.percentile(saliency, LINE_PERCENTILE, axis=1, keepdims=True), 0.0
+    )
     result: FloatArray = np.maximum(
-        rows_removed - np.median(rows_removed, axis=0, keepdims=True), 0.0
+        rows_removed - np.percentile(rows_removed, LINE_PERCENTILE, axis=0, keepdims=True), 0.0
     ).astype(np.float32)
     return result
 

@@ -6,7 +6,16 @@ import pytest
 from PIL import Image
 
 from batchcrop.crop import Ratio, RenderSpec, render
-from tests.crop.images import SUBJECT_RGB, Box, contains, decode, encode, mean_rgb, scene
+from tests.crop.images import (
+    SUBJECT_RGB,
+    Box,
+    contains,
+    decode,
+    draw_subject,
+    encode,
+    mean_rgb,
+    scene,
+)
 
 FOUR = tuple(Ratio.parse(text) for text in ("1:1", "4:3", "16:9", "3:4"))
 
@@ -131,3 +140,23 @@ def test_subject_colour_survives_the_crop() -> None:
         box = (subject[0] + 10, subject[1] + 2, subject[0] + 20, subject[1] + 12)
         colour = subject_colour_at(rendition.data, rendition.crop_box, box)
         assert max(abs(c - s) for c, s in zip(colour, SUBJECT_RGB, strict=True)) < 25
+
+
+def test_large_subject_at_the_border_is_kept_whole() -> None:
+    """A subject as wide as the square window, touching the border, fills that window exactly."""
+    subject = (0, 50, 800, 800)
+    data = encode(scene(1200, 800, subject), "JPEG", quality=90)
+    (square,) = render(data, RenderSpec((Ratio(1, 1),), max_side=200))
+    assert square.crop_box == (0, 0, 800, 800)
+
+
+def test_horizon_does_not_outweigh_the_subject() -> None:
+    """A strong horizon across the frame is structure: the window goes to the subject instead."""
+    image = scene(600, 1100, None)
+    image.paste((60, 40, 20), (0, 800, 600, 1100))  # dark ground under a bright sky
+    image.paste((250, 250, 250), (0, 900, 600, 915))  # and a white fence rail along it
+    subject = (260, 120, 340, 330)
+    draw_subject(image, subject)
+    data = encode(image, "JPEG", quality=90)
+    for rendition in render(data, RenderSpec((Ratio(1, 1), Ratio(4, 3)), max_side=200)):
+        assert contains(rendition.crop_box, subject), (rendition.ratio, rendition.crop_box)
