@@ -63,6 +63,12 @@ def processes() -> Iterator[list[subprocess.Popen[str]]]:
         process.communicate(timeout=EXIT_SECONDS)
 
 
+def _server_log(process: subprocess.Popen[str]) -> str:
+    """Stop the server and return what it wrote on stderr (for failure messages)."""
+    process.kill()
+    return process.communicate(timeout=EXIT_SECONDS)[1]
+
+
 def _wait_healthy(url: str, process: subprocess.Popen[str]) -> None:
     deadline = time.monotonic() + STARTUP_SECONDS
     while time.monotonic() < deadline:
@@ -119,9 +125,9 @@ def test_serves_and_stops_gracefully(
     if token:
         assert httpx.get(url + "/v1/batches").status_code == 401
     created = httpx.post(url + "/v1/batches", json=batch_body(sources), headers=headers)
-    assert created.status_code == 201, created.text
+    assert created.status_code == 201, (created.text, _server_log(process))
     status = httpx.get(url + created.headers["location"], headers=headers)
-    assert status.json()["total"] == len(sources)
+    assert status.json()["total"] == len(sources), _server_log(process)
     process.send_signal(stop)
     _, stderr = process.communicate(timeout=EXIT_SECONDS)
     assert process.returncode == 0, stderr
