@@ -14,7 +14,14 @@ import boto3
 import pytest
 
 from storage import LocalStore, ObjectStore, S3Settings, S3Store
-from tests.s3_fixtures import moto_s3, rgw, rgw_bucket, rgw_session, rgw_settings
+from tests.s3_fixtures import (
+    moto_s3,
+    moto_session,
+    rgw,
+    rgw_bucket,
+    rgw_session,
+    rgw_settings,
+)
 from tests.services.rgw import RGWEndpoint
 
 __all__ = ["moto_s3", "rgw", "rgw_bucket"]  # fixtures imported for this folder's tests
@@ -34,7 +41,8 @@ def _s3_factory(request: pytest.FixtureRequest, backend: str) -> StoreFactory:
 
         def make_moto(**overrides: Any) -> S3Store:
             settings = S3Settings(region="us-east-1", **overrides)
-            return S3Store(base.bucket, STORE_PREFIX, settings=settings)
+            client = settings.client(moto_session())
+            return S3Store(base.bucket, STORE_PREFIX, settings=settings, client=client)
 
         return make_moto
     endpoint: RGWEndpoint = request.getfixturevalue("rgw")

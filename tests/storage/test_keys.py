@@ -15,7 +15,7 @@ KEY_ALPHABET = st.sampled_from(["a", "é", " ", "/", ".", "..", "\\", "\x00", "\
 keys = st.lists(KEY_ALPHABET, min_size=0, max_size=12).map("".join)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(key=keys)
 def test_accepted_keys_stay_inside_the_root(key: str) -> None:
     """Any key either raises InvalidKey or writes exactly one file, under the root."""
