@@ -42,14 +42,15 @@ from storage.errors import (
 )
 from storage.port import (
     DEFAULT_CONTENT_TYPE,
+    STAGING_DIR_NAME,
     ObjectInfo,
     PutResult,
+    is_reserved,
     sha256_hex,
     validate_key,
     validate_prefix,
 )
 
-STAGING_DIR_NAME = ".staging"
 STAGING_STALE_SECONDS = 3600.0
 """A staged temp file older than this belongs to a crashed writer and is deleted on startup."""
 READ_CHUNK_BYTES = 1024 * 1024
@@ -125,7 +126,7 @@ class LocalStore:
 
     def get(self, key: str, *, max_bytes: int | None = None) -> bytes:
         """Return the object's bytes; `ObjectTooLarge` is decided from its size before reading."""
-        self._validate(key)
+        validate_key(key)
         with _os_errors(key), self._open_object(key) as stream:
             size = os.fstat(stream.fileno()).st_size
             if max_bytes is not None and size > max_bytes:
@@ -134,7 +135,7 @@ class LocalStore:
 
     def head(self, key: str) -> ObjectInfo:
         """Return size and sha256 (computed by reading the object) of `key`."""
-        self._validate(key)
+        validate_key(key)
         with _os_errors(key), self._open_object(key) as stream:
             size = os.fstat(stream.fileno()).st_size
             return ObjectInfo(key=key, size=size, sha256=_hash_stream(stream))
@@ -151,7 +152,7 @@ class LocalStore:
 
         `content_type` and `metadata` are accepted for the port's sake and not stored.
         """
-        self._validate(key)
+        validate_key(key)
         digest = sha256_hex(data)
         with _os_errors(key):
             try:
@@ -215,11 +216,6 @@ class LocalStore:
                     with suppress(FileNotFoundError):
                         os.unlink(name, dir_fd=staging_fd)
                 os.close(staging_fd)
-
-    def _validate(self, key: str) -> None:
-        validate_key(key)
-        if key.split("/", 1)[0] == STAGING_DIR_NAME:
-            raise InvalidKey(f"{STAGING_DIR_NAME}/ is reserved for in-flight writes: {key!r}")
 
     def _open_parent(self, key: str, *, create: bool) -> tuple[int, str]:
         """Open the folder holding `key` without following symlinks; return (its fd, file name).
@@ -335,7 +331,7 @@ class LocalStore:
             return
         for entry in entries:
             key = f"{folder_key}/{entry.name}" if folder_key else entry.name
-            if not folder_key and entry.name == STAGING_DIR_NAME:
+            if not folder_key and is_reserved(entry.name):
                 continue
             if entry.is_dir(follow_symlinks=False):
                 if key.startswith(prefix) or prefix.startswith(f"{key}/"):

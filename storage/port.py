@@ -20,6 +20,12 @@ SHA256_METADATA_KEY = "sha256"
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
 MAX_KEY_BYTES = 1024
 """S3's limit on a key's UTF-8 length; applied to every store so keys stay portable."""
+STAGING_DIR_NAME = ".staging"
+"""Top-level folder of a local store holding in-flight writes."""
+PROBE_DIR_NAME = ".probe"
+"""Top-level folder of an S3 store holding `check()`'s probe objects."""
+RESERVED_TOP_LEVEL_NAMES = frozenset({STAGING_DIR_NAME, PROBE_DIR_NAME})
+"""First key segments reserved to the adapters on every store, and never listed."""
 
 
 @dataclass(frozen=True)
@@ -88,7 +94,8 @@ def validate_key(key: str) -> str:
     """Return `key` unchanged if it is a safe relative key, else raise `InvalidKey`.
 
     Refused: empty keys, absolute keys, empty, `.` and `..` segments, backslashes, NUL and other
-    control characters, and keys longer than `MAX_KEY_BYTES` in UTF-8. The same rules apply to
+    control characters, keys longer than `MAX_KEY_BYTES` in UTF-8, and keys under the adapters'
+    reserved folders (`RESERVED_TOP_LEVEL_NAMES`). The same rules apply to
     every adapter, so a local folder can never be escaped and an S3 key never depends on how a
     client or proxy normalises dot segments.
     """
@@ -109,7 +116,14 @@ def validate_key(key: str) -> str:
     for segment in key.split("/"):
         if segment in ("", ".", ".."):
             raise InvalidKey(f"empty or dot segment in key refused: {key!r}")
+    if is_reserved(key):
+        raise InvalidKey(f"key under a folder reserved to the store refused: {key!r}")
     return key
+
+
+def is_reserved(key: str) -> bool:
+    """True if `key` lies under one of `RESERVED_TOP_LEVEL_NAMES` (hidden from listings)."""
+    return key.split("/", 1)[0] in RESERVED_TOP_LEVEL_NAMES
 
 
 def validate_prefix(prefix: str) -> str:

@@ -30,9 +30,11 @@ from storage.errors import (
 )
 from storage.port import (
     DEFAULT_CONTENT_TYPE,
+    PROBE_DIR_NAME,
     SHA256_METADATA_KEY,
     ObjectInfo,
     PutResult,
+    is_reserved,
     sha256_hex,
     validate_key,
     validate_prefix,
@@ -54,7 +56,7 @@ REQUEST_CHECKSUM_CALCULATION = "when_supported"
 CONFLICT_RETRY_ATTEMPTS = 5
 CONFLICT_RETRY_BASE_SECONDS = 0.05
 CONFLICT_RETRY_MAX_WAIT_SECONDS = 1.0
-PROBE_PREFIX = ".probe/if-none-match-"
+PROBE_NAME_PREFIX = "if-none-match-"
 _NOT_IMPLEMENTED_CODES = frozenset({"NotImplemented", "InvalidArgument", "501"})
 
 
@@ -165,7 +167,8 @@ class S3Store:
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         """Yield objects under `prefix`, in the server's (UTF-8 binary, i.e. sorted) key order.
 
-        Zero-byte "folder marker" keys ending in "/" are skipped: they are not objects to us.
+        Zero-byte "folder marker" keys ending in "/" are skipped: they are not objects to us;
+        so are keys under the reserved probe folder.
         sha256 is None in listings (ListObjectsV2 returns no user metadata).
         """
         validate_prefix(prefix)
@@ -175,7 +178,7 @@ class S3Store:
             for page in paginator.paginate(Bucket=self.bucket, Prefix=root + prefix):
                 for item in page.get("Contents", []):
                     key = str(item["Key"])[len(root) :]
-                    if key and not key.endswith("/"):
+                    if key and not key.endswith("/") and not is_reserved(key):
                         yield ObjectInfo(key=key, size=int(item["Size"]), sha256=None)
 
     def check(self) -> None:
@@ -190,7 +193,9 @@ class S3Store:
                 self.client.head_bucket(Bucket=self.bucket)
         except ObjectNotFound as exc:
             raise StorageUnavailable(f"bucket {self.bucket!r} does not exist") from exc
-        probe_key = self._full_key(f"{PROBE_PREFIX}{uuid.uuid4().hex}")
+        # Built without validate_key: the probe folder is reserved precisely so no caller can
+        # write (or list) there.
+        probe_key = self._root_key(f"{PROBE_DIR_NAME}/{PROBE_NAME_PREFIX}{uuid.uuid4().hex}")
         try:
             self._probe_write(probe_key, first=True)
             self._probe_write(probe_key, first=False)
@@ -198,7 +203,9 @@ class S3Store:
             self._delete_quietly(probe_key)
 
     def _full_key(self, key: str) -> str:
-        validate_key(key)
+        return self._root_key(validate_key(key))
+
+    def _root_key(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key
 
     def _conditional_put(

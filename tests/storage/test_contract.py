@@ -19,7 +19,21 @@ from storage import (
 
 RACE_THREADS = 8
 RACE_BODY_BYTES = 512 * 1024
-BAD_KEYS = ["", "../x", "a/../../x", "/abs", "a\\b", "a\x00b", "a//b", "./a", "a/", "a/.", "é\x7f"]
+BAD_KEYS = [
+    "",
+    "../x",
+    "a/../../x",
+    "/abs",
+    "a\\b",
+    "a\x00b",
+    "a//b",
+    "./a",
+    "a/",
+    "a/.",
+    "é\x7f",
+    ".staging/x",
+    ".probe/x",
+]
 UNICODE_KEYS = ["photos/été 2024/naïve café.jpg", "日本/画像 1.png", "emoji/😀 smile.jpg", "a b"]
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from storage import InvalidKey, LocalStore, ObjectNotFound, StorageUnavailable
-from storage.local import STAGING_DIR_NAME, STAGING_STALE_SECONDS
+from storage.local import STAGING_STALE_SECONDS
+from storage.port import STAGING_DIR_NAME
 
 PROCESS_WRITERS = 4
 

@@ -247,3 +247,15 @@ def test_too_large_object_is_refused_before_reading(s3_factory: StoreFactory) ->
     with pytest.raises(ObjectTooLarge):
         store.get("large.bin", max_bytes=99_999)
     assert (bodies[0].bytes_read, bodies[0].closed) == (0, True)
+
+
+def test_check_deletes_its_probe_and_listings_hide_the_probe_folder(
+    s3_factory: StoreFactory,
+) -> None:
+    """check() removes its probe object; a probe left behind is never listed."""
+    store = s3_factory()
+    store.check()
+    raw = store.client.list_objects_v2(Bucket=store.bucket)
+    assert raw.get("Contents", []) == []
+    store.client.put_object(Bucket=store.bucket, Key=f"{store.prefix}/.probe/left", Body=b"p")
+    assert list(store.list()) == []
