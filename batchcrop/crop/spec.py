@@ -18,7 +18,7 @@ QUALITY_DEFAULT = 85
 QUALITY_MIN = 1
 QUALITY_MAX = 100
 
-_RATIO_PATTERN = re.compile(r"\s*(\d+)\s*[:xX]\s*(\d+)\s*")
+_RATIO_PATTERN = re.compile(r"\s*([0-9]+)\s*[:xX]\s*([0-9]+)\s*")
 
 
 @dataclass(frozen=True, order=True)

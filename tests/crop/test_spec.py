@@ -34,6 +34,8 @@ def test_parse_accepts_colon_and_x(text: str, expected: Ratio) -> None:
         ("abc", "16:9"),
         ("", "16:9"),
         ("1.5:1", "16:9"),
+        ("16:9:1", "16:9"),
+        ("\u0661\u0666:\u0669", "16:9"),
     ],
 )
 def test_parse_rejects_with_clear_message(text: str, message: str) -> None:
