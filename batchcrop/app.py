@@ -11,7 +11,7 @@ from batchcrop.batches import BatchService
 from batchcrop.metrics import Metrics
 from batchcrop.settings import Settings
 from batchcrop.worker import Worker, WorkerOptions
-from leases import LeaseManager, make_engine
+from leases import DatabaseUnavailable, LeaseManager, make_engine
 from leases import upgrade as upgrade_leases
 from storage import ObjectStore, S3Settings, SourceReader, open_store
 
@@ -52,8 +52,13 @@ class App:
 
     def upgrade(self) -> None:
         """Create or migrate every table (lease engine first, then ours)."""
-        upgrade_leases(self.engine)
-        migrations.upgrade(self.engine)
+        try:
+            upgrade_leases(self.engine)
+            migrations.upgrade(self.engine)
+        except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
+            # The driver's first line says why (refused, locked, timed out); it carries no password.
+            reason = str(exc.orig).strip().splitlines()[0] if str(exc.orig).strip() else ""
+            raise DatabaseUnavailable(f"database unreachable: {reason}") from exc
 
     def worker(self, store: ObjectStore, options: WorkerOptions) -> Worker:
         """A worker wired to this app's database, the given store and trusted sources."""
@@ -80,7 +85,6 @@ def build(settings: Settings) -> App:
         max_attempt_seconds=settings.max_attempt_seconds,
     )
     batches = BatchService(
-        engine,
         leases,
         poll_margin_seconds=settings.lease_seconds + settings.reaper_interval_seconds,
     )

@@ -23,7 +23,7 @@ from batchcrop.documents import (
     status_document,
 )
 from batchcrop.errors import BatchcropError
-from leases import Claim, LeaseManager, NewItem, State
+from leases import Claim, LeaseManager, NewItem, RequeueNeedsDeadline, State
 
 PAGE_LIMIT_MAX = 1000
 PAGE_LIMIT_DEFAULT = 100
@@ -99,10 +99,7 @@ def _cursor(text: str | None) -> int | None:
 class BatchService:
     """Batch-level operations over the lease engine and the application tables."""
 
-    def __init__(
-        self, engine: sa.Engine, leases: LeaseManager, *, poll_margin_seconds: float
-    ) -> None:
-        self.engine = engine
+    def __init__(self, leases: LeaseManager, *, poll_margin_seconds: float) -> None:
         self.leases = leases
         self.poll_margin_seconds = poll_margin_seconds
 
@@ -158,7 +155,7 @@ class BatchService:
         return self.status(batch_id), True
 
     def _by_idempotency_key(self, key: str, fingerprint: str) -> str | None:
-        with self.engine.connect() as conn:
+        with self.leases.reading() as conn:
             row = conn.execute(queries.batch_by_idempotency_key(key)).mappings().first()
         if row is None:
             return None
@@ -211,16 +208,22 @@ class BatchService:
     ) -> dict[str, Any]:
         """Give failed/abandoned items a fresh attempt budget (J)."""
         self.settings(batch_id)
-        self.leases.requeue(
-            batch_id, states=states, item_ids=item_ids, deadline_seconds=deadline_seconds
-        )
+        try:
+            self.leases.requeue(
+                batch_id, states=states, item_ids=item_ids, deadline_seconds=deadline_seconds
+            )
+        except RequeueNeedsDeadline as exc:
+            raise RequeueNeedsDeadline(
+                f"batch {batch_id} is cancelled or past its deadline: requeue it with a new "
+                "deadline (--deadline / deadline_seconds), or the reaper would abandon it at once"
+            ) from exc
         return self.status(batch_id)
 
     # -- reading ---------------------------------------------------------------------------
 
     def settings(self, batch_id: str) -> BatchSettings:
         """The batch row; NoSuchBatch when unknown."""
-        with self.engine.connect() as conn:
+        with self.leases.reading() as conn:
             row = conn.execute(queries.batch_by_id(batch_id)).mappings().first()
         if row is None:
             raise NoSuchBatch(f"no batch {batch_id}")
@@ -241,7 +244,7 @@ class BatchService:
         summary = self.leases.group(batch_id)
         return status_document(batch, summary, poll_margin_seconds=self.poll_margin_seconds)
 
-    def list(
+    def list_batches(
         self,
         *,
         state: State | None = None,
@@ -253,7 +256,7 @@ class BatchService:
         limit = max(1, min(limit, PAGE_LIMIT_MAX))
         page: list[dict[str, Any]] = []
         while True:
-            with self.engine.connect() as conn:
+            with self.leases.reading() as conn:
                 rows = list(
                     conn.execute(queries.batch_page(before_seq=before, limit=limit)).mappings()
                 )
@@ -287,11 +290,7 @@ class BatchService:
         self.settings(batch_id)
         limit = max(1, min(limit, PAGE_LIMIT_MAX))
         rows = self.leases.items(batch_id, states=states, after_seq=_cursor(cursor), limit=limit)
-        with self.engine.connect() as conn:
-            manifest = conn.execute(queries.derivatives_of([r.id for r in rows])).mappings().all()
-        by_item: dict[str, list[Any]] = {}
-        for m in manifest:
-            by_item.setdefault(m["item_id"], []).append(m)
+        by_item = self._manifests([r.id for r in rows])
         docs = [item_document(r, by_item.get(r.id, [])) for r in rows]
         next_cursor = str(rows[-1].seq) if len(rows) == limit else None
         return docs, next_cursor
@@ -301,9 +300,17 @@ class BatchService:
         row = self.leases.item(item_id)
         if row is None or row.group_id != batch_id:
             raise NoSuchBatch(f"no item {item_id} in batch {batch_id}")
-        with self.engine.connect() as conn:
-            manifest = conn.execute(queries.derivatives_of([item_id])).mappings().all()
-        return item_document(row, manifest)
+        return item_document(row, self._manifests([item_id]).get(item_id, []))
+
+    def _manifests(self, item_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+        """Manifest rows of these items, grouped by item id (one query)."""
+        by_item: dict[str, list[dict[str, Any]]] = {}
+        if not item_ids:
+            return by_item
+        with self.leases.reading() as conn:
+            for row in conn.execute(queries.derivatives_of(item_ids)).mappings():
+                by_item.setdefault(str(row["item_id"]), []).append(dict(row))
+        return by_item
 
     def events(
         self,
@@ -322,7 +329,7 @@ class BatchService:
 
     def manifest(self, batch_id: str) -> list[dict[str, Any]]:
         """Every manifest row of the batch (for audits and tests)."""
-        with self.engine.connect() as conn:
+        with self.leases.reading() as conn:
             return [
                 dict(r) for r in conn.execute(queries.derivatives_of_batch(batch_id)).mappings()
             ]

@@ -106,10 +106,12 @@ def _items(args: argparse.Namespace, reader: SourceReader) -> list[ItemRequest]:
 def _request(args: argparse.Namespace, reader: SourceReader) -> BatchRequest:
     if args.max_attempts < 1:
         raise UsageError("--max-attempts must be at least 1")
+    spec = _spec(args)
+    deadline_seconds = parse_duration(args.deadline)
     return BatchRequest(
         items=tuple(_items(args, reader)),
-        spec=_spec(args),
-        deadline_seconds=parse_duration(args.deadline),
+        spec=spec,
+        deadline_seconds=deadline_seconds,
         max_attempts=args.max_attempts,
     )
 
@@ -271,7 +273,7 @@ def batches(args: argparse.Namespace) -> int:
         documents: list[dict[str, Any]] = []
         cursor: str | None = None
         while True:
-            page, cursor = app.batches.list(state=state, cursor=cursor, limit=500)
+            page, cursor = app.batches.list_batches(state=state, cursor=cursor, limit=500)
             documents.extend(page)
             if cursor is None:
                 break

@@ -30,7 +30,16 @@ class SettingsError(ValueError):
 
 
 def _parse_roots(text: str) -> tuple[str, ...]:
-    return tuple(part for part in text.split(os.pathsep) if part.strip())
+    """Split on os.pathsep, keeping `s3://...` whole although ':' is the POSIX separator."""
+    parts = text.split(os.pathsep)
+    roots: list[str] = []
+    while parts:
+        part = parts.pop(0)
+        if part == "s3" and parts and parts[0].startswith("//"):
+            part = f"s3:{parts.pop(0)}"
+        if part.strip():
+            roots.append(part.strip())
+    return tuple(roots)
 
 
 @dataclass(frozen=True)

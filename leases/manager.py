@@ -16,7 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.sql.dml import Update
 
-from leases import queries, transitions
+from leases import pgqueries, queries, transitions
 from leases.errors import GroupExists, LeaseLost, NoSuchGroup, RequeueNeedsDeadline
 from leases.models import (
     Claim,
@@ -43,6 +43,12 @@ COUNTER_SHARDS = 8
 # transaction), which bounds lock time and memory on million-item groups.
 CREATE_BATCH_ROWS = 5000
 MOVE_BATCH_ROWS = 5000
+# A group at least this large refreshes PostgreSQL's statistics when created: planned against
+# stale statistics (say, an empty queue), claims would sort every queued row instead of walking
+# the queue index, until autovacuum caught up.
+ANALYZE_AFTER_ITEMS = 1000
+# Worker transitions: out of `in_progress`, logged with the attempt's own correlation id.
+WORKER_SOURCE = Source(State.IN_PROGRESS)
 REQUEUEABLE: frozenset[State] = frozenset({State.FAILED, State.ABANDONED})
 
 
@@ -71,6 +77,10 @@ class LeaseManager:
     def transaction(self) -> AbstractContextManager[sa.Connection]:
         """A write transaction (BEGIN IMMEDIATE on SQLite) to pass as `conn=`; commits on exit."""
         return self._store.write()
+
+    def reading(self) -> AbstractContextManager[sa.Connection]:
+        """A read-only transaction for the caller's queries; outages raise DatabaseUnavailable."""
+        return self._store.read()
 
     # --- creation ---------------------------------------------------------------------------
 
@@ -105,12 +115,15 @@ class LeaseManager:
             per_shard: Counter[int] = Counter()
             for batch in _batches(_item_rows(group_id, items, now), CREATE_BATCH_ROWS):
                 store.execute_many(c, queries.insert_items(), batch)
-                per_shard.update(transitions.shard_of(row["id"], self._shards) for row in batch)
+                per_shard.update(transitions.shard_of(row["seq"], self._shards) for row in batch)
             cid = transitions.new_correlation_id()
             store.execute(c, queries.insert_creation_events(group_id, cid))
             deltas = [((group_id, State.QUEUED.value, "", s), n) for s, n in per_shard.items()]
             transitions.add(store, c, deltas, now)
-        return sum(per_shard.values())
+            created = sum(per_shard.values())
+            if created >= ANALYZE_AFTER_ITEMS and store.dialect_name == "postgresql":
+                store.execute(c, queries.analyze_items())
+        return created
 
     # --- worker side: claim, heartbeat, fenced transitions -----------------------------------
 
@@ -125,24 +138,12 @@ class LeaseManager:
         if limit < 1:
             return []
         lease_ms = to_ms(self.lease_seconds)
-        claimed: list[sa.Row[Any]] = []
-        moves: list[tuple[Sequence[sa.Row[Any]], Source]] = []
-        with self._store.write() as c:
-            for from_state in (State.RETRYABLE, State.QUEUED):
-                want = limit - len(claimed)
-                if want <= 0:
-                    break
-                stmt = queries.claim(
-                    from_state,
-                    worker_id=worker_id,
-                    limit=want,
-                    lease_ms=lease_ms,
-                    group_ids=group_ids,
-                )
-                rows = self._store.rows(c, stmt)
-                moves.append((rows, Source(from_state)))
-                claimed.extend(rows)
-            transitions.record(self._store, c, moves, self._shards)
+        if self._store.dialect_name == "postgresql":
+            groups = None if group_ids is None else tuple(group_ids)
+            stmt = pgqueries.claim(limit=limit, lease_ms=lease_ms, group_ids=groups)
+            claimed = list(self._move(stmt, {"p_worker_id": worker_id}, Source(None), None))
+        else:
+            claimed = self._claim_sqlite(worker_id, limit, lease_ms, group_ids)
         return [
             Claim(
                 item_id=row.id,
@@ -156,6 +157,25 @@ class LeaseManager:
             for row in claimed
         ]
 
+    def _claim_sqlite(
+        self, worker_id: str, limit: int, lease_ms: int, group_ids: Sequence[str] | None
+    ) -> list[sa.Row[Any]]:
+        # One writer at a time (BEGIN IMMEDIATE): due retryable items, then queued ones.
+        claimed: list[sa.Row[Any]] = []
+        moves: list[tuple[Sequence[sa.Row[Any]], Source]] = []
+        with self._store.write() as c:
+            for from_state in (State.RETRYABLE, State.QUEUED):
+                want = limit - len(claimed)
+                if want <= 0:
+                    break
+                groups = None if group_ids is None else tuple(group_ids)
+                stmt = queries.claim(from_state, limit=want, lease_ms=lease_ms, group_ids=groups)
+                rows = self._store.rows(c, stmt, {"p_worker_id": worker_id})
+                moves.append((rows, Source(from_state)))
+                claimed.extend(rows)
+            transitions.record(self._store, c, moves, self._shards)
+        return claimed
+
     def heartbeat(self, item_id: str, lease_token: str) -> HeartbeatReply:
         """B: extend the lease by `lease_seconds` from now, unless the attempt should stop.
 
@@ -163,23 +183,20 @@ class LeaseManager:
         ("cancelled"), past its deadline ("deadline_exceeded"), or the attempt has run longer
         than `max_attempt_seconds` ("max_attempt_seconds"). Raises `LeaseLost`.
         """
-        store = self._store
-        with store.write() as c:
-            status = store.one(c, queries.lease_status(item_id, lease_token))
-            if status is None:
-                raise LeaseLost(item_id)
-            stop_reason = self._stop_reason(status)
-            if stop_reason is not None:
-                expires = status.lease_expires_at
-            else:
-                stmt = queries.extend_lease(item_id, lease_token, to_ms(self.lease_seconds))
-                expires = store.scalar(c, stmt)
-                if expires is None:
-                    raise LeaseLost(item_id)
-        return HeartbeatReply(from_ms(expires), bool(status.cancel_requested), stop_reason)
+        stmt = queries.heartbeat(
+            lease_ms=to_ms(self.lease_seconds), max_attempt_ms=to_ms(self.max_attempt_seconds)
+        )
+        with self._store.single() as c:
+            status = self._store.one(c, stmt, _lease(item_id, lease_token))
+        if status is None:
+            raise LeaseLost(item_id)
+        return HeartbeatReply(
+            from_ms(status.lease_expires_at), bool(status.cancel), self._stop_reason(status)
+        )
 
     def _stop_reason(self, status: sa.Row[Any]) -> str | None:
-        if status.cancel_requested:
+        # The same tests, on the same row and clock reading, as the statement's CASE.
+        if status.cancel:
             return "cancelled"
         if status.now >= status.deadline_at:
             return "deadline_exceeded"
@@ -190,15 +207,14 @@ class LeaseManager:
     def check(self, item_id: str, lease_token: str) -> None:
         """Raise `LeaseLost` unless the lease is still held (read-only)."""
         with self._store.read() as c:
-            if self._store.one(c, queries.check_lease(item_id, lease_token)) is None:
+            if self._store.one(c, queries.check_lease(), _lease(item_id, lease_token)) is None:
                 raise LeaseLost(item_id)
 
     def complete(
         self, item_id: str, lease_token: str, *, conn: sa.Connection | None = None
     ) -> None:
         """C: `succeeded`. With `conn`, in the caller's transaction (roll it back on LeaseLost)."""
-        stmt = queries.finish(item_id, lease_token, State.SUCCEEDED, None)
-        self._fenced(stmt, Source(State.IN_PROGRESS), conn)
+        self._fenced(queries.finish(State.SUCCEEDED), item_id, lease_token, None, conn=conn)
 
     def fail(
         self,
@@ -209,36 +225,59 @@ class LeaseManager:
         conn: sa.Connection | None = None,
     ) -> None:
         """D: `failed` with a permanent error `category`. Raises `LeaseLost`."""
-        stmt = queries.finish(item_id, lease_token, State.FAILED, category)
-        self._fenced(stmt, Source(State.IN_PROGRESS), conn)
+        self._fenced(queries.finish(State.FAILED), item_id, lease_token, category, conn=conn)
 
     def retry_later(self, item_id: str, lease_token: str, category: str) -> State:
         """E: `retryable` after a jittered backoff, or `failed` `attempts_exhausted` at the cap.
 
         Returns the state the item is now in. Raises `LeaseLost`.
         """
-        stmt = queries.retry_later(
-            item_id, lease_token, category, base_ms=self._backoff_ms, max_ms=self._backoff_max_ms
-        )
-        return State(self._fenced(stmt, Source(State.IN_PROGRESS), None).state)
+        stmt = queries.retry_later(base_ms=self._backoff_ms, max_ms=self._backoff_max_ms)
+        return State(self._fenced(stmt, item_id, lease_token, category).state)
 
     def give_back(self, item_id: str, lease_token: str) -> None:
         """F: back to `queued`, the attempt not counted (graceful shutdown). Raises `LeaseLost`."""
         source = Source(State.IN_PROGRESS, attempt_offset=1, reason="interrupted")
-        self._fenced(queries.give_back(item_id, lease_token), source, None)
+        self._fenced(queries.give_back(), item_id, lease_token, None, source=source)
 
     def abandon(self, item_id: str, lease_token: str, category: str = "cancelled") -> None:
         """I: `abandoned` (the holder saw cancel in a heartbeat reply). Raises `LeaseLost`."""
-        stmt = queries.finish(item_id, lease_token, State.ABANDONED, category)
-        self._fenced(stmt, Source(State.IN_PROGRESS), None)
+        self._fenced(queries.finish(State.ABANDONED), item_id, lease_token, category)
 
-    def _fenced(self, stmt: Update, source: Source, conn: sa.Connection | None) -> sa.Row[Any]:
+    def _fenced(
+        self,
+        stmt: Update,
+        item_id: str,
+        lease_token: str,
+        category: str | None,
+        *,
+        source: Source = WORKER_SOURCE,
+        conn: sa.Connection | None = None,
+    ) -> sa.Row[Any]:
+        params = {**_lease(item_id, lease_token), "p_category": category}
+        rows = self._move(stmt, params, source, conn)
+        if not rows:
+            raise LeaseLost("lease not held: item moved on or token superseded")
+        return rows[0]
+
+    def _move(
+        self, stmt: Update, params: dict[str, Any], source: Source, conn: sa.Connection | None
+    ) -> Sequence[sa.Row[Any]]:
+        """Run one move with its events and counters, atomically; return the moved rows.
+
+        PostgreSQL: one statement (autocommit unless `conn`). SQLite: the move, then the log,
+        in one write transaction (or the caller's).
+        """
+        if self._store.dialect_name == "postgresql":
+            stmt_logged = pgqueries.logged(stmt, transitions.log_spec(source, self._shards))
+            if source.correlation_id is not None:
+                params = {**params, "log_correlation_id": source.correlation_id}
+            with self._store.single(conn) as c:
+                return self._store.rows(c, stmt_logged, params)
         with self._store.write(conn) as c:
-            rows = self._store.rows(c, stmt)
-            if not rows:
-                raise LeaseLost("lease not held: item moved on or token superseded")
+            rows = self._store.rows(c, stmt, params)
             transitions.record(self._store, c, [(rows, source)], self._shards)
-            return rows[0]
+        return rows
 
     # --- reaper and operator actions -------------------------------------------------------
 
@@ -257,25 +296,23 @@ class LeaseManager:
         for group in closed:
             reason = "cancelled" if group.cancel_requested else "deadline_exceeded"
             for from_state in (State.QUEUED, State.RETRYABLE, State.IN_PROGRESS):
-                stmt = queries.abandon(from_state, reason, group.id, MOVE_BATCH_ROWS)
-                live = from_state is State.IN_PROGRESS
-                moved += self._move_all(stmt, Source(from_state, None, cid, live))
+                stmt = queries.abandon(from_state, reason, MOVE_BATCH_ROWS)
+                source = Source(from_state, None, cid, from_state is State.IN_PROGRESS)
+                moved += self._move_all(stmt, {"p_group_id": group.id}, source)
         stmt = queries.retry_or_fail_expired(
             MOVE_BATCH_ROWS, base_ms=self._backoff_ms, max_ms=self._backoff_max_ms
         )
-        moved += self._move_all(stmt, Source(State.IN_PROGRESS, None, cid))
+        moved += self._move_all(stmt, {}, Source(State.IN_PROGRESS, None, cid))
         return ReapResult(
             retried=moved[State.RETRYABLE.value],
             failed=moved[State.FAILED.value],
             abandoned=moved[State.ABANDONED.value],
         )
 
-    def _move_all(self, stmt: Update, source: Source) -> Counter[str]:
+    def _move_all(self, stmt: Update, params: dict[str, Any], source: Source) -> Counter[str]:
         moved: Counter[str] = Counter()
         while True:
-            with self._store.write() as c:
-                rows = self._store.rows(c, stmt)
-                transitions.record(self._store, c, [(rows, source)], self._shards)
+            rows = self._move(stmt, params, source, None)
             moved.update(row.state for row in rows)
             if len(rows) < MOVE_BATCH_ROWS:
                 return moved
@@ -290,8 +327,9 @@ class LeaseManager:
                 raise NoSuchGroup(group_id)
         cid = transitions.new_correlation_id()
         for from_state in (State.QUEUED, State.RETRYABLE):
-            stmt = queries.abandon(from_state, "cancelled", group_id, MOVE_BATCH_ROWS)
-            self._move_all(stmt, Source(from_state, None, cid, attempt_fields=False))
+            stmt = queries.abandon(from_state, "cancelled", MOVE_BATCH_ROWS)
+            source = Source(from_state, None, cid, attempt_fields=False)
+            self._move_all(stmt, {"p_group_id": group_id}, source)
 
     def requeue(
         self,
@@ -324,9 +362,9 @@ class LeaseManager:
             deadline_ms = None if deadline_seconds is None else to_ms(deadline_seconds)
             store.execute(c, queries.reopen_group(group_id, deadline_ms))
             for pair in store.rows(c, queries.requeue_sources(group_id, wanted, item_ids)):
-                category = pair.error_category
-                source = Source(State(pair.state), category, cid, attempt_fields=False)
-                rows = store.rows(c, queries.requeue(group_id, source.state, category, item_ids))
+                state, category = State(pair.state), pair.error_category
+                source = Source(state, category, cid, attempt_fields=False)
+                rows = store.rows(c, queries.requeue(group_id, state, category, item_ids))
                 moves.append((rows, source))
             transitions.record(store, c, moves, self._shards)
         return sum(len(rows) for rows, _ in moves)
@@ -402,6 +440,10 @@ class LeaseManager:
         with self._store.read() as c:
             rows = self._store.rows(c, queries.counter_totals(group_id))
         return {(State(r.state), r.category): int(r.n) for r in rows if int(r.n) != 0}
+
+
+def _lease(item_id: str, lease_token: str) -> dict[str, Any]:
+    return {"p_item_id": item_id, "p_lease_token": lease_token}
 
 
 def _item_rows(group_id: str, items: Iterable[NewItem], now: int) -> Iterator[dict[str, Any]]:

@@ -1,0 +1,71 @@
+"""Settings come from flags over environment over defaults, and bad values are named."""
+
+from __future__ import annotations
+
+import pytest
+
+from batchcrop.settings import LEASE_SECONDS, Settings, SettingsError, parse_duration
+
+
+def test_defaults_are_the_documented_ones() -> None:
+    """With nothing set, the embedded default: SQLite file, local folder, 900 s leases."""
+    settings = Settings.load(env={})
+    assert (settings.database_url, settings.store, settings.lease_seconds) == (
+        "sqlite:///batchcrop.db",
+        "file://./derivatives",
+        LEASE_SECONDS,
+    )
+    assert settings.source_roots == ()
+    assert settings.api_token is None
+
+
+def test_a_flag_wins_over_its_variable_which_wins_over_the_default() -> None:
+    """BATCHCROP_LEASE_SECONDS is read, and --lease-seconds overrides it."""
+    env = {"BATCHCROP_LEASE_SECONDS": "60", "BATCHCROP_DATABASE_URL": "sqlite:///x.db"}
+    assert Settings.load(env=env).lease_seconds == 60.0
+    settings = Settings.load({"lease_seconds": 5.0, "database_url": None}, env=env)
+    assert (settings.lease_seconds, settings.database_url) == (5.0, "sqlite:///x.db")
+
+
+def test_source_roots_split_on_the_path_separator() -> None:
+    """BATCHCROP_SOURCE_ROOTS holds folders and s3:// entries separated by os.pathsep."""
+    env = {"BATCHCROP_SOURCE_ROOTS": "/srv/photos:s3://bucket/incoming:"}
+    assert Settings.load(env=env).source_roots == ("/srv/photos", "s3://bucket/incoming")
+
+
+@pytest.mark.parametrize(
+    ("env", "needle"),
+    [
+        ({"BATCHCROP_LEASE_SECONDS": "soon"}, "lease_seconds"),
+        ({"BATCHCROP_LEASE_SECONDS": "-1"}, "lease_seconds"),
+        ({"BATCHCROP_MAX_SOURCE_BYTES": "1.5"}, "max_source_bytes"),
+        ({"BATCHCROP_S3_REQUEST_CHECKSUM": "always"}, "s3_request_checksum"),
+    ],
+)
+def test_bad_values_raise_an_error_naming_the_setting(env: dict[str, str], needle: str) -> None:
+    """A setting that cannot be used is refused with its name in the message."""
+    with pytest.raises(SettingsError, match=needle):
+        Settings.load(env=env)
+
+
+def test_repr_never_shows_the_token_or_database_password() -> None:
+    """Settings printed in logs or errors hide secrets."""
+    settings = Settings(database_url="postgresql://u:hunter2@db/x", api_token="s3cret")
+    assert "hunter2" not in repr(settings)
+    assert "s3cret" not in repr(settings)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("90", 90.0), ("90s", 90.0), ("30m", 1800.0), ("2h", 7200.0), ("1d", 86400.0)],
+)
+def test_durations_parse_with_units(text: str, seconds: float) -> None:
+    """Deadlines are written 90s, 30m, 2h, 1d (or plain seconds)."""
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "soon", "-5m", "0"])
+def test_bad_durations_are_refused(text: str) -> None:
+    """Empty, non-numeric and non-positive durations are refused."""
+    with pytest.raises(SettingsError):
+        parse_duration(text)
