@@ -54,6 +54,7 @@ MAX_POOL_CONNECTIONS = 32
 REQUEST_CHECKSUM_CALCULATION = "when_supported"
 """botocore's default; "when_required" is the escape hatch for servers rejecting CRC32 headers."""
 CONFLICT_RETRY_ATTEMPTS = 5
+"""PutObject attempts in all when AWS keeps answering 409 ConditionalRequestConflict."""
 CONFLICT_RETRY_BASE_SECONDS = 0.05
 CONFLICT_RETRY_MAX_WAIT_SECONDS = 1.0
 PROBE_NAME_PREFIX = "if-none-match-"
@@ -211,25 +212,35 @@ class S3Store:
     def _conditional_put(
         self, full_key: str, data: bytes, content_type: str, metadata: Mapping[str, str]
     ) -> None:
-        """PutObject with If-None-Match: *, retrying only AWS's 409 ConditionalRequestConflict."""
-        retrying = Retrying(
-            retry=retry_if_exception(is_conditional_conflict),
-            stop=stop_after_attempt(CONFLICT_RETRY_ATTEMPTS),
-            wait=wait_random_exponential(
-                multiplier=CONFLICT_RETRY_BASE_SECONDS, max=CONFLICT_RETRY_MAX_WAIT_SECONDS
-            ),
-            reraise=True,
-        )
-        for attempt in retrying:
-            with attempt:
-                self.client.put_object(
-                    Bucket=self.bucket,
-                    Key=full_key,
-                    Body=data,
-                    IfNoneMatch="*",
-                    ContentType=content_type,
-                    Metadata=dict(metadata),
-                )
+        """PutObject with If-None-Match: *, retrying only AWS's 409 ConditionalRequestConflict.
+
+        botocore has already retried transient failures inside each call; tenacity is entered
+        only after a 409, so the common path is a single plain call.
+        """
+
+        def put() -> None:
+            self.client.put_object(
+                Bucket=self.bucket,
+                Key=full_key,
+                Body=data,
+                IfNoneMatch="*",
+                ContentType=content_type,
+                Metadata=dict(metadata),
+            )
+
+        try:
+            put()
+        except ClientError as exc:
+            if not is_conditional_conflict(exc):
+                raise
+            Retrying(
+                retry=retry_if_exception(is_conditional_conflict),
+                stop=stop_after_attempt(CONFLICT_RETRY_ATTEMPTS - 1),
+                wait=wait_random_exponential(
+                    multiplier=CONFLICT_RETRY_BASE_SECONDS, max=CONFLICT_RETRY_MAX_WAIT_SECONDS
+                ),
+                reraise=True,
+            )(put)
 
     def _resolve_taken(self, key: str, digest: str) -> PutResult:
         """The key answered 412: our own earlier attempt (equal sha256) or a conflict."""
