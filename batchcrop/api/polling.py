@@ -9,19 +9,26 @@ never changes again unless an operator requeues it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from starlette.responses import Response
+
+from batchcrop.batches import BatchService
+from batchcrop.documents import BatchSettings, status_document
+from leases import LeaseManager
 
 RETRY_AFTER_MIN_SECONDS = 1
 RETRY_AFTER_MAX_SECONDS = 10
 RETRY_AFTER_STEP_SECONDS = 10.0
 """One more second of `Retry-After` per this many seconds since the batch last moved."""
 ETAG_HEX_CHARS = 32
+SETTINGS_CACHED_MAX = 10_000
+"""Batches whose render settings one API process keeps in memory (a few hundred bytes each)."""
 TERMINAL_STATE_NAMES = frozenset({"succeeded", "failed", "abandoned"})
 JSON_MEDIA_TYPE = "application/json"
 
@@ -73,3 +80,28 @@ def status_response(
     if if_none_match_matches(if_none_match, etag):
         return Response(status_code=304, headers=headers)
     return Response(content=body, status_code=200, headers=headers, media_type=JSON_MEDIA_TYPE)
+
+
+class StatusReader:
+    """Status documents for polling, one database read transaction each.
+
+    A batch's render settings (ratios, max side, quality) never change after submission, so they
+    are read once and cached; each poll then only reads the batch's counters (cost independent of
+    its size). The document is the one `BatchService.status` returns. Thread-safe.
+    """
+
+    def __init__(
+        self, batches: BatchService, leases: LeaseManager, *, cached_max: int = SETTINGS_CACHED_MAX
+    ) -> None:
+        self._leases = leases
+        self._margin_seconds = batches.poll_margin_seconds
+        # lru_cache never stores an exception, so an unknown id is looked up again next time.
+        self._settings: Callable[[str], BatchSettings] = functools.lru_cache(maxsize=cached_max)(
+            batches.settings
+        )
+
+    def status(self, batch_id: str) -> dict[str, Any]:
+        """The status document; `NoSuchBatch` for an unknown id."""
+        settings = self._settings(batch_id)
+        summary = self._leases.group(batch_id)
+        return status_document(settings, summary, poll_margin_seconds=self._margin_seconds)

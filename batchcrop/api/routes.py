@@ -47,6 +47,7 @@ def batch_router(app: App) -> APIRouter:
     """Every `/v1/batches` endpoint, bound to `app`'s services."""
     router = APIRouter(prefix="/v1/batches", tags=["batches"], responses=PROBLEM_RESPONSES)
     sources = app.source_reader(trusted=False)
+    statuses = polling.StatusReader(app.batches, app.leases)
 
     @router.post(
         "",
@@ -77,7 +78,7 @@ def batch_router(app: App) -> APIRouter:
         limit: Limit = PAGE_LIMIT_DEFAULT,
     ) -> Response:
         """Status documents, newest first, optionally only those in `state`."""
-        page, next_cursor = app.batches.list(
+        page, next_cursor = app.batches.list_batches(
             state=State(state) if state else None, cursor=cursor, limit=limit
         )
         return json_response({"batches": page, "next_cursor": next_cursor})
@@ -92,7 +93,7 @@ def batch_router(app: App) -> APIRouter:
         if_none_match: Annotated[str | None, Header(max_length=4096)] = None,
     ) -> Response:
         """The status document with a strong ETag; `If-None-Match` ⇒ 304. Follow `Retry-After`."""
-        document = app.batches.status(path_id(batch_id, what="batch"))
+        document = statuses.status(path_id(batch_id, what="batch"))
         response = polling.status_response(document, if_none_match=if_none_match)
         if response.status_code == 304:
             app.metrics.polls_not_modified.inc()

@@ -1,0 +1,252 @@
+"""Status polling at 1,000,000 items: GET /v1/batches/{id} (200) and its 304, under commit load.
+
+Run by hand (never by the test suite), on the local PostgreSQL of the test tooling:
+
+    .venv/bin/python bench/status.py [--items 1000000] [--workers 4] [--requests 2000]
+
+Setup: a fresh database, one batch of `--items` items (the polled batch) and a second batch that
+absorbs commits. The API runs as the real `batchcrop serve` in its own process; the committing
+load is one process with `--workers` threads, each looping claim -> complete through the lease
+engine directly (no-op work, every commit a real fenced transition with its event and counters).
+
+Phases, each with the load running:
+1. 200: the load commits into the polled batch, so every poll sees a new document.
+2. 304: the load commits into the other batch; the client polls the (unchanging) 1M batch with
+   its ETag, so every answer is a 304 — the state of a poll while nothing happened to *its* batch.
+The client is one keep-alive httpx connection, sequential requests; req/s = requests / wall time.
+Peer, in the same run and under the same load: the status a server without counters computes,
+a `GROUP BY state` over the batch's item rows (`LeaseManager.recount`), timed in-process beside
+our own status read (`BatchService.status`) without HTTP.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import sqlalchemy as sa
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from batchcrop.app import build
+from batchcrop.batches import BatchRequest, ItemRequest
+from batchcrop.crop import Ratio, RenderSpec
+from batchcrop.settings import Settings
+from tests.services import postgres
+
+DEFAULT_ITEMS = 1_000_000
+DEFAULT_WORKERS = 4
+DEFAULT_REQUESTS = 2000
+WARMUP_REQUESTS = 100
+PEER_SAMPLES = 20
+SINK_ITEMS = 50_000
+STARTUP_TIMEOUT_SECONDS = 60.0
+DATABASE_NAME = "bench_status"
+
+
+def fresh_database(admin_url: str, name: str) -> str:
+    """Drop and create database `name`; return its SQLAlchemy URL."""
+    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    return sa.make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+
+
+def submit(app: Any, items: int, label: str) -> str:
+    """One batch of `items` fake sources (never read: the load completes items unread)."""
+    request = BatchRequest(
+        items=tuple(
+            ItemRequest(source=f"/bench/{label}/{n}.jpg", ref=str(n)) for n in range(items)
+        ),
+        spec=RenderSpec(ratios=(Ratio(1, 1), Ratio(16, 9))),
+        deadline_seconds=24 * 3600.0,
+        max_attempts=3,
+    )
+    started = time.perf_counter()
+    document, _ = app.batches.submit(request)
+    print(f"submitted {label}: {items:,} items in {time.perf_counter() - started:.1f} s")
+    return str(document["id"])
+
+
+def committer(url: str, batch_id: str, workers: int, stop: Any, counter: Any) -> None:
+    """Load process: `workers` threads claiming one item and completing it, until `stop`."""
+    app = build(Settings(database_url=url))
+
+    def loop(n: int) -> None:
+        done = 0
+        while not stop.is_set():
+            for claim in app.leases.claim(f"bench-{os.getpid()}-{n}", 1, group_ids=[batch_id]):
+                app.leases.complete(claim.item_id, claim.lease_token)
+                done += 1
+        with counter.get_lock():
+            counter.value += done
+
+    threads = [threading.Thread(target=loop, args=(n,)) for n in range(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    app.close()
+
+
+class Load:
+    """The committing load as a context manager; reports commits/s on exit."""
+
+    def __init__(self, url: str, batch_id: str, workers: int) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.stop = context.Event()
+        self.counter = context.Value("q", 0)
+        self.process = context.Process(
+            target=committer, args=(url, batch_id, workers, self.stop, self.counter)
+        )
+        self.commits_per_second = 0.0
+
+    def __enter__(self) -> Load:
+        self.process.start()
+        self.started = time.perf_counter()
+        time.sleep(2.0)  # let the threads connect and reach a steady rate
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.process.join()
+        self.commits_per_second = self.counter.value / (time.perf_counter() - self.started)
+
+
+def start_server(url: str) -> tuple[subprocess.Popen[bytes], str]:
+    """`batchcrop serve` on a free loopback port, once healthy."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "BATCHCROP_DATABASE_URL": url, "BATCHCROP_LOG_LEVEL": "WARNING"}
+    env.pop("BATCHCROP_API_TOKEN", None)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "batchcrop", "--log-level", "WARNING", "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(base + "/healthz", timeout=1.0).status_code == 200:
+                return process, base
+        except httpx.TransportError:
+            time.sleep(0.2)
+    process.kill()
+    raise RuntimeError("batchcrop serve did not start")
+
+
+def timed(call: Callable[[], int], count: int, expect: int) -> dict[str, float]:
+    """Latency percentiles (ms) and rate of `count` sequential calls returning `expect`."""
+    latencies = []
+    started = time.perf_counter()
+    for _ in range(count):
+        t0 = time.perf_counter()
+        status = call()
+        latencies.append((time.perf_counter() - t0) * 1000)
+        if status != expect:
+            raise RuntimeError(f"expected {expect}, got {status}")
+    wall = time.perf_counter() - started
+    latencies.sort()
+    return {
+        "p50": statistics.median(latencies),
+        "p95": latencies[int(0.95 * (len(latencies) - 1))],
+        "p99": latencies[int(0.99 * (len(latencies) - 1))],
+        "rate": count / wall,
+    }
+
+
+def row(name: str, figures: dict[str, float], extra: str = "") -> str:
+    """One markdown table row."""
+    return (
+        f"| {name} | {figures['p50']:.2f} ms | {figures['p95']:.2f} ms | {figures['p99']:.2f} ms "
+        f"| {figures['rate']:.0f} | {extra} |"
+    )
+
+
+def main() -> None:
+    """Set up, run both phases and the peer, print a markdown table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--items", type=int, default=DEFAULT_ITEMS)
+    parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS)
+    parser.add_argument("--requests", type=int, default=DEFAULT_REQUESTS)
+    args = parser.parse_args()
+
+    url = fresh_database(postgres.ensure(), DATABASE_NAME)
+    app = build(Settings(database_url=url))
+    app.upgrade()
+    polled = submit(app, args.items, "polled")
+    sink = submit(app, SINK_ITEMS, "sink")
+    with app.engine.begin() as conn:
+        conn.execute(sa.text("ANALYZE"))
+    server, base = start_server(url)
+    results: list[str] = []
+    try:
+        with httpx.Client(base_url=base, timeout=30.0) as client:
+            path = f"/v1/batches/{polled}"
+
+            def get() -> int:
+                return client.get(path).status_code
+
+            with Load(url, polled, args.workers) as load:
+                timed(get, WARMUP_REQUESTS, 200)
+                ours_200 = timed(get, args.requests, 200)
+                peer = timed(lambda: len(app.leases.recount(polled)) and 200, PEER_SAMPLES, 200)
+                direct = timed(lambda: len(app.batches.status(polled)) and 200, PEER_SAMPLES, 200)
+            results.append(
+                row(
+                    "GET status → 200 (ours, HTTP)",
+                    ours_200,
+                    f"{load.commits_per_second:.0f} commits/s into the polled batch",
+                )
+            )
+            results.append(row("status read, counters (ours, no HTTP)", direct, "same load"))
+            results.append(
+                row("status read, GROUP BY over items (peer, no HTTP)", peer, "same load")
+            )
+
+            with Load(url, sink, args.workers) as load:
+                etag = client.get(path).headers["etag"]
+
+                def conditional() -> int:
+                    return client.get(path, headers={"If-None-Match": etag}).status_code
+
+                timed(conditional, WARMUP_REQUESTS, 304)
+                ours_304 = timed(conditional, args.requests, 304)
+            results.append(
+                row(
+                    "GET status → 304 (ours, HTTP)",
+                    ours_304,
+                    f"{load.commits_per_second:.0f} commits/s into another batch",
+                )
+            )
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(30)
+        app.close()
+    print(f"\nitems: {args.items:,}  workers: {args.workers}  requests per phase: {args.requests}")
+    print(f"load average: {os.getloadavg()[0]:.1f}\n")
+    print("| what | p50 | p95 | p99 | req/s | load |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for line in results:
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
