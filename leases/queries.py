@@ -1,5 +1,10 @@
 """Every statement the lease engine runs, one small builder each; `leases.store` executes them.
 
+Builders of the statements run per item are cached (`functools.cache`: building a statement
+costs more than running it); they take only structural arguments and name their runtime values
+as bound parameters (`p_item_id`, `p_lease_token`, `p_category`, `p_worker_id`,
+`p_group_id`: the `p_` keeps them apart from the column names SQLAlchemy reserves).
+
 Conventions: times are epoch milliseconds from `db_now_ms()` (the database clock); state values
 are rendered as SQL literals (not bound parameters) so that SQLite and PostgreSQL can match the
 partial indexes declared in the migration. Statements that move items are compare-and-set
@@ -11,6 +16,7 @@ counters, which the caller writes in the same transaction.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from functools import cache
 from typing import Any
 
 import sqlalchemy as sa
@@ -31,6 +37,7 @@ BACKOFF_MAX_DOUBLINGS = 30
 MOVED = (
     items.c.id,
     items.c.group_id,
+    items.c.seq,
     items.c.attempt,
     items.c.state,
     items.c.error_category,
@@ -52,11 +59,12 @@ def state_in(states: Collection[State]) -> ColumnElement[bool]:
     return items.c.state.in_([sa.literal_column(f"'{value}'") for value in ordered])
 
 
-def _fenced(item_id: str, lease_token: str) -> tuple[ColumnElement[bool], ...]:
+def _fenced() -> tuple[ColumnElement[bool], ...]:
+    """The fence: parameters `p_item_id` and `p_lease_token`, and the item still in progress."""
     return (
-        items.c.id == item_id,
+        items.c.id == sa.bindparam("p_item_id", type_=sa.String),
         state_is(State.IN_PROGRESS),
-        items.c.lease_token == lease_token,
+        items.c.lease_token == sa.bindparam("p_lease_token", type_=sa.String),
     )
 
 
@@ -85,6 +93,19 @@ def backoff_ms(base_ms: int, max_ms: int) -> ColumnElement[int]:
     delay_expr = sa.case(*whens, else_=max_ms)
     jittered = delay_expr * (1.0 - RETRY_JITTER_FRACTION * random_unit())
     return sa.cast(jittered, sa.BigInteger)
+
+
+def literal_limit(limit: int) -> ColumnElement[int]:
+    """A LIMIT value inlined into the SQL text."""
+    # Inlined, not bound: PostgreSQL's generic plans (psycopg prepares repeated statements)
+    # would otherwise assume an unknown LIMIT takes 10% of the rows and may sort instead of
+    # walking the queue index in order.
+    return sa.literal_column(str(int(limit)), sa.Integer)
+
+
+def analyze_items() -> sa.TextClause:
+    """Refresh PostgreSQL's statistics of `lease_items` (after a large bulk insert)."""
+    return sa.text("ANALYZE lease_items")
 
 
 def select_now() -> sa.Select[tuple[int]]:
@@ -181,13 +202,13 @@ def insert_creation_events(group_id: str, correlation_id: str) -> Insert:
 # --- claim and fenced writes ------------------------------------------------------------------
 
 
+@cache
 def claim(
     from_state: State,
     *,
-    worker_id: str,
     limit: int,
     lease_ms: int,
-    group_ids: Sequence[str] | None,
+    group_ids: tuple[str, ...] | None,
 ) -> Update:
     """Claim up to `limit` items now in `from_state` (queued or due retryable) of open groups.
 
@@ -209,7 +230,7 @@ def claim(
             groups.c.deadline_at > now,
         )
         .order_by(order)
-        .limit(limit)
+        .limit(literal_limit(limit))
         .with_for_update(skip_locked=True, of=items)
     )
     if group_ids is not None:
@@ -224,7 +245,7 @@ def claim(
             lease_token=random_token(),
             lease_expires_at=now + lease_ms,
             attempt_started_at=now,
-            worker_id=worker_id,
+            worker_id=sa.bindparam("p_worker_id", type_=sa.String),
             error_category=None,
             correlation_id=random_short_id(),
             updated_at=now,
@@ -233,39 +254,49 @@ def claim(
     )
 
 
-def lease_status(item_id: str, lease_token: str) -> sa.Select[Any]:
-    """The held lease with its group's flags and the database time; no row if not held."""
+@cache
+def heartbeat(*, lease_ms: int, max_attempt_ms: int) -> Update:
+    """Fenced: extend the lease to now + `lease_ms` unless the attempt should stop.
+
+    The lease is left as it is when the group is cancelled or past its deadline, or the attempt
+    started `max_attempt_ms` ago or more. Returns the (new) expiry with the inputs of that
+    decision (`cancel_requested`, `deadline_at`, `attempt_started_at`, `now`), or no row when
+    the lease is not held. One statement: the decision and the write see the same row.
+    """
+    now = db_now_ms()
+    group_open = sa.exists().where(
+        groups.c.id == items.c.group_id,
+        sa.not_(groups.c.cancel_requested),
+        groups.c.deadline_at > now,
+    )
+    keep_going = sa.and_(items.c.attempt_started_at + max_attempt_ms > now, group_open)
+    group = sa.select(groups).where(groups.c.id == items.c.group_id)
     return (
-        sa.select(
+        sa.update(items)
+        .where(*_fenced())
+        .values(
+            lease_expires_at=sa.case((keep_going, now + lease_ms), else_=items.c.lease_expires_at)
+        )
+        .returning(
             items.c.lease_expires_at,
             items.c.attempt_started_at,
-            groups.c.cancel_requested,
-            groups.c.deadline_at,
-            db_now_ms().label("now"),
+            group.with_only_columns(groups.c.cancel_requested).scalar_subquery().label("cancel"),
+            group.with_only_columns(groups.c.deadline_at).scalar_subquery().label("deadline_at"),
+            now.label("now"),
         )
-        .select_from(items.join(groups, groups.c.id == items.c.group_id))
-        .where(*_fenced(item_id, lease_token))
     )
 
 
-def extend_lease(item_id: str, lease_token: str, lease_ms: int) -> Update:
-    """Fenced: set the lease to expire `lease_ms` from now; returns the new expiry, or no row."""
+@cache
+def finish(to_state: State) -> Update:
+    """Fenced: end the attempt in `to_state` (succeeded, failed, abandoned) with parameter
+    `p_category`; returns MOVED."""
     return (
         sa.update(items)
-        .where(*_fenced(item_id, lease_token))
-        .values(lease_expires_at=db_now_ms() + lease_ms)
-        .returning(items.c.lease_expires_at)
-    )
-
-
-def finish(item_id: str, lease_token: str, to_state: State, category: str | None) -> Update:
-    """Fenced: end the attempt in `to_state` (succeeded, failed, abandoned); returns MOVED."""
-    return (
-        sa.update(items)
-        .where(*_fenced(item_id, lease_token))
+        .where(*_fenced())
         .values(
             state=to_state.value,
-            error_category=category,
+            error_category=sa.bindparam("p_category", type_=sa.String),
             lease_expires_at=None,
             updated_at=db_now_ms(),
         )
@@ -273,18 +304,20 @@ def finish(item_id: str, lease_token: str, to_state: State, category: str | None
     )
 
 
-def retry_later(
-    item_id: str, lease_token: str, category: str, *, base_ms: int, max_ms: int
-) -> Update:
+@cache
+def retry_later(*, base_ms: int, max_ms: int) -> Update:
     """Fenced: to retryable with backoff, or failed `attempts_exhausted` at the attempt cap."""
     now = db_now_ms()
     exhausted = _exhausted()
     return (
         sa.update(items)
-        .where(*_fenced(item_id, lease_token))
+        .where(*_fenced())
         .values(
             state=sa.case((exhausted, State.FAILED.value), else_=State.RETRYABLE.value),
-            error_category=sa.case((exhausted, "attempts_exhausted"), else_=category),
+            error_category=sa.case(
+                (exhausted, "attempts_exhausted"),
+                else_=sa.bindparam("p_category", type_=sa.String),
+            ),
             next_attempt_at=sa.case(
                 (exhausted, items.c.next_attempt_at), else_=now + backoff_ms(base_ms, max_ms)
             ),
@@ -295,12 +328,13 @@ def retry_later(
     )
 
 
-def give_back(item_id: str, lease_token: str) -> Update:
+@cache
+def give_back() -> Update:
     """Fenced: back to queued, due now, taking the claim's attempt number back."""
     now = db_now_ms()
     return (
         sa.update(items)
-        .where(*_fenced(item_id, lease_token))
+        .where(*_fenced())
         .values(
             state=State.QUEUED.value,
             attempt=items.c.attempt - 1,
@@ -313,9 +347,10 @@ def give_back(item_id: str, lease_token: str) -> Update:
     )
 
 
-def check_lease(item_id: str, lease_token: str) -> sa.Select[tuple[str]]:
+@cache
+def check_lease() -> sa.Select[tuple[str]]:
     """A row if and only if the lease is still held."""
-    return sa.select(items.c.id).where(*_fenced(item_id, lease_token))
+    return sa.select(items.c.id).where(*_fenced())
 
 
 # --- reaper, cancel, requeue ------------------------------------------------------------------
@@ -334,13 +369,17 @@ def closed_groups_with_work() -> sa.Select[Any]:
 
 def _pick(where: Sequence[ColumnElement[bool]], limit: int) -> sa.CTE:
     query = (
-        sa.select(items.c.id).where(*where).limit(limit).with_for_update(skip_locked=True, of=items)
+        sa.select(items.c.id)
+        .where(*where)
+        .limit(literal_limit(limit))
+        .with_for_update(skip_locked=True, of=items)
     )
     return query.cte("picked").prefix_with("MATERIALIZED")
 
 
-def abandon(from_state: State, reason: str, group_id: str, limit: int) -> Update:
-    """Move up to `limit` of the group's items from `from_state` to abandoned.
+@cache
+def abandon(from_state: State, reason: str, limit: int) -> Update:
+    """Move up to `limit` of group `p_group_id`'s items from `from_state` to abandoned.
 
     For `in_progress` only expired leases are taken (a live holder is stopped by its heartbeat
     instead). Concurrency: rows are picked with SKIP LOCKED and re-checked by the UPDATE's
@@ -349,7 +388,7 @@ def abandon(from_state: State, reason: str, group_id: str, limit: int) -> Update
     now = db_now_ms()
     where: list[ColumnElement[bool]] = [
         state_is(from_state),
-        items.c.group_id == group_id,
+        items.c.group_id == sa.bindparam("p_group_id", type_=sa.String),
     ]
     if from_state is State.IN_PROGRESS:
         where.append(items.c.lease_expires_at <= now)
@@ -367,6 +406,7 @@ def abandon(from_state: State, reason: str, group_id: str, limit: int) -> Update
     )
 
 
+@cache
 def retry_or_fail_expired(limit: int, *, base_ms: int, max_ms: int) -> Update:
     """Expired leases: to retryable (`lease_expired`, with backoff) or failed at the cap.
 

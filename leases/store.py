@@ -67,6 +67,18 @@ class Store:
             yield own
 
     @contextmanager
+    def single(self, conn: sa.Connection | None = None) -> Iterator[sa.Connection]:
+        """A connection for ONE atomic statement: PostgreSQL autocommit (no BEGIN/COMMIT round
+        trips), SQLite a write transaction; with `conn`, the caller's transaction."""
+        if conn is not None or self.dialect_name != "postgresql":
+            with self.write(conn) as c:
+                yield c
+            return
+        with self.translate_errors(), self.engine.connect() as own:
+            own.execution_options(isolation_level="AUTOCOMMIT")
+            yield own
+
+    @contextmanager
     def read(self) -> Iterator[sa.Connection]:
         """A read-only transaction (a plain deferred BEGIN on SQLite)."""
         with self.translate_errors(), self.engine.connect() as conn:
@@ -74,15 +86,19 @@ class Store:
             with conn.begin():
                 yield conn
 
-    def rows(self, conn: sa.Connection, stmt: Executable) -> Sequence[sa.Row[Any]]:
-        """Execute and fetch every row."""
+    def rows(
+        self, conn: sa.Connection, stmt: Executable, params: dict[str, Any] | None = None
+    ) -> Sequence[sa.Row[Any]]:
+        """Execute (with bound `params`) and fetch every row."""
         with self.translate_errors():
-            return conn.execute(stmt).all()
+            return conn.execute(stmt, params).all()
 
-    def one(self, conn: sa.Connection, stmt: Executable) -> sa.Row[Any] | None:
-        """Execute and fetch the first row, if any."""
+    def one(
+        self, conn: sa.Connection, stmt: Executable, params: dict[str, Any] | None = None
+    ) -> sa.Row[Any] | None:
+        """Execute (with bound `params`) and fetch the first row, if any."""
         with self.translate_errors():
-            return conn.execute(stmt).first()
+            return conn.execute(stmt, params).first()
 
     def scalar(self, conn: sa.Connection, stmt: Executable) -> Any:
         """Execute and fetch the first column of the first row (None when no row)."""

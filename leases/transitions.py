@@ -2,13 +2,12 @@
 
 Counters are keyed (group, state, category, shard): the category is kept only for `failed` and
 `abandoned` (what a status reports as failures) and is '' otherwise; the shard is a stable hash
-of the item id, so an item is counted in, and later taken out of, the same row (docs/adr/0001).
+of the item's seq, so an item is counted in, and later taken out of, the same row (docs/adr/0001).
 """
 
 from __future__ import annotations
 
 import secrets
-import zlib
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ import sqlalchemy as sa
 
 from leases import queries
 from leases.models import CATEGORISED, State
+from leases.pgqueries import LogSpec
 from leases.store import Store
 
 CORRELATION_ID_BYTES = 6
@@ -28,9 +28,13 @@ def new_correlation_id() -> str:
     return secrets.token_hex(CORRELATION_ID_BYTES)
 
 
-def shard_of(item_id: str, shards: int) -> int:
-    """The counter shard of an item: stable across processes with the same shard count."""
-    return zlib.crc32(item_id.encode()) % shards
+def shard_of(seq: int, shards: int) -> int:
+    """The counter shard of an item: its position modulo the shard count.
+
+    Neighbouring items (claimed together) land on different shards; PostgreSQL computes the
+    same rule in SQL (`leases.pgqueries`).
+    """
+    return seq % shards
 
 
 def counted_category(state: State, category: str | None) -> str:
@@ -42,13 +46,14 @@ def counted_category(state: State, category: str | None) -> str:
 class Source:
     """Where the moved rows came from, and how their events are attributed.
 
+    `state` None: each row carries its own `from_state` (a claim of queued and retryable items).
     `correlation_id` None: use each row's attempt correlation id (worker acts); otherwise the
     reaper's or operator's own. `attempt_fields` False: the item had no live attempt, so the
     event carries no worker id or lease token. `attempt_offset` corrects the logged attempt
     (give-back logs the attempt it took back). `reason` None: the row's new error category.
     """
 
-    state: State
+    state: State | None
     category: str | None = None
     correlation_id: str | None = None
     attempt_fields: bool = True
@@ -72,10 +77,11 @@ def record(store: Store, conn: sa.Connection, moves: Moves, shards: int) -> None
     deltas: Counter[tuple[str, str, str, int]] = Counter()
     at = 0
     for rows, source in moves:
-        from_category = counted_category(source.state, source.category)
         for row in rows:
-            shard = shard_of(row.id, shards)
-            deltas[(row.group_id, source.state.value, from_category, shard)] -= 1
+            from_state = _from_state(row, source)
+            from_category = counted_category(from_state, source.category)
+            shard = shard_of(row.seq, shards)
+            deltas[(row.group_id, from_state.value, from_category, shard)] -= 1
             to_state = State(row.state)
             to_category = counted_category(to_state, row.error_category)
             deltas[(row.group_id, to_state.value, to_category, shard)] += 1
@@ -104,7 +110,7 @@ def _event(row: sa.Row[Any], source: Source) -> dict[str, Any]:
         "item_id": row.id,
         "group_id": row.group_id,
         "attempt": row.attempt + source.attempt_offset,
-        "from_state": source.state.value,
+        "from_state": _from_state(row, source).value,
         "to_state": row.state,
         "at": row.updated_at,
         "worker_id": row.worker_id if source.attempt_fields else None,
@@ -112,3 +118,21 @@ def _event(row: sa.Row[Any], source: Source) -> dict[str, Any]:
         "reason": source.reason if source.reason is not None else row.error_category,
         "correlation_id": source.correlation_id or row.correlation_id,
     }
+
+
+def _from_state(row: sa.Row[Any], source: Source) -> State:
+    return State(row.from_state) if source.state is None else source.state
+
+
+def log_spec(source: Source, shards: int) -> LogSpec:
+    """The same logging rules, for the single-statement PostgreSQL path."""
+    from_category = "" if source.state is None else counted_category(source.state, source.category)
+    return LogSpec(
+        from_state=source.state,
+        from_category=from_category,
+        own_correlation_id=source.correlation_id is not None,
+        attempt_fields=source.attempt_fields,
+        attempt_offset=source.attempt_offset,
+        reason=source.reason,
+        shards=shards,
+    )

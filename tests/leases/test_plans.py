@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.sql import Executable
+from sqlalchemy.sql.dml import Update
 
-from leases import LeaseManager, NewItem, State, make_engine, queries, upgrade
+from leases import (
+    LeaseManager,
+    NewItem,
+    State,
+    make_engine,
+    pgqueries,
+    queries,
+    transitions,
+    upgrade,
+)
+from leases.transitions import Source
 
 BIG_GROUP_ITEMS = 30_000
 SMALL_GROUP_ITEMS = 300
@@ -45,32 +56,41 @@ def loaded(postgres_url: str) -> Iterator[tuple[sa.Engine, str, str]]:
     engine.dispose()
 
 
-def _plan(engine: sa.Engine, stmt: Executable) -> str:
-    compiled = stmt.compile(dialect=engine.dialect, compile_kwargs={"literal_binds": True})
+def _plan(engine: sa.Engine, stmt: sa.Select[Any], **params: str) -> str:
+    bound = stmt.params(p_worker_id="w", log_correlation_id="c", **params)
+    compiled = bound.compile(dialect=engine.dialect, compile_kwargs={"literal_binds": True})
     with engine.connect() as conn:
         lines = conn.exec_driver_sql(f"EXPLAIN {compiled}").scalars().all()
     return "\n".join(lines)
+
+
+def _logged(move: Update, source: Source) -> sa.Select[Any]:
+    """The statement PostgreSQL really runs: the move wrapped with its log."""
+    return pgqueries.logged(move, transitions.log_spec(source, 8))
 
 
 def _assert_uses(plan: str, *indexes: str) -> None:
     """The plan reads lease_items through one of `indexes` and never scans or sorts it whole."""
     assert any(index in plan for index in indexes), plan
     assert "Seq Scan on lease_items" not in plan, plan
-    assert "Sort Key" not in plan, plan
+    # Sorting is allowed only for the few counter deltas, never for items.
+    assert "Sort Key: lease_items" not in plan, plan
 
 
 def test_claim_uses_the_queue_indexes(loaded: tuple[sa.Engine, str, str]) -> None:
-    """Claims walk the queued-by-seq and retryable-by-due partial indexes."""
+    """The claim statement (with its log) walks the retryable-by-due and queued-by-seq indexes."""
     engine, big, _ = loaded
-    queued = queries.claim(State.QUEUED, worker_id="w", limit=10, lease_ms=1000, group_ids=None)
-    _assert_uses(_plan(engine, queued), "ix_lease_items_queued_seq")
-    due = queries.claim(State.RETRYABLE, worker_id="w", limit=10, lease_ms=1000, group_ids=None)
-    _assert_uses(_plan(engine, due), "ix_lease_items_retryable_due")
-    one_group = queries.claim(State.QUEUED, worker_id="w", limit=10, lease_ms=1000, group_ids=[big])
+    claim = pgqueries.claim(limit=10, lease_ms=1000, group_ids=None)
+    plan = _plan(engine, _logged(claim, Source(None)))
+    _assert_uses(plan, "ix_lease_items_queued_seq")
+    _assert_uses(plan, "ix_lease_items_retryable_due")
+    one_group = pgqueries.claim(limit=10, lease_ms=1000, group_ids=(big,))
     # The planner may walk the group's own index or the global queue index filtered by group
     # (when the group holds most queued rows); either way an ordered index walk.
     _assert_uses(
-        _plan(engine, one_group), "ix_lease_items_group_state_seq", "ix_lease_items_queued_seq"
+        _plan(engine, _logged(one_group, Source(None))),
+        "ix_lease_items_group_state_seq",
+        "ix_lease_items_queued_seq",
     )
 
 
@@ -78,11 +98,15 @@ def test_reap_uses_the_expiry_and_group_indexes(loaded: tuple[sa.Engine, str, st
     """The reaper finds expired leases by the expiry index and closed groups' work per group."""
     engine, _, small = loaded
     expired = queries.retry_or_fail_expired(5000, base_ms=1000, max_ms=2000)
-    _assert_uses(_plan(engine, expired), "ix_lease_items_leased_expiry")
+    _assert_uses(
+        _plan(engine, _logged(expired, Source(State.IN_PROGRESS, None, "c"))),
+        "ix_lease_items_leased_expiry",
+    )
     closed = _plan(engine, queries.closed_groups_with_work())
     assert "ix_lease_items_unfinished_updated" in closed, closed
     for state in (State.QUEUED, State.RETRYABLE):
-        plan = _plan(engine, queries.abandon(state, "cancelled", small, 5000))
+        move = queries.abandon(state, "cancelled", 5000)
+        plan = _plan(engine, _logged(move, Source(state, None, "c")), p_group_id=small)
         # A per-group index bounds the walk to this group's items; the retryable partial index
         # (only retryable rows, of any group) is as good while few items back off.
         _assert_uses(

@@ -1,0 +1,305 @@
+"""Lease engine throughput beside procrastinate and pgqueuer, and one reaper pass at 1M items.
+
+Run by hand (never by the test suite), on the local PostgreSQL of the test tooling:
+
+    .venv/bin/python bench/leases.py [--items 10000] [--workers 4] [--reap-items 1000000]
+
+Every system gets its own fresh database on the same server and the same number of worker
+processes, and processes the same number of no-op items:
+- leases: claim -> heartbeat -> complete per item (three transactions), claiming 1 and 10 at once;
+- procrastinate: `app.run_worker(wait=False)` per process, one no-op task per job;
+- pgqueuer: `QueueManager.run(mode=drain)` per process, one no-op entrypoint, batch size 10.
+Then a 1,000,000-item group with 1% of its leases expired, and one timed `reap()`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import os
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from leases import LeaseManager, NewItem, State, make_engine, queries, upgrade
+from tests.services import postgres
+
+DEFAULT_ITEMS = 10_000
+DEFAULT_WORKERS = 4
+DEFAULT_REAP_ITEMS = 1_000_000
+EXPIRED_FRACTION = 0.01
+START_TIMEOUT_SECONDS = 60.0
+
+
+def fresh_database(admin_url: str, name: str) -> str:
+    """Drop and create database `name`; return its SQLAlchemy URL."""
+    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    return sa.make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+
+
+def libpq(url: str) -> str:
+    """The libpq connection string of a SQLAlchemy PostgreSQL URL."""
+    parsed = sa.make_url(url)
+    return f"host={parsed.host} port={parsed.port} user={parsed.username} dbname={parsed.database}"
+
+
+def run_workers(target: Callable[..., None], args: tuple[Any, ...], workers: int) -> float:
+    """Start `workers` processes, release them together, return seconds until all exited."""
+    context = multiprocessing.get_context("spawn")
+    ready = context.Barrier(workers + 1)
+    procs = [context.Process(target=target, args=(ready, *args)) for _ in range(workers)]
+    for p in procs:
+        p.start()
+    ready.wait(START_TIMEOUT_SECONDS)
+    started = time.perf_counter()
+    for p in procs:
+        p.join()
+        if p.exitcode != 0:
+            raise RuntimeError(f"worker exited with {p.exitcode}")
+    return time.perf_counter() - started
+
+
+# --- leases -------------------------------------------------------------------------------
+
+
+def leases_worker(ready: Any, url: str, claim_limit: int) -> None:
+    """Claim, heartbeat, complete until no work is left."""
+    engine = make_engine(url)
+    manager = LeaseManager(engine)
+    worker = f"bench-{os.getpid()}"
+    ready.wait(START_TIMEOUT_SECONDS)
+    while claims := manager.claim(worker, claim_limit):
+        for claim in claims:
+            manager.heartbeat(claim.item_id, claim.lease_token)
+            manager.complete(claim.item_id, claim.lease_token)
+    engine.dispose()
+
+
+def bench_leases(admin_url: str, items: int, workers: int, claim_limit: int) -> float:
+    """Items per second through claim -> heartbeat -> complete."""
+    url = fresh_database(admin_url, "bench_leases")
+    engine = make_engine(url)
+    upgrade(engine)
+    manager = LeaseManager(engine)
+    group_id = str(uuid.uuid4())
+    with manager.transaction() as conn:
+        manager.create_group(
+            conn,
+            group_id,
+            deadline_seconds=3600,
+            max_attempts=3,
+            items=(NewItem(str(uuid.uuid4()), {"n": i}) for i in range(items)),
+        )
+    seconds = run_workers(leases_worker, (url, claim_limit), workers)
+    assert manager.group(group_id).counts[State.SUCCEEDED] == items
+    assert manager.recount(group_id) == manager.counted(group_id)
+    engine.dispose()
+    return items / seconds
+
+
+# --- procrastinate --------------------------------------------------------------------------
+
+
+def _procrastinate_app(url: str) -> Any:
+    import procrastinate  # noqa: PLC0415  (bench-only dependency)
+
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=libpq(url)))
+
+    @app.task(name="noop")
+    def noop() -> None:
+        return None
+
+    return app
+
+
+def procrastinate_worker(ready: Any, url: str) -> None:
+    """Run one procrastinate worker until the queue is empty."""
+    import logging  # noqa: PLC0415
+
+    logging.disable(logging.WARNING)
+    app = _procrastinate_app(url)
+    with app.open():
+        ready.wait(START_TIMEOUT_SECONDS)
+        app.run_worker(wait=False, concurrency=1, install_signal_handlers=False)
+
+
+def bench_procrastinate(admin_url: str, items: int, workers: int) -> float:
+    """Jobs per second through procrastinate workers."""
+    url = fresh_database(admin_url, "bench_procrastinate")
+    app = _procrastinate_app(url)
+    with app.open():
+        app.schema_manager.apply_schema()
+        noop = app.tasks["noop"]
+        for start in range(0, items, 1000):
+            noop.batch_defer(*({} for _ in range(min(1000, items - start))))
+    seconds = run_workers(procrastinate_worker, (url,), workers)
+    engine = sa.create_engine(url)
+    with engine.connect() as conn:
+        done = conn.execute(
+            sa.text("SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'")
+        ).scalar_one()
+    engine.dispose()
+    assert done == items, done
+    return items / seconds
+
+
+# --- pgqueuer -------------------------------------------------------------------------------
+
+
+async def _pgqueuer_run(url: str, ready: Any) -> None:
+    import psycopg  # noqa: PLC0415
+    from pgqueuer import QueueManager  # noqa: PLC0415
+    from pgqueuer.db import PsycopgDriver  # noqa: PLC0415
+    from pgqueuer.queries import Queries  # noqa: PLC0415
+    from pgqueuer.types import QueueExecutionMode  # noqa: PLC0415
+
+    conn = await psycopg.AsyncConnection.connect(libpq(url), autocommit=True)
+    qm = QueueManager(Queries(PsycopgDriver(conn)))
+
+    @qm.entrypoint("noop")
+    async def noop(job: Any) -> None:
+        return None
+
+    ready.wait(START_TIMEOUT_SECONDS)
+    await qm.run(mode=QueueExecutionMode.drain, batch_size=10)
+    await conn.close()
+
+
+def pgqueuer_worker(ready: Any, url: str) -> None:
+    """Run one pgqueuer queue manager until the queue is drained."""
+    import logging  # noqa: PLC0415
+
+    logging.disable(logging.WARNING)
+    asyncio.run(_pgqueuer_run(url, ready))
+
+
+async def _pgqueuer_setup(url: str, items: int) -> None:
+    import psycopg  # noqa: PLC0415
+    from pgqueuer.db import PsycopgDriver  # noqa: PLC0415
+    from pgqueuer.queries import Queries  # noqa: PLC0415
+
+    conn = await psycopg.AsyncConnection.connect(libpq(url), autocommit=True)
+    q = Queries(PsycopgDriver(conn))
+    await q.install()
+    for start in range(0, items, 1000):
+        n = min(1000, items - start)
+        await q.enqueue(["noop"] * n, [None] * n, [0] * n)
+    await conn.close()
+
+
+def bench_pgqueuer(admin_url: str, items: int, workers: int) -> float:
+    """Jobs per second through pgqueuer queue managers."""
+    url = fresh_database(admin_url, "bench_pgqueuer")
+    asyncio.run(_pgqueuer_setup(url, items))
+    seconds = run_workers(pgqueuer_worker, (url,), workers)
+    engine = sa.create_engine(url)
+    with engine.connect() as conn:
+        left = conn.execute(sa.text("SELECT count(*) FROM pgqueuer")).scalar_one()
+    engine.dispose()
+    assert left == 0, left
+    return items / seconds
+
+
+# --- reaper at scale --------------------------------------------------------------------------
+
+
+def bench_reap(admin_url: str, items: int) -> dict[str, float]:
+    """Create `items` items, expire 1% of them, time one reaper pass and show its plan."""
+    url = fresh_database(admin_url, "bench_leases_reap")
+    engine = make_engine(url)
+    upgrade(engine)
+    manager = LeaseManager(engine)
+    group_id = str(uuid.uuid4())
+    started = time.perf_counter()
+    with manager.transaction() as conn:
+        manager.create_group(
+            conn,
+            group_id,
+            deadline_seconds=3600,
+            max_attempts=3,
+            items=(NewItem(str(uuid.uuid4()), {"n": i}) for i in range(items)),
+        )
+    create_seconds = time.perf_counter() - started
+    expired = int(items * EXPIRED_FRACTION)
+    claimed = 0
+    while claimed < expired:
+        claimed += len(manager.claim("bench", min(5000, expired - claimed)))
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE lease_items SET lease_expires_at = 1 WHERE state = 'in_progress'")
+        )
+        conn.execute(sa.text("ANALYZE"))
+    stmt = queries.retry_or_fail_expired(5000, base_ms=5000, max_ms=300_000)
+    compiled = stmt.compile(dialect=engine.dialect, compile_kwargs={"literal_binds": True})
+    with engine.connect() as conn:
+        plan = "\n".join(conn.exec_driver_sql(f"EXPLAIN {compiled}").scalars().all())
+    started = time.perf_counter()
+    result = manager.reap()
+    reap_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    summary = manager.group(group_id)
+    summary_seconds = time.perf_counter() - started
+    assert result.retried == expired, result
+    assert summary.total == items
+    engine.dispose()
+    return {
+        "create_seconds": create_seconds,
+        "expired": expired,
+        "reap_seconds": reap_seconds,
+        "summary_ms": summary_seconds * 1000,
+        "plan_uses_index": float(
+            "ix_lease_items_leased_expiry" in plan and "Seq Scan on lease_items" not in plan
+        ),
+    }
+
+
+def main() -> None:
+    """Run every measurement once and print a table."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--items", type=int, default=DEFAULT_ITEMS)
+    parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS)
+    parser.add_argument("--reap-items", type=int, default=DEFAULT_REAP_ITEMS)
+    parser.add_argument("--systems", default="leases,procrastinate,pgqueuer")
+    parser.add_argument("--skip-reap", action="store_true")
+    args = parser.parse_args()
+    admin_url = os.environ.get("BATCHCROP_TEST_POSTGRES_URL") or postgres.ensure()
+    print(f"{args.items} no-op items, {args.workers} worker processes, {os.cpu_count()} cores")
+    systems = set(args.systems.split(","))
+    rows = []
+    if "leases" in systems:
+        for limit in (1, 10):
+            rate = bench_leases(admin_url, args.items, args.workers, limit)
+            rows.append((f"leases (claim {limit}, heartbeat, complete)", rate))
+    if "procrastinate" in systems:
+        rate = bench_procrastinate(admin_url, args.items, args.workers)
+        rows.append(("procrastinate 3 (run_worker, concurrency 1)", rate))
+    if "pgqueuer" in systems:
+        rows.append(
+            ("pgqueuer 1 (drain, batch 10)", bench_pgqueuer(admin_url, args.items, args.workers))
+        )
+    for name, rate in rows:
+        print(f"{name:48s} {rate:8.0f} items/s")
+    if not args.skip_reap:
+        reap = bench_reap(admin_url, args.reap_items)
+        print(f"create_group of {args.reap_items} items: {reap['create_seconds']:.1f} s")
+        print(
+            f"reap() over {args.reap_items} items, {int(reap['expired'])} expired: "
+            f"{reap['reap_seconds']:.2f} s (expiry index used: {bool(reap['plan_uses_index'])})"
+        )
+        print(f"group() summary at {args.reap_items} items: {reap['summary_ms']:.1f} ms")
+
+
+if __name__ == "__main__":
+    main()

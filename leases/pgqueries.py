@@ -1,0 +1,182 @@
+"""PostgreSQL-only statements: each transition, its events and its counters in ONE statement.
+
+PostgreSQL runs data-modifying CTEs, so a move (`UPDATE ... RETURNING`), the event rows and the
+counter deltas become one statement and one round trip, atomic even in autocommit. SQLite runs
+the same moves from `leases.queries` and `leases.transitions` writes the log beside them; both
+paths produce identical rows (same shard rule: `seq % shards`), which the tests compare.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.sql.dml import Update
+from sqlalchemy.sql.elements import ColumnElement
+
+from leases.models import CATEGORISED, State
+from leases.queries import MOVED, literal_limit, state_in, state_is
+from leases.schema import counters, events, groups, items
+from leases.sqlfuncs import db_now_ms, random_short_id, random_token
+
+
+@dataclass(frozen=True)
+class LogSpec:
+    """How to log a move; see `leases.transitions.Source` (whose fields these are)."""
+
+    from_state: State | None
+    from_category: str
+    own_correlation_id: bool
+    attempt_fields: bool
+    attempt_offset: int
+    reason: str | None
+    shards: int
+
+
+@cache
+def logged(move: Update, spec: LogSpec) -> sa.Select[tuple[object, ...]]:
+    """Wrap `move` (returning MOVED, plus `from_state` when `spec.from_state` is None) so the
+    same statement appends its events and applies its counter deltas; selects the moved rows.
+    With `own_correlation_id`, the events take parameter `log_correlation_id`.
+
+    Concurrency: the counter upsert takes its rows in key order, and it is the transaction's
+    only counter write, so concurrent transitions cannot deadlock on counters.
+    """
+    moved = move.cte("moved")
+    from_state: ColumnElement[str] = (
+        moved.c.from_state if spec.from_state is None else sa.literal(spec.from_state.value)
+    )
+    null = sa.null()
+    log = (
+        sa.insert(events)
+        .from_select(
+            [
+                "item_id",
+                "group_id",
+                "attempt",
+                "from_state",
+                "to_state",
+                "at",
+                "worker_id",
+                "lease_token",
+                "reason",
+                "correlation_id",
+            ],
+            sa.select(
+                moved.c.id,
+                moved.c.group_id,
+                moved.c.attempt + spec.attempt_offset,
+                from_state,
+                moved.c.state,
+                moved.c.updated_at,
+                moved.c.worker_id if spec.attempt_fields else null,
+                moved.c.lease_token if spec.attempt_fields else null,
+                sa.literal(spec.reason) if spec.reason is not None else moved.c.error_category,
+                sa.bindparam("log_correlation_id", type_=sa.String)
+                if spec.own_correlation_id
+                else moved.c.correlation_id,
+            ),
+        )
+        .cte("logged")
+    )
+    shard = moved.c.seq % spec.shards
+    to_category = sa.case(
+        (
+            moved.c.state.in_([s.value for s in sorted(CATEGORISED)]),
+            sa.func.coalesce(moved.c.error_category, ""),
+        ),
+        else_="",
+    )
+    out_of = sa.select(
+        moved.c.group_id.label("group_id"),
+        from_state.label("state"),
+        sa.literal(spec.from_category).label("category"),
+        shard.label("shard"),
+        sa.literal(-1).label("n"),
+        moved.c.updated_at.label("at"),
+    )
+    into = sa.select(
+        moved.c.group_id, moved.c.state, to_category, shard, sa.literal(1), moved.c.updated_at
+    )
+    d = sa.union_all(out_of, into).subquery("d")
+    key = (d.c.group_id, d.c.state, d.c.category, d.c.shard)
+    deltas = (
+        sa.select(*key, sa.func.sum(d.c.n).label("n"), sa.func.max(d.c.at).label("updated_at"))
+        .group_by(*key)
+        .having(sa.func.sum(d.c.n) != 0)
+        .order_by(*key)
+    )
+    upsert = postgresql.insert(counters).from_select(
+        ["group_id", "state", "category", "shard", "n", "updated_at"], deltas
+    )
+    counted = upsert.on_conflict_do_update(
+        index_elements=[
+            counters.c.group_id,
+            counters.c.state,
+            counters.c.category,
+            counters.c.shard,
+        ],
+        set_={
+            "n": counters.c.n + upsert.excluded.n,
+            "updated_at": sa.func.greatest(counters.c.updated_at, upsert.excluded.updated_at),
+        },
+    ).cte("counted")
+    return sa.select(moved).add_cte(log, counted)
+
+
+@cache
+def claim(*, limit: int, lease_ms: int, group_ids: tuple[str, ...] | None) -> Update:
+    """Claim up to `limit` items, due retryable ones first, then queued ones in `seq` order.
+
+    Both candidates lists are picked with FOR UPDATE SKIP LOCKED inside one MATERIALIZED CTE;
+    the LIMIT over their UNION ALL stops reading (and locking) queued rows once enough due
+    retryable rows were found. Returns MOVED + lease_expires_at + payload + from_state.
+    """
+    now = db_now_ms()
+
+    def candidates(state: State, order: ColumnElement[int], name: str) -> sa.Subquery:
+        query = (
+            sa.select(items.c.id, items.c.state)
+            .select_from(items.join(groups, groups.c.id == items.c.group_id))
+            .where(
+                state_is(state),
+                items.c.next_attempt_at <= now,
+                sa.not_(groups.c.cancel_requested),
+                groups.c.deadline_at > now,
+            )
+            .order_by(order)
+            .limit(literal_limit(limit))
+            .with_for_update(skip_locked=True, of=items)
+        )
+        if group_ids is not None:
+            query = query.where(items.c.group_id.in_(list(group_ids)))
+        return query.subquery(name)
+
+    due = candidates(State.RETRYABLE, items.c.next_attempt_at, "due")
+    fresh = candidates(State.QUEUED, items.c.seq, "fresh")
+    picked = (
+        sa.union_all(sa.select(due.c.id, due.c.state), sa.select(fresh.c.id, fresh.c.state))
+        .limit(literal_limit(limit))
+        .cte("picked")
+        .prefix_with("MATERIALIZED")
+    )
+    return (
+        sa.update(items)
+        .where(items.c.id == picked.c.id, state_in({State.QUEUED, State.RETRYABLE}))
+        .values(
+            state=State.IN_PROGRESS.value,
+            attempt=items.c.attempt + 1,
+            lease_token=random_token(),
+            lease_expires_at=now + lease_ms,
+            attempt_started_at=now,
+            worker_id=sa.bindparam("p_worker_id", type_=sa.String),
+            error_category=None,
+            correlation_id=random_short_id(),
+            updated_at=now,
+        )
+        .returning(
+            *MOVED, items.c.lease_expires_at, items.c.payload, picked.c.state.label("from_state")
+        )
+    )
