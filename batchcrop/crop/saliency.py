@@ -4,8 +4,8 @@ Four cues, each in fixed units so a plain picture's faint noise is never amplifi
 centre-surround colour contrast at three scales (a region unlike its neighbourhood; smooth
 gradients such as skies cancel out), luminance edges (texture and outlines), and colourfulness
 and skin-like colour where they exceed their neighbourhood's (so sky, grass or sand spread over
-the frame are background, not subject). The sum is lightly smoothed, whatever a whole row or
-column shares is removed (horizons and poles crossing the frame are structure, not subject),
+the frame are background, not subject). The sum is lightly smoothed, each row's and column's
+lower-quartile level is removed (horizons and poles crossing the frame are structure, not subject),
 and a robust background level (median + 3 sigma, sigma from the median absolute deviation) is
 subtracted, so a plain or uniformly textured background and its noise weigh nothing and the
 subject's mass decides where windows go.
@@ -76,8 +76,11 @@ def saliency_map(image: Image.Image) -> FloatArray:
         contrast += np.sqrt(np.sum((centre - surround) ** 2, axis=2)) / 255.0
     contrast /= len(SURROUND_FRACTIONS)
     grad_rows, grad_cols = _gradients(centre[..., 0])
-    edges = np.hypot(grad_rows, grad_cols) / 255.0
-    chroma = np.hypot(cb - 128.0, cr - 128.0) / 128.0
+    # sqrt of a sum of squares, not np.hypot: IEEE-exact operations give the same bits on every
+    # machine, while hypot comes from the platform's libm (keys assume identical crops).
+    edges = np.sqrt(grad_rows * grad_rows + grad_cols * grad_cols) / 255.0
+    blue, red = cb - 128.0, cr - 128.0
+    chroma = np.sqrt(blue * blue + red * red) / 128.0
     skin = (
         (cb >= _SKIN_CB[0])
         & (cb <= _SKIN_CB[1])

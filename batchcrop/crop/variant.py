@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 from functools import cache
 
+import numpy as np
 import PIL
 from PIL import features
 
@@ -21,11 +22,18 @@ VARIANT_HEX_CHARS = 12
 
 @cache
 def _library_versions() -> str:
-    """Versions of the libraries whose output reaches the bytes: Pillow, libjpeg, LittleCMS."""
+    """Versions of the libraries whose output reaches the bytes.
+
+    Pillow, libjpeg(-turbo) and LittleCMS make the pixels and bytes; numpy computes the saliency
+    that places the windows.
+    """
     libjpeg = features.version("jpg") or "none"
     turbo = features.version("libjpeg_turbo") or "none"
     lcms = features.version("littlecms2") or "none"
-    return f"pillow={PIL.__version__};libjpeg={libjpeg};turbo={turbo};lcms={lcms}"
+    return (
+        f"pillow={PIL.__version__};libjpeg={libjpeg};turbo={turbo};lcms={lcms};"
+        f"numpy={np.__version__}"
+    )
 
 
 def variant_of(spec: RenderSpec) -> str:

@@ -25,6 +25,9 @@ PLACEMENT_TOLERANCE = 0.02
 CUT_TOLERANCE = 0.1
 """Edge cuts within this fraction of the profile's peak of the least-cutting position are equal."""
 
+SALIENCY_QUANTA = 4096
+"""Saliency is rounded to multiples of 1/this before placement (see `place_window`)."""
+
 PLACEMENT_STEP_CELLS = 0.25
 """Candidate window positions are this many saliency-map cells apart."""
 
@@ -75,20 +78,23 @@ def place_window(
     """
     (win_w, win_h), (width, height) = window, size
     rows, cols = saliency.shape
+    # Whole numbers of 1/SALIENCY_QUANTA: every sum below is then exact, so last-bit float
+    # differences between machines cannot flip a near-tie and change the crop (and the bytes).
+    quanta = np.rint(saliency.astype(np.float64) * SALIENCY_QUANTA)
     if win_w < width:
         cell = width / cols
-        start = _place(saliency.sum(axis=0), win_w / cell) * cell
+        start = _place(quanta.sum(axis=0), win_w / cell) * cell
         left = min(max(0, round_half_up(start)), width - win_w)
         return left, 0, left + win_w, win_h
     if win_h < height:
         cell = height / rows
-        start = _place(saliency.sum(axis=1), win_h / cell) * cell
+        start = _place(quanta.sum(axis=1), win_h / cell) * cell
         top = min(max(0, round_half_up(start)), height - win_h)
         return 0, top, win_w, top + win_h
     return 0, 0, width, height
 
 
-def _place(profile: npt.NDArray[np.float32], length: float) -> float:
+def _place(profile: npt.NDArray[np.float64], length: float) -> float:
     """Start (in cells) of a `length`-cell window over a 1-D saliency profile.
 
     Three preferences, in order: keep nearly the most salient mass; among those positions, cut
