@@ -7,14 +7,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
-from moto import mock_aws
 
 from batchcrop.app import App, build
 from batchcrop.settings import Settings
 from batchcrop.worker import WorkerOptions
-from storage import LocalStore, ObjectStore, S3Store
+from storage import LocalStore, ObjectStore
+from tests.s3_fixtures import moto_s3, rgw, rgw_bucket
+
+__all__ = ["moto_s3", "rgw", "rgw_bucket"]  # fixtures shared with the storage tests
 
 TERMINAL = ("succeeded", "failed", "abandoned")
 RUN_TIMEOUT_SECONDS = 90.0
@@ -45,16 +46,14 @@ def app(make_app: Callable[..., App]) -> App:
     return make_app()
 
 
-@pytest.fixture(params=["local", "moto"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ObjectStore]:
-    """The derivative store: the local folder, or S3 through moto in process."""
+@pytest.fixture(params=["local", "moto", pytest.param("rgw", marks=pytest.mark.rgw)])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> ObjectStore:
+    """The derivative store: the local folder, moto in process, or a live Ceph RGW bucket."""
     if request.param == "local":
-        yield LocalStore(tmp_path / "store")
-        return
-    with mock_aws():
-        client = boto3.client("s3", region_name="us-east-1")
-        client.create_bucket(Bucket="derivatives")
-        yield S3Store("derivatives", "catalogue", client=client)
+        return LocalStore(tmp_path / "store")
+    fixture = {"moto": "moto_s3", "rgw": "rgw_bucket"}[request.param]
+    store: ObjectStore = request.getfixturevalue(fixture)
+    return store
 
 
 def run_batch(
