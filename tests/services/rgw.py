@@ -72,21 +72,28 @@ def ensure() -> RGWEndpoint:
 
 
 def stop() -> None:
-    """Stop every daemon whose pid file is in the run folder (SIGTERM, then SIGKILL)."""
+    """Stop the daemons named by the run folder's pid files (SIGTERM, then SIGKILL).
+
+    A pid is signalled only while its command line still names our config file, so a stale pid
+    file (after a reboot) can never hit an unrelated process that reused the number.
+    """
     run = ROOT / "run"
     pids = []
     for pid_file in sorted(run.glob("*.pid")) if run.exists() else []:
         try:
-            pids.append(int(pid_file.read_text().strip()))
+            pid = int(pid_file.read_text().strip())
         except ValueError:
             continue
+        if _runs_our_config(pid):
+            pids.append(pid)
     for pid in pids:
         _signal(pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
     while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(POLL_INTERVAL_SECONDS)
     for pid in pids:
-        _signal(pid, signal.SIGKILL)
+        if _runs_our_config(pid):
+            _signal(pid, signal.SIGKILL)
     (ROOT / "ready").unlink(missing_ok=True)
 
 
@@ -128,15 +135,20 @@ def _install_packages() -> None:
         return
     if os.geteuid() != 0 or not shutil.which("apt-get"):
         raise RGWUnavailableError("Ceph is not installed and apt-get cannot run here")
-    command = ["apt-get", "-o", "DPkg::Lock::Timeout=120", "install", "-y", "-q"]
+    apt = ["apt-get", "-q", "-o", "DPkg::Lock::Timeout=120"]
+    install = [*apt, "install", "-y", "--no-install-recommends", *APT_PACKAGES]
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     try:
-        subprocess.run(
-            [*command, "--no-install-recommends", *APT_PACKAGES],
-            check=True, capture_output=True, timeout=APT_TIMEOUT_SECONDS, env=env,
-        )  # fmt: skip
+        # A fresh machine may have no package lists yet: refresh them once if install fails.
+        for command in (install, [*apt, "update"], install):
+            done = subprocess.run(
+                command, check=False, capture_output=True, timeout=APT_TIMEOUT_SECONDS, env=env
+            )
+            if done.returncode == 0 and command is install:
+                return
     except (subprocess.SubprocessError, OSError) as exc:
         raise RGWUnavailableError(f"could not install {' '.join(APT_PACKAGES)}: {exc}") from exc
+    raise RGWUnavailableError(f"apt-get could not install {' '.join(APT_PACKAGES)}")
 
 
 def _config(fsid: str) -> str:
@@ -271,6 +283,14 @@ def _wait(what: str, timeout_seconds: float, done: Callable[[], bool]) -> None:
                 f"{what} did not start in {timeout_seconds:.0f} s; see {ROOT}/log"
             )
         time.sleep(POLL_INTERVAL_SECONDS)
+
+
+def _runs_our_config(pid: int) -> bool:
+    try:
+        command_line = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return str(ROOT / "ceph.conf").encode() in command_line.split(b"\0")
 
 
 def _alive(pid: int) -> bool:
