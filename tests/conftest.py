@@ -16,6 +16,8 @@ import sqlalchemy as sa
 
 from tests.services import postgres
 
+pytest_plugins = ["tests.s3_fixtures"]  # moto_s3, rgw, rgw_bucket for every suite
+
 IN_CI = bool(os.environ.get("CI"))
 
 
