@@ -46,7 +46,7 @@ def _health_router(app: App) -> APIRouter:
     def healthz() -> Response:
         """200 when the database answers a trivial query; no authentication."""
         try:
-            with app.engine.connect() as conn:
+            with app.leases.reading() as conn:
                 conn.execute(sa.select(sa.literal(1)))
         except (DatabaseUnavailable, sa.exc.SQLAlchemyError) as exc:
             raise Problem(503, "the database is unavailable", slug="database-unavailable") from exc

@@ -1,0 +1,234 @@
+"""Image endpoints for the operator page: a source thumbnail and a derivative's bytes.
+
+Both sit behind the same bearer token as the rest of `/v1` and answer problems on every error.
+The thumbnail is of the source *after* EXIF orientation and carries the oriented source size in
+`X-Source-Width`/`X-Source-Height`, so an item's `crop_box` (oriented source pixels) scales onto
+it by `thumbnail_width / X-Source-Width`.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import threading
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query
+from PIL import Image
+from starlette.responses import Response
+
+from batchcrop.api.problems import Problem
+from batchcrop.api.requests import path_id
+from batchcrop.api.routes import PROBLEM_RESPONSE, PROBLEM_RESPONSES
+from batchcrop.app import App
+from batchcrop.crop import MAX_SOURCE_PIXELS, CropError
+from batchcrop.crop.decode import decode_rgb, open_image
+from storage import (
+    AccessDenied,
+    ObjectNotFound,
+    ObjectStore,
+    ObjectTooLarge,
+    SourceNotAllowed,
+    SourceReader,
+    StorageError,
+    StorageUnavailable,
+)
+
+JPEG_MEDIA_TYPE = "image/jpeg"
+THUMBNAIL_MAX_SIDE_PX_DEFAULT = 320
+THUMBNAIL_MAX_SIDE_PX_MIN = 16
+THUMBNAIL_MAX_SIDE_PX_MAX = 1024
+THUMBNAIL_QUALITY = 80
+THUMBNAIL_DECODES_MAX = 2
+"""At most this many sources are decoded for thumbnails at once: a source may be up to
+`max_source_bytes` and decode to hundreds of megabytes, and a contact sheet asks for dozens."""
+THUMBNAIL_CACHE_SECONDS = 300
+"""Browsers may reuse a thumbnail this long; the source may change in place, so not forever."""
+DERIVATIVE_CACHE_SECONDS = 365 * 24 * 3600
+"""Derivative keys name their content (source hash + settings variant): safe to keep."""
+STORE_RETRY_AFTER_SECONDS = 5
+RATIO_PATH_PATTERN = r"^[0-9]{1,6}x[0-9]{1,6}$"
+_RATIO_PATH = re.compile(RATIO_PATH_PATTERN)
+
+_SOURCE_SIZE_HEADERS = {
+    "X-Source-Width": {
+        "description": "width of the source after EXIF orientation, in pixels",
+        "schema": {"type": "integer"},
+    },
+    "X-Source-Height": {
+        "description": "height of the source after EXIF orientation, in pixels",
+        "schema": {"type": "integer"},
+    },
+}
+_JPEG_CONTENT: dict[str, Any] = {
+    JPEG_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}
+}
+
+RatioPath = Annotated[
+    str,
+    Path(
+        max_length=13,
+        description="the ratio with `x` for `:` (16:9 ⇒ `16x9`), one of the batch's ratios",
+    ),
+]
+MaxSide = Annotated[
+    int,
+    Query(
+        ge=THUMBNAIL_MAX_SIDE_PX_MIN,
+        le=THUMBNAIL_MAX_SIDE_PX_MAX,
+        description="the thumbnail's longer side, in pixels (never enlarged beyond the source)",
+    ),
+]
+
+
+def _store_unavailable(what: str) -> Problem:
+    return Problem(
+        503,
+        f"the {what} could not be read just now; retry later",
+        slug="storage-unavailable",
+        headers={"Retry-After": str(STORE_RETRY_AFTER_SECONDS)},
+    )
+
+
+def read_source_bytes(sources: SourceReader, source: str, *, max_bytes: int) -> bytes:
+    """The source's bytes, or the problem saying why not (never the path or library message)."""
+    try:
+        return sources.read(source, max_bytes=max_bytes)
+    except (ObjectNotFound, SourceNotAllowed) as exc:
+        raise Problem(404, "the source of this item is no longer there", slug="not-found") from exc
+    except ObjectTooLarge as exc:
+        raise Problem(
+            422, "the source is larger than the configured limit", slug="source-unusable"
+        ) from exc
+    except AccessDenied as exc:
+        raise Problem(403, "reading the source was refused", slug="source-access-denied") from exc
+    except StorageUnavailable as exc:
+        raise _store_unavailable("source") from exc
+    except StorageError as exc:
+        raise Problem(404, "the source of this item cannot be read", slug="not-found") from exc
+
+
+def thumbnail_jpeg(data: bytes, max_side: int) -> tuple[bytes, tuple[int, int]]:
+    """(JPEG of the upright source scaled to fit `max_side`, upright source size in pixels).
+
+    Pure and thread-safe; JPEG sources decode DCT-scaled. Raises `CropError` for data that is
+    not a usable image (the same refusals the crop engine makes, bombs included).
+    """
+    opened = open_image(data, MAX_SOURCE_PIXELS)
+    source_size = opened.size
+    scale = min(1.0, max_side / max(source_size))
+    image = decode_rgb(opened, scale)
+    image.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
+    buffer = io.BytesIO()
+    image.save(buffer, format="JPEG", quality=THUMBNAIL_QUALITY)
+    return buffer.getvalue(), source_size
+
+
+def ratio_text(path_ratio: str) -> str:
+    """`16x9` ⇒ `16:9`; a 404 problem for anything else (it names no derivative)."""
+    if not _RATIO_PATH.match(path_ratio):
+        raise Problem(404, "no derivative for this ratio (write 16:9 as 16x9)", slug="not-found")
+    width, height = path_ratio.split("x")
+    return f"{int(width)}:{int(height)}"
+
+
+def _derivative_key(app: App, batch_id: str, item_id: str, path_ratio: str) -> str:
+    wanted = ratio_text(path_ratio)
+    item = app.batches.item(path_id(batch_id, what="batch"), path_id(item_id, what="item"))
+    for derivative in item["derivatives"]:
+        if derivative["ratio"] == wanted:
+            return str(derivative["key"])
+    raise Problem(404, f"this item has no {wanted} derivative", slug="not-found")
+
+
+def _read_derivative(store: ObjectStore, key: str, *, max_bytes: int) -> bytes:
+    try:
+        return store.get(key, max_bytes=max_bytes)
+    except ObjectNotFound as exc:
+        raise Problem(
+            404, "the derivative's object is missing from the store", slug="not-found"
+        ) from exc
+    except StorageUnavailable as exc:
+        raise _store_unavailable("derivative") from exc
+    except StorageError as exc:
+        raise Problem(404, "the derivative's object cannot be read", slug="not-found") from exc
+
+
+class _LazyStore:
+    """The derivative store, opened (without a probe) on first use and then shared.
+
+    Opening builds a client (boto3 for S3), so it is done once; lazily, so building the API
+    never fails on a store setting only these endpoints need. Thread-safe.
+    """
+
+    def __init__(self, app: App) -> None:
+        self._app = app
+        self._store: ObjectStore | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> ObjectStore:
+        with self._lock:
+            if self._store is None:
+                try:
+                    self._store = self._app.open_store(check=False)
+                except StorageError as exc:
+                    raise _store_unavailable("derivative store") from exc
+            return self._store
+
+
+def media_router(app: App) -> APIRouter:
+    """The image endpoints under `/v1/batches`, bound to `app` (store opened without a probe)."""
+    router = APIRouter(prefix="/v1/batches", tags=["media"], responses=PROBLEM_RESPONSES)
+    # Sources were confined to the roots when the batch was submitted; the item's stored
+    # source is the normalised one, so it is read as the workers read it.
+    sources = app.source_reader(trusted=True)
+    store = _LazyStore(app)
+    max_bytes = app.settings.max_source_bytes
+    decodes = threading.BoundedSemaphore(THUMBNAIL_DECODES_MAX)
+
+    @router.get(
+        "/{batch_id}/items/{item_id}/source-thumbnail",
+        response_class=Response,
+        responses={
+            200: {
+                "content": _JPEG_CONTENT,
+                "description": "a JPEG of the upright source",
+                "headers": _SOURCE_SIZE_HEADERS,
+            },
+            403: PROBLEM_RESPONSE,
+        },
+    )
+    def source_thumbnail(
+        batch_id: str, item_id: str, max_side: MaxSide = THUMBNAIL_MAX_SIDE_PX_DEFAULT
+    ) -> Response:
+        """A JPEG thumbnail of the item's source after EXIF orientation; crop boxes scale onto
+        it by `width / X-Source-Width`. 422 when the source is not a usable image."""
+        item = app.batches.item(path_id(batch_id, what="batch"), path_id(item_id, what="item"))
+        data = read_source_bytes(sources, item["source"], max_bytes=max_bytes)
+        try:
+            with decodes:
+                jpeg, (width, height) = thumbnail_jpeg(data, max_side)
+        except CropError as exc:
+            raise Problem(
+                422, f"the source is not a usable image ({exc.category})", slug="source-unusable"
+            ) from exc
+        headers = {
+            "X-Source-Width": str(width),
+            "X-Source-Height": str(height),
+            "Cache-Control": f"private, max-age={THUMBNAIL_CACHE_SECONDS}",
+        }
+        return Response(jpeg, media_type=JPEG_MEDIA_TYPE, headers=headers)
+
+    @router.get(
+        "/{batch_id}/items/{item_id}/derivatives/{ratio}",
+        response_class=Response,
+        responses={200: {"content": _JPEG_CONTENT, "description": "the derivative's bytes"}},
+    )
+    def derivative(batch_id: str, item_id: str, ratio: RatioPath) -> Response:
+        """The stored bytes of the item's derivative for `ratio` (`16x9` for 16:9)."""
+        key = _derivative_key(app, batch_id, item_id, ratio)
+        data = _read_derivative(store.get(), key, max_bytes=max_bytes)
+        headers = {"Cache-Control": f"private, max-age={DERIVATIVE_CACHE_SECONDS}, immutable"}
+        return Response(data, media_type=JPEG_MEDIA_TYPE, headers=headers)
+
+    return router
