@@ -153,6 +153,9 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table
         "--batch", action="append", dest="batch_ids", metavar="ID", help="only these batches"
     )
     p.add_argument(
+        "--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics on this port"
+    )
+    p.add_argument(
         "--shutdown-grace-seconds",
         type=float,
         default=30.0,

@@ -17,6 +17,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from prometheus_client import start_http_server
+
 from batchcrop.app import App, build
 from batchcrop.batches import BatchRequest, ItemRequest
 from batchcrop.crop import Ratio, RenderSpec
@@ -247,6 +249,8 @@ def worker(args: argparse.Namespace) -> int:
             signals.set()
             the_worker.stop()
 
+        if args.metrics_port is not None:
+            start_http_server(args.metrics_port, addr="127.0.0.1", registry=app.metrics.registry)
         with _signals(on_signal):
             the_worker.start()
             while not signals.wait(0.5):

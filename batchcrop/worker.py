@@ -28,7 +28,42 @@ from leases import Claim, DatabaseUnavailable, Heartbeater, LeaseLost, LeaseMana
 from storage import ObjectStore, SourceReader
 
 IDLE_SLEEP_SECONDS = 1.0
+OUTAGE_BACKOFF_MIN_SECONDS = 0.5
 OUTAGE_BACKOFF_MAX_SECONDS = 30.0
+# Attempts ending in these categories mean a dependency is down, not that the item is bad:
+# the slots stop claiming for a while so an outage does not burn every item's attempt budget.
+OUTAGE_CATEGORIES = frozenset(
+    {Category.STORAGE_UNAVAILABLE, Category.SOURCE_UNAVAILABLE, Category.DEPENDENCY_TIMEOUT}
+)
+
+
+class OutageGate:
+    """Exponential backoff shared by a worker's slots while the database or store is down."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._delay_seconds = 0.0
+        self._until = 0.0
+
+    def failed(self) -> None:
+        """Note an outage: claiming pauses for twice the previous pause (with jitter)."""
+        with self._lock:
+            self._delay_seconds = min(
+                max(self._delay_seconds * 2, OUTAGE_BACKOFF_MIN_SECONDS),
+                OUTAGE_BACKOFF_MAX_SECONDS,
+            )
+            self._until = time.monotonic() + self._delay_seconds * random.uniform(0.5, 1.0)
+
+    def recovered(self) -> None:
+        """A dependency answered: the next outage starts from the smallest pause again."""
+        with self._lock:
+            self._delay_seconds = 0.0
+
+    def wait(self, stopping: threading.Event) -> None:
+        """Sleep out the current pause, if any (returns early on stop)."""
+        remaining = self._until - time.monotonic()
+        if remaining > 0:
+            stopping.wait(remaining)
 
 
 def default_worker_id() -> str:
@@ -73,6 +108,7 @@ class Worker:
         self._specs: dict[str, RenderSpec] = {}
         self._specs_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
+        self._outage = OutageGate()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -120,16 +156,16 @@ class Worker:
     # -- the loops -------------------------------------------------------------------------
 
     def _slot(self) -> None:
-        backoff = self.options.idle_sleep_seconds
         while not self._stopping.is_set():
+            self._outage.wait(self._stopping)
+            if self._stopping.is_set():
+                break
             try:
                 claims = self.leases.claim(self.worker_id, 1, group_ids=self.options.group_ids)
             except DatabaseUnavailable as exc:
-                log_event("database_unavailable", level=logging.WARNING, error=type(exc).__name__)
-                backoff = min(backoff * 2, OUTAGE_BACKOFF_MAX_SECONDS)
-                self._stopping.wait(backoff * random.uniform(0.5, 1.0))
+                log_event("database_unavailable", level=logging.WARNING, error=str(exc))
+                self._outage.failed()
                 continue
-            backoff = self.options.idle_sleep_seconds
             if not claims:
                 self._stopping.wait(self.options.idle_sleep_seconds * random.uniform(0.5, 1.0))
                 continue
@@ -222,12 +258,14 @@ class Worker:
                         type(exc).__name__, category=Category.INTERNAL_ERROR
                     ) from exc
             self.metrics.commits.inc()
+            self._outage.recovered()
             return State.SUCCEEDED.value
         except LeaseLost:
             self.metrics.lease_lost.inc()
             return "lease_lost"
         except DatabaseUnavailable:
             # Nothing more can be written now; the lease expires and the reaper retries it.
+            self._outage.failed()
             return "database_unavailable"
         except GiveBack:
             give_back = partial(self.leases.give_back, claim.item_id, claim.lease_token)
@@ -255,6 +293,9 @@ class Worker:
             self.metrics.terminal_failures.labels(Category.ATTEMPTS_EXHAUSTED.value).inc()
         else:
             self.metrics.retryable_failures.labels(category).inc()
+        if exc.category in OUTAGE_CATEGORIES:
+            log_event("dependency_unavailable", level=logging.WARNING, category=category)
+            self._outage.failed()
         return state.value
 
     @staticmethod

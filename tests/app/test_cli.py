@@ -6,9 +6,11 @@ import hashlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -115,6 +117,13 @@ def pg_inspect(pg_cli: Cli) -> Iterator[App]:
     app = build(Settings(database_url=pg_cli.env["BATCHCROP_DATABASE_URL"]))
     yield app
     app.close()
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def wait_for(predicate: Callable[[], Any], what: str, timeout: float = WAIT_SECONDS) -> Any:
@@ -325,9 +334,13 @@ def test_cancel_and_requeue_through_the_cli(cli: Cli, tmp_path: Path) -> None:
 
     requeued = cli.json("requeue", batch, "--deadline", "1h")
     assert (requeued["state"], requeued["cancel_requested"]) == ("queued", False)
-    worker = cli.spawn("worker", "--concurrency", "2")
+    port = free_port()
+    worker = cli.spawn("worker", "--concurrency", "2", "--metrics-port", str(port))
     try:
         wait_for(lambda: cli.json("status", batch)["state"] == "succeeded", "success")
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+        assert b"batchcrop_commits_total 3.0" in metrics
+        assert b"batchcrop_claims_total 3.0" in metrics
     finally:
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(30) == 0

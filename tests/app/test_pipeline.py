@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Callable
 from pathlib import Path
 
+import boto3
 import pytest
 
 from batchcrop.app import App
 from batchcrop.batches import BatchRequest, IdempotencyConflict, ItemRequest
 from batchcrop.crop import Ratio, RenderSpec
-from storage import ObjectStore
+from batchcrop.worker import WorkerOptions
+from storage import ObjectStore, S3Settings, S3Store
 from tests.app.conftest import run_batch
 from tests.app.images import write_corrupt, write_photos
 
@@ -110,3 +113,32 @@ def test_idempotency_key_returns_the_same_batch_and_refuses_another_request(
     assert (created, created_again, again["id"]) == (True, False, first["id"])
     with pytest.raises(IdempotencyConflict):
         app.batches.submit(_request(sources[:1]), idempotency_key="import-7")
+
+
+def test_an_unreachable_store_makes_items_retryable_not_failed(app: App, tmp_path: Path) -> None:
+    """A store outage is transient: attempts end retryable (storage_unavailable), never failed."""
+    sources = write_photos(tmp_path / "src", 2)
+    status, _ = app.batches.submit(_request(sources))
+    dead = S3Settings(
+        endpoint_url="http://127.0.0.1:9",
+        region="us-east-1",
+        total_max_attempts=1,
+        connect_timeout_seconds=0.5,
+    )
+    session = boto3.session.Session(aws_access_key_id="x", aws_secret_access_key="y")
+    store = S3Store("derivatives", settings=dead, client=dead.client(session))
+    worker = app.worker(store, WorkerOptions(concurrency=2, group_ids=[status["id"]]))
+    worker.start()
+    try:
+        deadline = time.monotonic() + 30
+        while app.batches.status(status["id"])["counts"]["retryable"] < 2:
+            assert time.monotonic() < deadline, app.batches.status(status["id"])
+            time.sleep(0.05)
+    finally:
+        worker.stop()
+        worker.join(30)
+    items, _ = app.batches.items(status["id"])
+    assert [(i["state"], i["error_category"], i["attempt"]) for i in items] == [
+        ("retryable", "storage_unavailable", 1),
+        ("retryable", "storage_unavailable", 1),
+    ]
