@@ -14,7 +14,7 @@ from batchcrop.app import App
 from batchcrop.batches import BatchRequest, IdempotencyConflict, ItemRequest
 from batchcrop.crop import Ratio, RenderSpec
 from batchcrop.worker import WorkerOptions
-from storage import ObjectStore, S3Settings, S3Store
+from storage import LocalStore, ObjectStore, S3Settings, S3Store
 from tests.app.conftest import run_batch
 from tests.app.images import write_corrupt, write_photos
 
@@ -142,3 +142,23 @@ def test_an_unreachable_store_makes_items_retryable_not_failed(app: App, tmp_pat
         ("retryable", "storage_unavailable", 1),
         ("retryable", "storage_unavailable", 1),
     ]
+
+
+def test_a_cancel_seen_in_a_heartbeat_abandons_the_held_item(
+    make_app: Callable[..., App], tmp_path: Path
+) -> None:
+    """Cancel while an item is held: its next heartbeat says so and the item ends cancelled."""
+    app = make_app(lease_seconds=0.15)
+    sources = write_photos(tmp_path / "src", 1, size=(2400, 1800))
+    status, _ = app.batches.submit(_request(sources))
+    worker = app.worker(LocalStore(tmp_path / "store"), WorkerOptions(group_ids=[status["id"]]))
+    (claim,) = app.leases.claim("test-worker", 1, group_ids=[status["id"]])
+    app.batches.cancel(status["id"])
+
+    outcome = worker.process(claim)
+
+    item = app.leases.item(claim.item_id)
+    assert item is not None
+    assert (outcome, item.state, item.error_category) == ("abandoned", "abandoned", "cancelled")
+    assert app.batches.manifest(status["id"]) == []  # orphans may remain; no manifest names them
+    assert app.batches.status(status["id"])["state"] == "abandoned"
