@@ -50,7 +50,7 @@ DEFAULT_ITEMS = 1_000_000
 DEFAULT_WORKERS = 4
 DEFAULT_REQUESTS = 2000
 WARMUP_REQUESTS = 100
-PEER_SAMPLES = 20
+PEER_SAMPLES = 30
 SINK_ITEMS = 50_000
 STARTUP_TIMEOUT_SECONDS = 60.0
 DATABASE_NAME = "bench_status"
@@ -162,13 +162,31 @@ def timed(call: Callable[[], int], count: int, expect: int) -> dict[str, float]:
         latencies.append((time.perf_counter() - t0) * 1000)
         if status != expect:
             raise RuntimeError(f"expected {expect}, got {status}")
-    wall = time.perf_counter() - started
-    latencies.sort()
+    figures = _figures(latencies)
+    figures["rate"] = count / (time.perf_counter() - started)
+    return figures
+
+
+def interleaved(
+    ours: Callable[[], object], peer: Callable[[], object], count: int
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Alternate calls of `ours` and `peer` so both see the same moment of load."""
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(count):
+        for call, latencies in ((ours, times[0]), (peer, times[1])):
+            t0 = time.perf_counter()
+            call()
+            latencies.append((time.perf_counter() - t0) * 1000)
+    return _figures(times[0]), _figures(times[1])
+
+
+def _figures(latencies: list[float]) -> dict[str, float]:
+    ordered = sorted(latencies)
     return {
-        "p50": statistics.median(latencies),
-        "p95": latencies[int(0.95 * (len(latencies) - 1))],
-        "p99": latencies[int(0.99 * (len(latencies) - 1))],
-        "rate": count / wall,
+        "p50": statistics.median(ordered),
+        "p95": ordered[int(0.95 * (len(ordered) - 1))],
+        "p99": ordered[int(0.99 * (len(ordered) - 1))],
+        "rate": 1000 / statistics.mean(ordered),
     }
 
 
