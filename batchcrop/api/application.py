@@ -13,10 +13,12 @@ from starlette.responses import Response
 
 from batchcrop.api import handlers, models
 from batchcrop.api.auth import token_guard
+from batchcrop.api.media import media_router
 from batchcrop.api.middleware import BODY_BYTES_MAX, BodyLimit, CrashGuard
 from batchcrop.api.problems import Problem
 from batchcrop.api.routes import PROBLEM_RESPONSE, batch_router, json_response
 from batchcrop.app import App
+from batchcrop.web import page_router
 from leases import DatabaseUnavailable
 
 API_TITLE = "batchcrop"
@@ -69,6 +71,8 @@ def create_api(app: App, *, max_body_bytes: int = BODY_BYTES_MAX) -> FastAPI:
     api.include_router(_health_router(app))
     api.include_router(batch_router(app), dependencies=[guard])
     api.include_router(_ops_router(app, api), dependencies=[guard])
+    api.include_router(media_router(app), dependencies=[guard])
+    api.include_router(page_router())  # HTML/JS/CSS shells only: the data needs the token
     handlers.install(api)
     # Added last = outermost: the body cap acts before anything reads the body.
     api.add_middleware(CrashGuard)

@@ -33,6 +33,8 @@ OPERATIONS = [
     ("GET", "/v1/batches/{batch_id}/events"),
     ("POST", "/v1/batches/{batch_id}/cancel"),
     ("POST", "/v1/batches/{batch_id}/requeue"),
+    ("GET", "/v1/batches/{batch_id}/items/{item_id}/source-thumbnail"),
+    ("GET", "/v1/batches/{batch_id}/items/{item_id}/derivatives/{ratio}"),
 ]
 
 

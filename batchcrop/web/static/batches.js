@@ -1,0 +1,115 @@
+// The index page: open and recent batches at a glance. The list is fetched again every
+// LIST_REFRESH_SECONDS; each unfinished batch on it is also polled on its own with its ETag,
+// at the pace its Retry-After asks for, so a busy batch updates without reloading the list.
+
+import {
+  TERMINAL_STATES,
+  ageOf,
+  apiJson,
+  byId,
+  deadlineText,
+  failuresText,
+  h,
+  pollStatus,
+  progressBar,
+  setNotice,
+  startPage,
+  stateBadge,
+  timeElement,
+} from "./common.js";
+
+const LIST_PAGE_SIZE = 25;
+const LIST_REFRESH_SECONDS = 30;
+
+const pollers = new Map(); // batch id ⇒ stop function
+let nextCursor = null;
+let refreshTimer = null;
+
+function row(status) {
+  const link = h("a", { href: `/batches/${status.id}` }, h("code", {}, status.id.slice(0, 8)));
+  return h(
+    "tr",
+    { "data-batch-id": status.id, "data-state": status.state },
+    h(
+      "th",
+      { scope: "row" },
+      link,
+      h("span", { class: "visually-hidden" }, ` (batch ${status.id})`),
+      h("br"),
+      h("small", {}, "created ", timeElement(status.created_at)),
+    ),
+    h(
+      "td",
+      {},
+      stateBadge(status.state),
+      status.cancel_requested ? h("span", { class: "flag" }, " cancel requested") : null,
+    ),
+    h("td", {}, progressBar(status)),
+    h("td", { class: "failures" }, failuresText(status.failures)),
+    h("td", {}, status.oldest_updated_at ? ageOf(status.oldest_updated_at) : "—"),
+    h("td", {}, timeElement(status.deadline_at), h("br"), h("small", {}, deadlineText(status))),
+  );
+}
+
+// Puts the row of `status` in place: an unchanged row is left alone and a changed one keeps
+// the keyboard focus, so a refresh never yanks a person's place on the page.
+function showRow(status, { prepend = false } = {}) {
+  const existing = document.querySelector(`tr[data-batch-id="${status.id}"]`);
+  // The minute is part of it so ages and "deadline in" texts stay current.
+  const fingerprint = `${Math.floor(Date.now() / 60000)} ${JSON.stringify(status)}`;
+  if (existing?.dataset.fingerprint !== fingerprint) {
+    const fresh = row(status);
+    fresh.dataset.fingerprint = fingerprint;
+    const body = byId("batches").tBodies[0];
+    if (existing) {
+      const hadFocus = existing.contains(document.activeElement);
+      existing.replaceWith(fresh);
+      if (hadFocus) fresh.querySelector("a").focus();
+    } else if (prepend) body.prepend(fresh);
+    else body.append(fresh);
+  }
+  if (TERMINAL_STATES.has(status.state)) {
+    pollers.get(status.id)?.();
+    pollers.delete(status.id);
+  } else if (!pollers.has(status.id)) {
+    pollers.set(status.id, pollStatus(status.id, showRow, { onError: onPollError }));
+  }
+}
+
+function onPollError(error) {
+  setNotice(`Live updates paused: ${error.message || "the API did not answer"}`);
+}
+
+async function loadPage(cursor, { refresh = false } = {}) {
+  const query = new URLSearchParams({ limit: String(LIST_PAGE_SIZE) });
+  if (cursor) query.set("cursor", cursor);
+  const page = await apiJson(`/v1/batches?${query}`);
+  // On a refresh, batches new since the last one go on top, newest first.
+  const ordered = refresh ? [...page.batches].reverse() : page.batches;
+  for (const status of ordered) showRow(status, { prepend: refresh });
+  if (!refresh || nextCursor === null) nextCursor = page.next_cursor;
+  byId("more").hidden = !nextCursor;
+  return page;
+}
+
+let loaded = false;
+
+async function load() {
+  clearTimeout(refreshTimer);
+  const page = await loadPage(null, { refresh: loaded });
+  loaded = true;
+  byId("empty").hidden = byId("batches").tBodies[0].rows.length > 0;
+  byId("refreshed").replaceChildren("Updated ", timeElement(new Date().toISOString()), ".");
+  refreshTimer = setTimeout(() => run(), LIST_REFRESH_SECONDS * 1000);
+  return page;
+}
+
+const run = startPage(load);
+byId("more").addEventListener("click", async () => {
+  try {
+    await loadPage(nextCursor);
+  } catch (error) {
+    setNotice(`Could not load more: ${error.message}`);
+  }
+});
+run();

@@ -1,0 +1,74 @@
+// One item: its document, its contact-sheet card, and its transition timeline (every page of
+// `GET /v1/batches/{id}/events?item=`, up to EVENT_PAGES_MAX pages).
+
+import { apiJson, byId, h, setNotice, startPage, stateBadge, timeElement } from "./common.js";
+import { itemCard } from "./sheet.js";
+
+const EVENTS_PAGE_SIZE = 500;
+const EVENT_PAGES_MAX = 20;
+
+const batchId = document.body.dataset.batchId;
+const itemId = document.body.dataset.itemId;
+
+function term(name, ...value) {
+  return [h("dt", {}, name), h("dd", {}, ...value)];
+}
+
+function eventRow(event) {
+  return h(
+    "tr",
+    { "data-event-id": event.id },
+    h("td", {}, timeElement(event.at)),
+    h("td", {}, String(event.attempt)),
+    h(
+      "th",
+      { scope: "row" },
+      event.from_state ? stateBadge(event.from_state) : h("span", {}, "new"),
+      h("span", { "aria-label": "to" }, " → "),
+      stateBadge(event.to_state),
+    ),
+    h("td", {}, event.reason ? h("code", {}, event.reason) : "—"),
+    h("td", {}, event.worker_id ? h("code", {}, event.worker_id) : "—"),
+    h("td", {}, event.lease_token ? h("code", {}, event.lease_token) : "—"),
+    h("td", {}, event.correlation_id ? h("code", {}, event.correlation_id) : "—"),
+  );
+}
+
+async function allEvents() {
+  const events = [];
+  let cursor = null;
+  for (let page = 0; page < EVENT_PAGES_MAX; page += 1) {
+    const query = new URLSearchParams({ item: itemId, limit: String(EVENTS_PAGE_SIZE) });
+    if (cursor) query.set("cursor", cursor);
+    const answer = await apiJson(`/v1/batches/${batchId}/events?${query}`);
+    events.push(...answer.events);
+    cursor = answer.next_cursor;
+    if (!cursor) return { events, complete: true };
+  }
+  return { events, complete: false };
+}
+
+async function load() {
+  const [status, item, timeline] = await Promise.all([
+    apiJson(`/v1/batches/${batchId}`),
+    apiJson(`/v1/batches/${batchId}/items/${itemId}`),
+    allEvents(),
+  ]);
+  const label = item.ref || item.id;
+  document.title = `Item ${label} · batchcrop`;
+  byId("summary").replaceChildren(
+    ...term("Reference", label),
+    ...term("Source", h("code", {}, item.source)),
+    ...term("State", stateBadge(item.state)),
+    ...term("Attempt", String(item.attempt)),
+    ...term("Error category", item.error_category ? h("code", {}, item.error_category) : "none"),
+    ...term("Last change", timeElement(item.updated_at)),
+  );
+  byId("sheet").replaceChildren(itemCard(batchId, item, status.ratios));
+  byId("timeline").tBodies[0].replaceChildren(...timeline.events.map(eventRow));
+  if (!timeline.complete) {
+    setNotice(`Showing the first ${timeline.events.length} transitions only.`);
+  }
+}
+
+startPage(load)();

@@ -1,0 +1,132 @@
+// The contact sheet: one card per item, its source thumbnail with the crop box of every ratio
+// drawn over it (an SVG whose viewBox is the oriented source size, so `crop_box` in source
+// pixels is used as is and scales with the thumbnail), beside the derivatives themselves.
+
+import { h, loadImage, stateBadge, svg } from "./common.js";
+
+export const THUMBNAIL_MAX_SIDE_PX = 320;
+// Box styles per ratio, by position in the batch's ratio list: colour and dash pattern both
+// differ, so the boxes stay distinguishable without colour vision. Kept in step with style.css.
+const BOX_STYLES = 6;
+
+export function ratioPath(ratio) {
+  return ratio.replace(":", "x");
+}
+
+function boxClass(index) {
+  return `box box-${index % BOX_STYLES}`;
+}
+
+function sourceFigure(batchId, item, ratios) {
+  const label = item.ref || item.id;
+  const img = h("img", { alt: `Source image of ${label}`, class: "thumb" });
+  const overlay = svg("svg", {
+    class: "boxes",
+    role: "img",
+    preserveAspectRatio: "none",
+    "aria-label": item.derivatives.length
+      ? `Crop boxes for ${item.derivatives.map((d) => d.ratio).join(", ")}`
+      : "No crop boxes: no derivatives yet",
+  });
+  const frame = h("div", { class: "frame" }, img, overlay);
+  const problem = h("p", { class: "image-problem", hidden: true });
+  loadImage(`/v1/batches/${batchId}/items/${item.id}/source-thumbnail?max_side=${THUMBNAIL_MAX_SIDE_PX}`)
+    .then(({ url, headers }) => {
+      const width = Number(headers.get("X-Source-Width"));
+      const height = Number(headers.get("X-Source-Height"));
+      overlay.setAttribute("viewBox", `0 0 ${width} ${height}`);
+      overlay.dataset.sourceWidth = width;
+      overlay.dataset.sourceHeight = height;
+      for (const derivative of item.derivatives) {
+        const [left, top, right, bottom] = derivative.crop_box;
+        const index = ratios.indexOf(derivative.ratio);
+        overlay.append(
+          svg(
+            "rect",
+            {
+              class: boxClass(index < 0 ? 0 : index),
+              "data-ratio": derivative.ratio,
+              x: left,
+              y: top,
+              width: right - left,
+              height: bottom - top,
+            },
+            svg("title", {}, `${derivative.ratio} crop: ${left},${top} to ${right},${bottom}`),
+          ),
+        );
+      }
+      img.src = url;
+    })
+    .catch((error) => {
+      frame.classList.add("missing");
+      problem.textContent = `Source not shown: ${error.message || "unreadable"}`;
+      problem.hidden = false;
+    });
+  return h(
+    "figure",
+    { class: "source" },
+    frame,
+    problem,
+    h(
+      "figcaption",
+      {},
+      h("span", { class: "ref" }, label),
+      " ",
+      stateBadge(item.state),
+      item.error_category ? h("span", { class: "category" }, ` ${item.error_category}`) : null,
+      " ",
+      h(
+        "a",
+        { href: `/batches/${batchId}/items/${item.id}`, "aria-label": `Timeline of ${label}` },
+        "Timeline",
+      ),
+    ),
+  );
+}
+
+function derivativeFigure(batchId, item, derivative, ratios) {
+  const label = item.ref || item.id;
+  const img = h("img", {
+    alt: `${derivative.ratio} derivative of ${label}, ${derivative.width} by ${derivative.height} pixels`,
+    width: derivative.width,
+    height: derivative.height,
+    class: "derivative",
+  });
+  const figure = h(
+    "figure",
+    { class: "derivative-figure", "data-ratio": derivative.ratio },
+    img,
+    h(
+      "figcaption",
+      {},
+      h("span", { class: `key-swatch ${boxClass(Math.max(0, ratios.indexOf(derivative.ratio)))}` }),
+      `${derivative.ratio} · ${derivative.width}×${derivative.height}`,
+    ),
+  );
+  loadImage(`/v1/batches/${batchId}/items/${item.id}/derivatives/${ratioPath(derivative.ratio)}`)
+    .then(({ url }) => {
+      img.src = url;
+    })
+    .catch((error) => {
+      figure.classList.add("missing");
+      figure.append(h("p", { class: "image-problem" }, `Not shown: ${error.message}`));
+    });
+  return figure;
+}
+
+// One <li> of the sheet for `item`; `ratios` is the batch's ratio list (box styles follow it).
+export function itemCard(batchId, item, ratios) {
+  const derivatives = [...item.derivatives].sort(
+    (a, b) => ratios.indexOf(a.ratio) - ratios.indexOf(b.ratio),
+  );
+  return h(
+    "li",
+    { class: "card", "data-item-id": item.id, "data-state": item.state },
+    sourceFigure(batchId, item, ratios),
+    h(
+      "div",
+      { class: "derivatives" },
+      derivatives.map((d) => derivativeFigure(batchId, item, d, ratios)),
+    ),
+  );
+}
