@@ -100,7 +100,7 @@ def test_reap_uses_the_expiry_and_group_indexes(loaded: tuple[sa.Engine, str, st
     expired = queries.retry_or_fail_expired(5000, base_ms=1000, max_ms=2000)
     _assert_uses(
         _plan(engine, _logged(expired, Source(State.IN_PROGRESS, None, "c"))),
-        "ix_lease_items_leased_expiry",
+        "ix_lease_items_in_progress",
     )
     closed = _plan(engine, queries.closed_groups_with_work())
     assert "ix_lease_items_unfinished_updated" in closed, closed
