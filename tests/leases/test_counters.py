@@ -101,3 +101,13 @@ def test_summary_fields(manager: LeaseManager) -> None:
     assert [i.seq for i in page] == [0, 1]
     assert [i.seq for i in manager.items(group_id, after_seq=1)] == [2, 3]
     assert [i.state for i in manager.items(group_id, states=[State.QUEUED])] == [State.QUEUED]
+
+
+def test_reading_sees_committed_rows(manager: LeaseManager) -> None:
+    """reading() gives a read-only connection that sees what transaction() committed."""
+    group_id, ids = new_group(manager, 3)
+    with manager.reading() as conn:
+        found = conn.execute(
+            sa.text("SELECT count(*) FROM lease_items WHERE group_id = :g"), {"g": group_id}
+        ).scalar_one()
+    assert found == len(ids)
