@@ -16,21 +16,18 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.sql.dml import Update
 
-from leases import pgqueries, queries, transitions
+from leases import group_queries, pgqueries, queries, transitions
 from leases.errors import GroupExists, LeaseLost, NoSuchGroup, RequeueNeedsDeadline
 from leases.models import (
     Claim,
-    EventRow,
-    GroupSummary,
     HeartbeatReply,
-    ItemRow,
     NewItem,
     ReapResult,
     State,
     from_ms,
     to_ms,
 )
-from leases.reads import event_row, item_row, summary
+from leases.reads import Reader
 from leases.store import Store
 from leases.transitions import Source
 
@@ -52,7 +49,7 @@ WORKER_SOURCE = Source(State.IN_PROGRESS)
 REQUEUEABLE: frozenset[State] = frozenset({State.FAILED, State.ABANDONED})
 
 
-class LeaseManager:
+class LeaseManager(Reader):
     """Claims, heartbeats, fenced transitions, reaper, cancel, requeue and reads on one engine."""
 
     def __init__(
@@ -101,7 +98,7 @@ class LeaseManager:
             raise ValueError("max_attempts must be at least 1")
         store = self._store
         with store.write(conn) as c:
-            if store.one(c, queries.group_row(group_id)) is not None:
+            if store.one(c, group_queries.group_row(group_id)) is not None:
                 raise GroupExists(group_id)
             now: int = store.scalar(c, queries.select_now())
             group = {
@@ -111,13 +108,13 @@ class LeaseManager:
                 "max_attempts": max_attempts,
                 "cancel_requested": False,
             }
-            store.execute_many(c, queries.insert_group(), [group])
+            store.execute_many(c, group_queries.insert_group(), [group])
             per_shard: Counter[int] = Counter()
             for batch in _batches(_item_rows(group_id, items, now), CREATE_BATCH_ROWS):
-                store.execute_many(c, queries.insert_items(), batch)
+                store.execute_many(c, group_queries.insert_items(), batch)
                 per_shard.update(transitions.shard_of(row["seq"], self._shards) for row in batch)
             cid = transitions.new_correlation_id()
-            store.execute(c, queries.insert_creation_events(group_id, cid))
+            store.execute(c, group_queries.insert_creation_events(group_id, cid))
             deltas = [((group_id, State.QUEUED.value, "", s), n) for s, n in per_shard.items()]
             transitions.add(store, c, deltas, now)
             created = sum(per_shard.values())
@@ -323,7 +320,7 @@ class LeaseManager:
         Holders learn it from their next heartbeat. Raises `NoSuchGroup`.
         """
         with self._store.write() as c:
-            if self._store.rowcount(c, queries.request_cancel(group_id)) == 0:
+            if self._store.rowcount(c, group_queries.request_cancel(group_id)) == 0:
                 raise NoSuchGroup(group_id)
         cid = transitions.new_correlation_id()
         for from_state in (State.QUEUED, State.RETRYABLE):
@@ -353,14 +350,14 @@ class LeaseManager:
         cid = transitions.new_correlation_id()
         moves: list[tuple[Sequence[sa.Row[Any]], Source]] = []
         with store.write() as c:
-            group = store.one(c, queries.group_row(group_id, lock=True))
+            group = store.one(c, group_queries.group_row(group_id, lock=True))
             if group is None:
                 raise NoSuchGroup(group_id)
             closed = group.cancel_requested or group.deadline_at <= group.now
             if closed and deadline_seconds is None:
                 raise RequeueNeedsDeadline(group_id)
             deadline_ms = None if deadline_seconds is None else to_ms(deadline_seconds)
-            store.execute(c, queries.reopen_group(group_id, deadline_ms))
+            store.execute(c, group_queries.reopen_group(group_id, deadline_ms))
             for pair in store.rows(c, queries.requeue_sources(group_id, wanted, item_ids)):
                 state, category = State(pair.state), pair.error_category
                 source = Source(state, category, cid, attempt_fields=False)
@@ -368,78 +365,6 @@ class LeaseManager:
                 moves.append((rows, source))
             transitions.record(store, c, moves, self._shards)
         return sum(len(rows) for rows, _ in moves)
-
-    # --- reads -------------------------------------------------------------------------------
-
-    def group(self, group_id: str) -> GroupSummary:
-        """The group's summary from its counters (cost independent of its size). `NoSuchGroup`."""
-        with self._store.read() as c:
-            found = self._summary(c, group_id)
-        if found is None:
-            raise NoSuchGroup(group_id)
-        return found
-
-    def groups(self, group_ids: Sequence[str]) -> list[GroupSummary]:
-        """Summaries of the groups that exist among `group_ids`, in the given order."""
-        with self._store.read() as c:
-            found = [self._summary(c, group_id) for group_id in group_ids]
-        return [s for s in found if s is not None]
-
-    def _summary(self, c: sa.Connection, group_id: str) -> GroupSummary | None:
-        group = self._store.one(c, queries.group_row(group_id))
-        if group is None:
-            return None
-        totals = self._store.rows(c, queries.counter_totals(group_id))
-        oldest = self._store.scalar(c, queries.oldest_unfinished(group_id))
-        return summary(group, totals, oldest)
-
-    def item(self, item_id: str) -> ItemRow | None:
-        """One item, or None."""
-        with self._store.read() as c:
-            row = self._store.one(c, queries.item_row(item_id))
-        return None if row is None else item_row(row)
-
-    def items(
-        self,
-        group_id: str,
-        *,
-        states: Collection[State] | None = None,
-        after_seq: int | None = None,
-        limit: int = 100,
-    ) -> list[ItemRow]:
-        """A page of the group's items ordered by `seq`; page on with `after_seq`."""
-        with self._store.read() as c:
-            rows = self._store.rows(c, queries.item_rows(group_id, states, after_seq, limit))
-        return [item_row(row) for row in rows]
-
-    def events(
-        self,
-        group_id: str,
-        *,
-        item_id: str | None = None,
-        after_id: int | None = None,
-        limit: int = 100,
-    ) -> list[EventRow]:
-        """A page of the group's (or one item's) events ordered by id; page on with `after_id`."""
-        with self._store.read() as c:
-            rows = self._store.rows(c, queries.event_rows(group_id, item_id, after_id, limit))
-        return [event_row(row) for row in rows]
-
-    def recount(self, group_id: str) -> dict[tuple[State, str], int]:
-        """Items by (state, counted category) from a GROUP BY over the items (a full scan).
-
-        The category is the error category for failed/abandoned items, else ''. For audits and
-        tests: it must always equal `counted()`.
-        """
-        with self._store.read() as c:
-            rows = self._store.rows(c, queries.recount(group_id))
-        return {(State(r.state), r.category): int(r.n) for r in rows}
-
-    def counted(self, group_id: str) -> dict[tuple[State, str], int]:
-        """The same view as `recount()` read from the sharded counters (zero entries omitted)."""
-        with self._store.read() as c:
-            rows = self._store.rows(c, queries.counter_totals(group_id))
-        return {(State(r.state), r.category): int(r.n) for r in rows if int(r.n) != 0}
 
 
 def _lease(item_id: str, lease_token: str) -> dict[str, Any]:

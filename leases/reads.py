@@ -1,14 +1,17 @@
-"""Converting database rows into the public snapshot types."""
+"""Read operations of the lease manager, and the conversion of rows into snapshot types."""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 
+from leases import group_queries
+from leases.errors import NoSuchGroup
 from leases.models import CATEGORISED, EventRow, GroupSummary, ItemRow, State, from_ms
+from leases.store import Store
 
 
 def summary(
@@ -68,3 +71,83 @@ def event_row(row: sa.Row[Any]) -> EventRow:
         reason=row.reason,
         correlation_id=row.correlation_id,
     )
+
+
+class Reader:
+    """The read side of `LeaseManager`: summaries, pages of items and events, audits.
+
+    Every read is one read-only transaction (a deferred BEGIN on SQLite, never queued behind
+    writers).
+    """
+
+    _store: Store
+
+    def group(self, group_id: str) -> GroupSummary:
+        """The group's summary from its counters (cost independent of its size). `NoSuchGroup`."""
+        with self._store.read() as c:
+            found = self._summary(c, group_id)
+        if found is None:
+            raise NoSuchGroup(group_id)
+        return found
+
+    def groups(self, group_ids: Sequence[str]) -> list[GroupSummary]:
+        """Summaries of the groups that exist among `group_ids`, in the given order."""
+        with self._store.read() as c:
+            found = [self._summary(c, group_id) for group_id in group_ids]
+        return [s for s in found if s is not None]
+
+    def _summary(self, c: sa.Connection, group_id: str) -> GroupSummary | None:
+        group = self._store.one(c, group_queries.group_row(group_id))
+        if group is None:
+            return None
+        totals = self._store.rows(c, group_queries.counter_totals(group_id))
+        oldest = self._store.scalar(c, group_queries.oldest_unfinished(group_id))
+        return summary(group, totals, oldest)
+
+    def item(self, item_id: str) -> ItemRow | None:
+        """One item, or None."""
+        with self._store.read() as c:
+            row = self._store.one(c, group_queries.item_row(item_id))
+        return None if row is None else item_row(row)
+
+    def items(
+        self,
+        group_id: str,
+        *,
+        states: Collection[State] | None = None,
+        after_seq: int | None = None,
+        limit: int = 100,
+    ) -> list[ItemRow]:
+        """A page of the group's items ordered by `seq`; page on with `after_seq`."""
+        with self._store.read() as c:
+            rows = self._store.rows(c, group_queries.item_rows(group_id, states, after_seq, limit))
+        return [item_row(row) for row in rows]
+
+    def events(
+        self,
+        group_id: str,
+        *,
+        item_id: str | None = None,
+        after_id: int | None = None,
+        limit: int = 100,
+    ) -> list[EventRow]:
+        """A page of the group's (or one item's) events ordered by id; page on with `after_id`."""
+        with self._store.read() as c:
+            rows = self._store.rows(c, group_queries.event_rows(group_id, item_id, after_id, limit))
+        return [event_row(row) for row in rows]
+
+    def recount(self, group_id: str) -> dict[tuple[State, str], int]:
+        """Items by (state, counted category) from a GROUP BY over the items (a full scan).
+
+        The category is the error category for failed/abandoned items, else ''. For audits and
+        tests: it must always equal `counted()`.
+        """
+        with self._store.read() as c:
+            rows = self._store.rows(c, group_queries.recount(group_id))
+        return {(State(r.state), r.category): int(r.n) for r in rows}
+
+    def counted(self, group_id: str) -> dict[tuple[State, str], int]:
+        """The same view as `recount()` read from the sharded counters (zero entries omitted)."""
+        with self._store.read() as c:
+            rows = self._store.rows(c, group_queries.counter_totals(group_id))
+        return {(State(r.state), r.category): int(r.n) for r in rows if int(r.n) != 0}

@@ -15,7 +15,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from leases import queries
+from leases import group_queries
 from leases.models import CATEGORISED, State
 from leases.pgqueries import LogSpec
 from leases.store import Store
@@ -73,7 +73,7 @@ def record(store: Store, conn: sa.Connection, moves: Moves, shards: int) -> None
     events = [_event(row, source) for rows, source in moves for row in rows]
     if not events:
         return
-    store.execute_many(conn, queries.insert_events(), events)
+    store.execute_many(conn, group_queries.insert_events(), events)
     deltas: Counter[tuple[str, str, str, int]] = Counter()
     at = 0
     for rows, source in moves:
@@ -102,7 +102,7 @@ def add(
         if n != 0
     ]
     if rows:
-        store.execute(conn, queries.add_to_counters(store.dialect_name, rows))
+        store.execute(conn, group_queries.add_to_counters(store.dialect_name, rows))
 
 
 def _event(row: sa.Row[Any], source: Source) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from leases import (
     LeaseManager,
     NewItem,
     State,
+    group_queries,
     make_engine,
     pgqueries,
     queries,
@@ -120,5 +121,7 @@ def test_reap_uses_the_expiry_and_group_indexes(loaded: tuple[sa.Engine, str, st
 def test_summary_reads_do_not_scan_items(loaded: tuple[sa.Engine, str, str]) -> None:
     """A group summary touches the counters and one index probe, not the group's items."""
     engine, big, _ = loaded
-    _assert_uses(_plan(engine, queries.oldest_unfinished(big)), "ix_lease_items_unfinished_updated")
-    assert "lease_items" not in _plan(engine, queries.counter_totals(big))
+    _assert_uses(
+        _plan(engine, group_queries.oldest_unfinished(big)), "ix_lease_items_unfinished_updated"
+    )
+    assert "lease_items" not in _plan(engine, group_queries.counter_totals(big))
