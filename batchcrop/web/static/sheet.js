@@ -59,6 +59,7 @@ function sourceFigure(batchId, item, ratios) {
     })
     .catch((error) => {
       frame.classList.add("missing");
+      img.hidden = true;
       problem.textContent = `Source not shown: ${error.message || "unreadable"}`;
       problem.hidden = false;
     });
@@ -109,6 +110,7 @@ function derivativeFigure(batchId, item, derivative, ratios) {
     })
     .catch((error) => {
       figure.classList.add("missing");
+      img.hidden = true;
       figure.append(h("p", { class: "image-problem" }, `Not shown: ${error.message}`));
     });
   return figure;
