@@ -5,12 +5,23 @@ access."""
 
 from __future__ import annotations
 
+import itertools
 import re
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.web.conftest import RATIOS, TOKEN, ProcessedBatch, enter_token, save_artifact, submit
+from tests.web.conftest import (
+    RATIOS,
+    TOKEN,
+    ProcessedBatch,
+    enter_token,
+    process,
+    save_artifact,
+    submit,
+)
 
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
@@ -275,3 +286,64 @@ def test_keyboard_reaches_every_action(page: Any, processed: ProcessedBatch) -> 
     # Cancel is disabled on this finished batch, so Tab skips it (its own test uses the keys).
     for name in ("Requeue sku-6", "Timeline of sku-0", "sheet-next"):
         tab_to(page, name)
+
+
+AUDIT_SCRIPT = (Path(__file__).parent / "audit.js").read_text()
+
+
+def test_pages_pass_the_accessibility_audit(page: Any, processed: ProcessedBatch) -> None:
+    """On each page with its data loaded: every image has alt text, every field a label, every
+    button and link a name, one h1 and no skipped heading level, and all text meets WCAG AA
+    contrast against its background."""
+    item = next(i for i in processed.items if i["ref"] == "sku-6")
+    open_with_token(page, processed.live.url + "/")
+    page.locator("#batches tbody tr").first.wait_for()
+    assert page.evaluate(AUDIT_SCRIPT) == []
+    page.goto(f"{processed.live.url}/batches/{processed.id}")
+    page.locator("#sheet li.card").first.wait_for()
+    page.get_by_text("Source not shown").wait_for()
+    assert page.evaluate(AUDIT_SCRIPT) == []
+    page.goto(f"{processed.live.url}/batches/{processed.id}/items/{item['id']}")
+    page.locator("#timeline tbody tr").first.wait_for()
+    assert page.evaluate(AUDIT_SCRIPT) == []
+    page.evaluate("sessionStorage.clear()")
+    page.reload()
+    page.get_by_label("API token").wait_for()
+    assert page.evaluate(AUDIT_SCRIPT) == []
+
+
+def test_index_follows_a_running_batch_with_etags(page: Any, live: Any, sources: list[str]) -> None:
+    """The index updates a batch's row while a worker runs it, without a reload: it polls the
+    batch with If-None-Match (answered 304 while nothing moved), no faster than Retry-After,
+    and stops polling once the batch is terminal."""
+    batch = submit(live, sources[:-1])
+    polls: list[tuple[float, str | None, int]] = []
+    started = time.monotonic()
+
+    def record(response: Any) -> None:
+        if response.url.endswith(f"/v1/batches/{batch['id']}"):
+            polls.append(
+                (
+                    time.monotonic() - started,
+                    response.request.headers.get("if-none-match"),
+                    response.status,
+                )
+            )
+
+    page.on("response", record)
+    open_with_token(page, live.url + "/")
+    row = page.locator(f"tr[data-batch-id='{batch['id']}']")
+    assert row.get_attribute("data-state") == "queued"
+    page.wait_for_timeout(2500)  # a few polls of an unchanged batch: 304s
+    final = process(live, batch["id"])
+    page.locator(f"tr[data-batch-id='{batch['id']}'][data-state='succeeded']").wait_for(
+        timeout=20_000
+    )
+    bar = page.locator(f"tr[data-batch-id='{batch['id']}'] .bar")
+    assert {"succeeded": final["total"]} == segments(bar)
+    assert any(etag and status == 304 for _, etag, status in polls), polls
+    gaps = [later[0] - earlier[0] for earlier, later in itertools.pairwise(polls)]
+    assert min(gaps) >= 0.9, polls  # Retry-After is at least 1 s
+    count = len(polls)
+    page.wait_for_timeout(2500)
+    assert count == len(polls)  # terminal: no Retry-After, no more polls
