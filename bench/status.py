@@ -234,38 +234,36 @@ def main() -> None:
             def get() -> int:
                 return client.get(path).status_code
 
+            etag = client.get(path).headers["etag"]
+
+            def conditional() -> int:
+                return client.get(path, headers={"If-None-Match": etag}).status_code
+
+            timed(get, WARMUP_REQUESTS, 200)
+            idle_200 = timed(get, args.requests, 200)
+            idle_304 = timed(conditional, args.requests, 304)
+            results.append(row("GET status → 200 (ours, HTTP)", idle_200, "idle: no commits"))
+            results.append(row("GET status → 304 (ours, HTTP)", idle_304, "idle: no commits"))
+
             with Load(url, polled, args.workers) as load:
                 timed(get, WARMUP_REQUESTS, 200)
                 ours_200 = timed(get, args.requests, 200)
-                peer = timed(lambda: len(app.leases.recount(polled)) and 200, PEER_SAMPLES, 200)
-                direct = timed(lambda: len(app.batches.status(polled)) and 200, PEER_SAMPLES, 200)
-            results.append(
-                row(
-                    "GET status → 200 (ours, HTTP)",
-                    ours_200,
-                    f"{load.commits_per_second:.0f} commits/s into the polled batch",
+                direct, peer = interleaved(
+                    lambda: app.batches.status(polled),
+                    lambda: app.leases.recount(polled),
+                    PEER_SAMPLES,
                 )
-            )
-            results.append(row("status read, counters (ours, no HTTP)", direct, "same load"))
-            results.append(
-                row("status read, GROUP BY over items (peer, no HTTP)", peer, "same load")
-            )
+            into_polled = f"{load.commits_per_second:.0f} commits/s into the polled batch"
+            results.append(row("GET status → 200 (ours, HTTP)", ours_200, into_polled))
+            results.append(row("status read, counters (ours, no HTTP)", direct, into_polled))
+            results.append(row("status read, GROUP BY (peer, no HTTP)", peer, into_polled))
 
             with Load(url, sink, args.workers) as load:
                 etag = client.get(path).headers["etag"]
-
-                def conditional() -> int:
-                    return client.get(path, headers={"If-None-Match": etag}).status_code
-
                 timed(conditional, WARMUP_REQUESTS, 304)
                 ours_304 = timed(conditional, args.requests, 304)
-            results.append(
-                row(
-                    "GET status → 304 (ours, HTTP)",
-                    ours_304,
-                    f"{load.commits_per_second:.0f} commits/s into another batch",
-                )
-            )
+            into_other = f"{load.commits_per_second:.0f} commits/s into another batch"
+            results.append(row("GET status → 304 (ours, HTTP)", ours_304, into_other))
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(30)
