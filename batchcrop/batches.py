@@ -26,6 +26,8 @@ from batchcrop.errors import BatchcropError
 from leases import Claim, LeaseManager, NewItem, RequeueNeedsDeadline, State
 
 PAGE_LIMIT_MAX = 1000
+IDEMPOTENCY_KEY_CHARS_MAX = 200
+"""The width of `batchcrop_batches.idempotency_key`: a longer key cannot be stored."""
 PAGE_LIMIT_DEFAULT = 100
 
 
@@ -117,6 +119,7 @@ class BatchService:
             raise EmptyBatch("a batch needs at least one source image")
         fingerprint = request.fingerprint()
         if idempotency_key is not None:
+            _check_idempotency_key(idempotency_key)
             existing = self._by_idempotency_key(idempotency_key, fingerprint)
             if existing is not None:
                 return self.status(existing), False
@@ -333,6 +336,14 @@ class BatchService:
             return [
                 dict(r) for r in conn.execute(queries.derivatives_of_batch(batch_id)).mappings()
             ]
+
+
+def _check_idempotency_key(key: str) -> None:
+    """Refuse a key the column cannot hold (PostgreSQL would fail the insert, not truncate)."""
+    if not 1 <= len(key) <= IDEMPOTENCY_KEY_CHARS_MAX or "\0" in key:
+        raise ValueError(
+            f"the idempotency key must be 1 to {IDEMPOTENCY_KEY_CHARS_MAX} characters, without NUL"
+        )
 
 
 def _settings(row: Any) -> BatchSettings:

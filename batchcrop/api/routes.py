@@ -12,10 +12,9 @@ from starlette.responses import Response
 from batchcrop.api import models, polling
 from batchcrop.api.requests import batch_request, path_id, query_id
 from batchcrop.app import App
-from batchcrop.batches import PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX
+from batchcrop.batches import IDEMPOTENCY_KEY_CHARS_MAX, PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX
 from leases import State
 
-IDEMPOTENCY_KEY_CHARS_MAX = 255
 CURSOR_CHARS_MAX = 64
 PROBLEM_RESPONSE = {"model": models.ProblemDocument, "content": {"application/problem+json": {}}}
 PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {

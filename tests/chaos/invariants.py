@@ -1,0 +1,212 @@
+"""DESIGN section 8 checked after a chaos run, from the database rows and the store's objects.
+
+`check(app, store, batches)` returns an `Audit`: a list of violations (each one sentence naming
+the item or key) and the figures the report prints. It reads only: it never repairs anything.
+The store is read directly, never through a fault proxy, so what it sees is what is really there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from batchcrop.app import App
+from leases import EventRow, ItemRow, State
+from storage import ObjectStore
+
+PAGE_ROWS = 5000
+STORE_READ_THREADS = 8
+REAPER_REASONS = frozenset(
+    {"lease_expired", "attempts_exhausted", "deadline_exceeded", "cancelled"}
+)
+TERMINAL_STATES = frozenset({State.SUCCEEDED, State.FAILED, State.ABANDONED})
+
+
+@dataclass
+class Audit:
+    """What the checks found: violations (must be empty) and counted figures."""
+
+    violations: list[str] = field(default_factory=list)
+    outcomes: Counter[str] = field(default_factory=Counter)
+    reclaims: int = 0
+    retries: int = 0
+    objects: int = 0
+    orphans: int = 0
+    manifest_rows: int = 0
+
+    def violate(self, text: str) -> None:
+        """Record one violation."""
+        self.violations.append(text)
+
+
+def _paged(fetch: Callable[[int | None], list[Any]], key: Callable[[Any], int]) -> list[Any]:
+    rows: list[Any] = []
+    after: int | None = None
+    while True:
+        page = fetch(after)
+        rows.extend(page)
+        if len(page) < PAGE_ROWS:
+            return rows
+        after = key(page[-1])
+
+
+def all_items(app: App, batch_id: str) -> list[ItemRow]:
+    """Every item of a batch."""
+    return _paged(
+        lambda after: app.leases.items(batch_id, after_seq=after, limit=PAGE_ROWS),
+        lambda row: row.seq,
+    )
+
+
+def all_events(app: App, batch_id: str) -> list[EventRow]:
+    """Every event of a batch, oldest first."""
+    return _paged(
+        lambda after: app.leases.events(batch_id, after_id=after, limit=PAGE_ROWS),
+        lambda row: row.id,
+    )
+
+
+def check_events(audit: Audit, events: Iterable[EventRow]) -> None:
+    """Invariant 2: one success per item; every write out of `in_progress` is fenced.
+
+    Every event leaving `in_progress` carries the token of the item's latest claim (the reaper's
+    too: it logs the token it expired), and each claim is left exactly once.
+    """
+    latest_claim: dict[str, str | None] = {}
+    left: set[str] = set()
+    successes: Counter[str] = Counter()
+    for event in events:
+        if event.to_state is State.SUCCEEDED:
+            successes[event.item_id] += 1
+        if event.to_state is State.RETRYABLE:
+            audit.retries += 1
+            audit.reclaims += event.reason == "lease_expired"
+        if event.from_state is State.IN_PROGRESS:
+            token = latest_claim.get(event.item_id)
+            if event.lease_token != token:
+                audit.violate(
+                    f"item {event.item_id}: event {event.id} ({event.to_state}) carries token "
+                    f"{event.lease_token}, the latest claim holds {token}"
+                )
+            if event.lease_token in left:
+                audit.violate(f"item {event.item_id}: claim {event.lease_token} left twice")
+            left.add(event.lease_token or "")
+        if event.to_state is State.IN_PROGRESS:
+            latest_claim[event.item_id] = event.lease_token
+    for item_id, n in successes.items():
+        if n > 1:
+            audit.violate(f"item {item_id}: {n} transitions to succeeded")
+
+
+def check_counts(audit: Audit, app: App, batch_id: str, items: list[ItemRow]) -> None:
+    """Invariant 5: counters equal a GROUP BY, counts add up, the state follows section 4."""
+    recount = app.leases.recount(batch_id)
+    if app.leases.counted(batch_id) != recount:
+        audit.violate(f"batch {batch_id}: counters {app.leases.counted(batch_id)} != {recount}")
+    status = app.batches.status(batch_id)
+    if sum(status["counts"].values()) != status["total"] or status["total"] != len(items):
+        audit.violate(f"batch {batch_id}: counts {status['counts']} do not add up to {len(items)}")
+    states = Counter(i.state for i in items)
+    if states[State.SUCCEEDED] == len(items):
+        expected = "succeeded"
+    elif states[State.ABANDONED]:
+        expected = "abandoned"
+    else:
+        expected = "failed"
+    if any(s not in TERMINAL_STATES for s in states):
+        audit.violate(f"batch {batch_id}: items not terminal: {dict(states)}")
+    elif status["state"] != expected:
+        audit.violate(f"batch {batch_id}: state {status['state']}, items say {expected}")
+
+
+def check_manifest(
+    audit: Audit, app: App, batch_id: str, items: list[ItemRow]
+) -> list[dict[str, Any]]:
+    """Invariant 4: a succeeded item has one manifest row per ratio; no other item has any."""
+    ratios = set(app.batches.settings(batch_id).ratios)
+    rows = app.batches.manifest(batch_id)
+    audit.manifest_rows += len(rows)
+    by_item: dict[str, set[str]] = defaultdict(set)
+    for row in rows:
+        by_item[str(row["item_id"])].add(str(row["ratio"]))
+    for item in items:
+        have = by_item.get(item.id, set())
+        if item.state is State.SUCCEEDED and have != ratios:
+            audit.violate(f"item {item.id}: succeeded with manifest ratios {sorted(have)}")
+        if item.state is not State.SUCCEEDED and have:
+            audit.violate(f"item {item.id}: {item.state} but has manifest rows")
+    return rows
+
+
+def _whole(store: ObjectStore, key: str) -> tuple[str, str | None, int]:
+    """(sha256 of the bytes read, sha256 the object's metadata claims, size) of one object."""
+    data = store.get(key)
+    return hashlib.sha256(data).hexdigest(), store.head(key).sha256, len(data)
+
+
+def _split_key(key: str) -> tuple[str, str] | None:
+    """`derivatives/{source}/{rw}x{rh}-{variant}.jpg` ⇒ (source, variant)."""
+    parts = key.split("/")
+    if len(parts) != 3 or parts[0] != "derivatives" or "-" not in parts[2]:
+        return None
+    return parts[1], parts[2].rsplit("-", 1)[1].removesuffix(".jpg")
+
+
+def check_store(
+    audit: Audit,
+    store: ObjectStore,
+    manifests: dict[str, list[dict[str, Any]]],
+    succeeded: set[str],
+) -> None:
+    """Invariant 3: manifest keys whole; listing shows whole objects only; no strays in a
+    succeeded batch (objects another batch's manifest names are fine)."""
+    named: dict[str, str] = {}
+    for rows in manifests.values():
+        for row in rows:
+            if named.setdefault(row["key"], row["sha256"]) != row["sha256"]:
+                audit.violate(f"key {row['key']}: two manifests name different sha256")
+    listed = {info.key: info.size for info in store.list()}
+    audit.objects = len(listed)
+    with ThreadPoolExecutor(STORE_READ_THREADS) as pool:
+        reads = dict(zip(listed, pool.map(lambda k: _whole(store, k), listed), strict=True))
+    for key, sha in named.items():
+        if key not in listed:
+            audit.violate(f"key {key}: named by a manifest, missing from the store")
+        elif reads[key][0] != sha:
+            audit.violate(f"key {key}: stored bytes do not match the manifest's sha256")
+    for key, (actual, claimed, size) in reads.items():
+        if actual != claimed or size != listed[key]:
+            audit.violate(f"key {key}: listed but not whole (sha256/size mismatch)")
+    spaces = {
+        _split_key(str(row["key"])) for batch in succeeded for row in manifests.get(batch, [])
+    }
+    for key in listed:
+        if key in named:
+            continue
+        audit.orphans += 1
+        if _split_key(key) in spaces:
+            audit.violate(f"key {key}: object no manifest names, in a succeeded batch's space")
+
+
+def check(app: App, store: ObjectStore, batch_ids: Iterable[str]) -> Audit:
+    """Every check of DESIGN section 8 over these batches (the whole store is listed)."""
+    audit = Audit()
+    manifests: dict[str, list[dict[str, Any]]] = {}
+    succeeded: set[str] = set()
+    for batch_id in batch_ids:
+        items = all_items(app, batch_id)
+        for item in items:
+            if item.state not in TERMINAL_STATES:
+                audit.violate(f"item {item.id}: left {item.state}")
+            audit.outcomes[f"{item.state.value}:{item.error_category or '-'}"] += 1
+        check_events(audit, all_events(app, batch_id))
+        check_counts(audit, app, batch_id, items)
+        manifests[batch_id] = check_manifest(audit, app, batch_id, items)
+        if items and all(i.state is State.SUCCEEDED for i in items):
+            succeeded.add(batch_id)
+    check_store(audit, store, manifests, succeeded)
+    return audit

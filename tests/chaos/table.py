@@ -1,0 +1,43 @@
+"""The one table a chaos run prints (plain text, Markdown-compatible)."""
+
+from __future__ import annotations
+
+from tests.chaos.harness import Report
+
+
+def render(report: Report) -> str:
+    """Items, faults by kind, reclaims, retries, outcomes, violations, wall time, throughput."""
+    audit = report.audit
+    faults = sum(n for kind, n in report.faults.items() if kind != "worker_restart")
+    s3_faults = sum(
+        n
+        for kind, n in report.faults.items()
+        if kind.startswith("s3_") and kind not in ("s3_delay",)
+    )
+    share = s3_faults / report.storage_requests if report.storage_requests else 0.0
+    rows: list[tuple[str, str]] = [("items", str(report.items))]
+    rows += [(f"fault: {kind}", str(n)) for kind, n in sorted(report.faults.items())]
+    rows += [
+        ("faults injected (all kinds)", str(faults)),
+        ("S3 requests through the proxy", str(report.storage_requests)),
+        ("S3 requests failed or reset", f"{s3_faults} ({share:.1%})"),
+        ("reclaims (lease expired, reaped)", str(audit.reclaims)),
+        ("retries (moves to retryable)", str(audit.retries)),
+    ]
+    rows += [(f"outcome: {k}", str(n)) for k, n in sorted(audit.outcomes.items())]
+    rows += [
+        (f"batch {name}", f"{doc['state']} {doc['failures'] or ''}".strip())
+        for name, doc in report.batches.items()
+    ]
+    rows += [
+        ("objects in store (orphans)", f"{audit.objects} ({audit.orphans})"),
+        ("manifest rows", str(audit.manifest_rows)),
+        ("violations", str(len(report.violations))),
+        ("wall time", f"{report.wall_seconds:.0f} s"),
+        ("throughput (working phase)", f"{report.throughput:.1f} items/s"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    lines = [f"| {'measure'.ljust(width)} | value |", f"|{'-' * (width + 2)}|-------|"]
+    lines += [f"| {k.ljust(width)} | {v} |" for k, v in rows]
+    lines += [f"note: {n}" for n in report.notes]
+    return "\n".join(lines)

@@ -1,0 +1,43 @@
+"""The chaos harness, short: real workers killed and paused, PostgreSQL restarted, S3 faults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.chaos.harness import ChaosConfig, run
+from tests.chaos.table import render
+from tests.services import rgw as rgw_service
+
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.rgw]
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_short_chaos_run_keeps_every_invariant(
+    postgres_binaries: None, rgw: rgw_service.RGWEndpoint, worker_id: str
+) -> None:
+    """150 items, 3 workers, kills, a pause, a PostgreSQL restart, S3 faults: 0 violations."""
+    config = ChaosConfig(
+        # Under the repository (not tmp_path): the cluster runs as the `postgres` user, which
+        # cannot enter pytest's private temporary folders.
+        root=REPO / ".tmp" / "chaos" / f"short-{worker_id}",
+        items=150,
+        cancel_items=30,
+        deadline_items=30,
+        deadline_seconds=8.0,
+        workers=3,
+        kills=4,
+        pauses=1,
+        pg_restarts=1,
+        pg_drops=1,
+        storage_outages=1,
+        timeout_seconds=150.0,
+    )
+    report = run(config)
+    print(render(report))
+    assert report.violations == []
+    assert (report.faults["sigkill"], report.faults["pg_restart"]) == (4, 1)
+    assert report.faults["sigstop"] == 1
+    assert report.batches["main"]["state"] == "succeeded"
+    assert report.audit.reclaims > 0
