@@ -118,6 +118,7 @@ def test_batches_table_shows_the_batch_with_matching_progress(
     label = bar.get_attribute("aria-label")
     assert f"{processed.status['total']} items" in label
     assert "1 failed" in label
+    save_artifact(page, "index.png")
     row.get_by_role("link").click()
     page.wait_for_url(re.compile(f"/batches/{processed.id}$"))
 
@@ -213,6 +214,7 @@ def test_item_timeline_lists_every_transition(page: Any, processed: ProcessedBat
             if event[field]:
                 assert event[field] in text
     assert "invalid_image" in page.locator("#summary").inner_text()
+    save_artifact(page, "item.png")
 
 
 def test_requeue_click_changes_the_state(page: Any, processed: ProcessedBatch) -> None:

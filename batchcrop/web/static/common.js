@@ -138,10 +138,11 @@ export function setNotice(text) {
 }
 
 // Times: ISO 8601 UTC from the API, shown in UTC (one time zone for everyone on a call).
-export function timeElement(iso) {
+// `milliseconds`: keep them (a timeline's transitions often share a second).
+export function timeElement(iso, { milliseconds = false } = {}) {
   if (!iso) return h("span", {}, "—");
-  const text = iso.replace("T", " ").replace(/\.\d+Z$/, "Z").replace("Z", " UTC");
-  return h("time", { datetime: iso }, text);
+  const shown = milliseconds ? iso : iso.replace(/\.\d+Z$/, "Z");
+  return h("time", { datetime: iso }, shown.replace("T", " ").replace("Z", " UTC"));
 }
 
 export function duration(seconds) {

@@ -18,11 +18,11 @@ function eventRow(event) {
   return h(
     "tr",
     { "data-event-id": event.id },
-    h("td", {}, timeElement(event.at)),
+    h("td", {}, timeElement(event.at, { milliseconds: true })),
     h("td", {}, String(event.attempt)),
     h(
       "th",
-      { scope: "row" },
+      { scope: "row", class: "transition" },
       event.from_state ? stateBadge(event.from_state) : h("span", {}, "new"),
       h("span", { "aria-label": "to" }, " → "),
       stateBadge(event.to_state),
