@@ -40,8 +40,9 @@ THUMBNAIL_MAX_SIDE_PX_MIN = 16
 THUMBNAIL_MAX_SIDE_PX_MAX = 1024
 THUMBNAIL_QUALITY = 80
 THUMBNAIL_DECODES_MAX = 2
-"""At most this many sources are decoded for thumbnails at once: a source may be up to
-`max_source_bytes` and decode to hundreds of megabytes, and a contact sheet asks for dozens."""
+"""At most this many sources are read and decoded for thumbnails at once: a source may be up
+to `max_source_bytes` and decode to hundreds of megabytes, and a contact sheet asks for dozens
+(other requests wait in the server's thread pool)."""
 THUMBNAIL_CACHE_SECONDS = 300
 """Browsers may reuse a thumbnail this long; the source may change in place, so not forever."""
 DERIVATIVE_CACHE_SECONDS = 365 * 24 * 3600
@@ -204,10 +205,11 @@ def media_router(app: App) -> APIRouter:
         """A JPEG thumbnail of the item's source after EXIF orientation; crop boxes scale onto
         it by `width / X-Source-Width`. 422 when the source is not a usable image."""
         item = app.batches.item(path_id(batch_id, what="batch"), path_id(item_id, what="item"))
-        data = read_source_bytes(sources, item["source"], max_bytes=max_bytes)
         try:
             with decodes:
+                data = read_source_bytes(sources, item["source"], max_bytes=max_bytes)
                 jpeg, (width, height) = thumbnail_jpeg(data, max_side)
+                del data
         except CropError as exc:
             raise Problem(
                 422, f"the source is not a usable image ({exc.category})", slug="source-unusable"
