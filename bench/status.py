@@ -152,9 +152,19 @@ def start_server(url: str) -> tuple[subprocess.Popen[bytes], str]:
     raise RuntimeError("batchcrop serve did not start")
 
 
-def timed(call: Callable[[], int], count: int, expect: int) -> dict[str, float]:
-    """Latency percentiles (ms) and rate of `count` sequential calls returning `expect`."""
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def timed(
+    call: Callable[[], int], count: int, expect: int, *, server_pid: int | None = None
+) -> dict[str, float]:
+    """Latency percentiles (ms) and rate of `count` sequential calls returning `expect`; with
+    `server_pid`, also the server's CPU milliseconds per call (independent of machine load)."""
     latencies = []
+    cpu_before = cpu_seconds(server_pid) if server_pid else 0.0
     started = time.perf_counter()
     for _ in range(count):
         t0 = time.perf_counter()
@@ -164,6 +174,8 @@ def timed(call: Callable[[], int], count: int, expect: int) -> dict[str, float]:
             raise RuntimeError(f"expected {expect}, got {status}")
     figures = _figures(latencies)
     figures["rate"] = count / (time.perf_counter() - started)
+    if server_pid:
+        figures["cpu"] = (cpu_seconds(server_pid) - cpu_before) * 1000 / count
     return figures
 
 
@@ -192,9 +204,10 @@ def _figures(latencies: list[float]) -> dict[str, float]:
 
 def row(name: str, figures: dict[str, float], extra: str = "") -> str:
     """One markdown table row."""
+    cpu = f"{figures['cpu']:.2f} ms" if "cpu" in figures else "–"
     return (
         f"| {name} | {figures['p50']:.2f} ms | {figures['p95']:.2f} ms | {figures['p99']:.2f} ms "
-        f"| {figures['rate']:.0f} | {extra} |"
+        f"| {figures['rate']:.0f} | {cpu} | {extra} |"
     )
 
 
@@ -240,14 +253,14 @@ def main() -> None:
                 return client.get(path, headers={"If-None-Match": etag}).status_code
 
             timed(get, WARMUP_REQUESTS, 200)
-            idle_200 = timed(get, args.requests, 200)
-            idle_304 = timed(conditional, args.requests, 304)
+            idle_200 = timed(get, args.requests, 200, server_pid=server.pid)
+            idle_304 = timed(conditional, args.requests, 304, server_pid=server.pid)
             results.append(row("GET status → 200 (ours, HTTP)", idle_200, "idle: no commits"))
             results.append(row("GET status → 304 (ours, HTTP)", idle_304, "idle: no commits"))
 
             with Load(url, polled, args.workers) as load:
                 timed(get, WARMUP_REQUESTS, 200)
-                ours_200 = timed(get, args.requests, 200)
+                ours_200 = timed(get, args.requests, 200, server_pid=server.pid)
                 direct, peer = interleaved(
                     lambda: app.batches.status(polled),
                     lambda: app.leases.recount(polled),
@@ -261,7 +274,7 @@ def main() -> None:
             with Load(url, sink, args.workers) as load:
                 etag = client.get(path).headers["etag"]
                 timed(conditional, WARMUP_REQUESTS, 304)
-                ours_304 = timed(conditional, args.requests, 304)
+                ours_304 = timed(conditional, args.requests, 304, server_pid=server.pid)
             into_other = f"{load.commits_per_second:.0f} commits/s into another batch"
             results.append(row("GET status → 304 (ours, HTTP)", ours_304, into_other))
     finally:
@@ -270,8 +283,8 @@ def main() -> None:
         app.close()
     print(f"\nitems: {args.items:,}  workers: {args.workers}  requests per phase: {args.requests}")
     print(f"load average: {os.getloadavg()[0]:.1f}\n")
-    print("| what | p50 | p95 | p99 | req/s | load |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| what | p50 | p95 | p99 | req/s | server CPU/req | load |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for line in results:
         print(line)
 
