@@ -84,11 +84,6 @@ def recount(group_id: str) -> sa.Select[Any]:
 # --- creation -------------------------------------------------------------------------------
 
 
-def insert_items() -> Insert:
-    """Insert items, meant for executemany (parameters: every column)."""
-    return sa.insert(items)
-
-
 def insert_creation_events(group_id: str, correlation_id: str) -> Insert:
     """Log `None -> queued` for every item of a freshly created group, in one statement."""
     source = sa.select(

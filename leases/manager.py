@@ -16,7 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.sql.dml import Update
 
-from leases import group_queries, pgqueries, queries, transitions
+from leases import group_queries, pgqueries, queries, schema, transitions
 from leases.errors import GroupExists, LeaseLost, NoSuchGroup, RequeueNeedsDeadline
 from leases.models import (
     Claim,
@@ -111,7 +111,7 @@ class LeaseManager(Reader):
             store.execute_many(c, group_queries.insert_group(), [group])
             per_shard: Counter[int] = Counter()
             for batch in _batches(_item_rows(group_id, items, now), CREATE_BATCH_ROWS):
-                store.execute_many(c, group_queries.insert_items(), batch)
+                store.insert_rows(c, schema.items, batch)
                 per_shard.update(transitions.shard_of(row["seq"], self._shards) for row in batch)
             cid = transitions.new_correlation_id()
             store.execute(c, group_queries.insert_creation_events(group_id, cid))

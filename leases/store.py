@@ -5,6 +5,7 @@ Thread-safe as the engine is: each transaction uses its own pooled connection.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -118,6 +119,31 @@ class Store:
             return
         with self.translate_errors():
             conn.execute(stmt, list(params))
+
+    def insert_rows(
+        self, conn: sa.Connection, table: sa.Table, rows: Sequence[dict[str, Any]]
+    ) -> None:
+        """Bulk-insert `rows` (dicts keyed by every column of `table`) in `conn`'s transaction.
+
+        PostgreSQL: one COPY (an order of magnitude faster than INSERTs for large groups), JSON
+        columns serialised here. SQLite: executemany of one INSERT.
+        """
+        if not rows:
+            return
+        with self.translate_errors():
+            if self.dialect_name != "postgresql":
+                conn.execute(sa.insert(table), list(rows))
+                return
+            names = [column.name for column in table.columns]
+            json_columns = {c.name for c in table.columns if isinstance(c.type, sa.JSON)}
+            # The raw psycopg connection is the one `conn` runs on: the COPY joins its transaction.
+            raw: Any = conn.connection.dbapi_connection
+            sql = f"COPY {table.name} ({', '.join(names)}) FROM STDIN"
+            with raw.cursor() as cursor, cursor.copy(sql) as copy:
+                for row in rows:
+                    copy.write_row(
+                        [json.dumps(row[n]) if n in json_columns else row[n] for n in names]
+                    )
 
     def execute(self, conn: sa.Connection, stmt: Executable) -> None:
         """Execute a statement whose result is not needed."""

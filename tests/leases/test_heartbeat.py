@@ -89,9 +89,11 @@ def test_heartbeater_signals_lost_lease(manager: LeaseManager, engine: sa.Engine
     """When the lease is reaped the thread sets `lost` and stops."""
     new_group(manager, 1)
     (claim,) = manager.claim("w", 1)
+    # Reaped before the thread starts: a beat racing the reaper could legitimately renew the
+    # expired (not yet reaped) lease.
+    expire_leases(engine)
+    manager.reap()
     with Heartbeater(manager, claim, interval_seconds=0.02) as beat:
-        expire_leases(engine)
-        manager.reap()
         assert _wait_for(beat.lost.is_set)
     assert beat.stop_reason is None
 
