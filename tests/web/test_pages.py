@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.api.live import running
 from tests.web.conftest import (
     RATIOS,
     TOKEN,
@@ -349,3 +350,27 @@ def test_index_follows_a_running_batch_with_etags(page: Any, live: Any, sources:
     count = len(polls)
     page.wait_for_timeout(2500)
     assert count == len(polls)  # terminal: no Retry-After, no more polls
+
+
+def test_forget_token_hides_the_data_again(page: Any, processed: ProcessedBatch) -> None:
+    """ "Forget token" removes the token from the tab: after the reload the form is back and the
+    batch is not shown."""
+    open_with_token(page, processed.live.url + "/")
+    page.locator(f"tr[data-batch-id='{processed.id}']").wait_for()
+    page.get_by_role("button", name="Forget token").click()
+    page.get_by_label("API token").wait_for(state="visible")
+    assert page.evaluate("sessionStorage.getItem('batchcrop.apiToken')") is None
+    assert page.locator("#content").is_hidden()
+    assert page.locator(f"tr[data-batch-id='{processed.id}']").count() == 0
+
+
+def test_without_a_configured_token_the_page_loads_directly(
+    page: Any, make_app: Any, sources: list[str]
+) -> None:
+    """A loopback server without BATCHCROP_API_TOKEN needs no token: the page never asks."""
+    with running(make_app(api_token=None)) as open_server:
+        batch = submit(open_server, sources[:2])
+        page.goto(f"{open_server.url}/batches/{batch['id']}")
+        page.locator("#sheet li.card").nth(1).wait_for()
+        assert page.get_by_label("API token").is_hidden()
+        assert page.get_by_role("button", name="Forget token").is_hidden()
