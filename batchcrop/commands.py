@@ -292,7 +292,7 @@ def status(args: argparse.Namespace) -> int:
     """`batchcrop status`: the status document; exit 0 whatever the batch's state."""
     with opened(args) as app:
         if args.watch:
-            document = watch(lambda: app.batches.status(args.batch))
+            document = watch(lambda: app.batches.status(args.batch), stderr=args.json)
         else:
             document = app.batches.status(args.batch)
     if args.json:

@@ -142,10 +142,14 @@ def print_events(documents: Sequence[dict[str, Any]]) -> None:
     _console().print(table)
 
 
-def watch(read: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    """Redraw the status until the batch is terminal; returns the last document."""
+def watch(read: Callable[[], dict[str, Any]], *, stderr: bool = False) -> dict[str, Any]:
+    """Redraw the status until the batch is terminal; returns the last document.
+
+    With `stderr` the table is drawn there, leaving stdout to a JSON document.
+    """
     document = read()
-    with Live(status_table(document), console=_console(), auto_refresh=False) as live:
+    console = _console(stderr=stderr)
+    with Live(status_table(document), console=console, auto_refresh=False) as live:
         while document["state"] not in DONE_STATES:
             time.sleep(WATCH_INTERVAL_SECONDS)
             document = read()

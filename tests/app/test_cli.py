@@ -171,6 +171,17 @@ def test_run_processes_a_folder_and_resumes_idempotently(cli: Cli, tmp_path: Pat
     assert json.loads(second.stdout)["id"] == document["id"]
     assert sorted(i.key for i in LocalStore(out).list()) == keys
 
+    watched = cli.json("status", document["id"], "--watch")
+    assert (watched["id"], watched["state"]) == (document["id"], "succeeded")
+    listed = cli.json("batches", "--state", "succeeded")
+    assert [b["id"] for b in listed["batches"]] == [document["id"]]
+    assert cli.json("batches", "--state", "failed")["batches"] == []
+    items = cli.json("items", document["id"], "--state", "succeeded")["items"]
+    assert sorted(d["key"] for i in items for d in i["derivatives"]) == keys
+    human = cli("items", document["id"])
+    assert human.returncode == 0
+    assert "succeeded" in human.stdout
+
 
 def test_run_exits_1_when_the_batch_failed(cli: Cli, tmp_path: Path) -> None:
     """A corrupt image fails its item and the run exits 1 with the failure in the document."""
