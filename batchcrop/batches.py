@@ -93,7 +93,8 @@ class ManifestRow:
 def _cursor(text: str | None) -> int | None:
     if text is None or text == "":
         return None
-    if not text.isdigit() or len(text) > 18:
+    # isascii: str.isdigit() also accepts digits int() refuses, such as "²".
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:
         raise BadCursor("cursor is not one this server handed out")
     return int(text)
 

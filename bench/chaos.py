@@ -5,7 +5,7 @@ through fault proxies of our own (`tests/services/proxy.py`); the harness (`test
 injects the faults as the main batch progresses, then audits the database and the store. Prints
 one table; exits 1 if any invariant was violated.
 
-    .venv/bin/python bench/chaos.py [--items 2000] [--workers 4] [--kills 20] [--seed 1]
+    .venv/bin/python bench/chaos.py [--items 2000] [--workers 4] [--kills 20] [--store s3|local]
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ def main() -> int:
     parser.add_argument("--lease-seconds", type=float, default=3.0)
     parser.add_argument("--storage-fail-fraction", type=float, default=0.06)
     parser.add_argument("--timeout-seconds", type=float, default=1500.0)
+    parser.add_argument("--store", choices=["s3", "local"], default="s3", help="derivative store")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--root", type=Path, default=Path(".tmp/chaos/full"))
     args = parser.parse_args()
@@ -47,6 +48,7 @@ def main() -> int:
         storage_fail_fraction=args.storage_fail_fraction,
         timeout_seconds=args.timeout_seconds,
         seed=args.seed,
+        store=args.store,
     )
     report: Report = run(config)
     print(render(report))

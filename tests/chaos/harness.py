@@ -34,12 +34,12 @@ from batchcrop.settings import Settings
 from leases import DatabaseUnavailable
 from leases.schema import items as items_table
 from leases.sqlfuncs import db_now_ms
-from storage import S3Settings, S3Store
+from storage import LocalStore, ObjectStore, S3Settings, S3Store
 from tests.chaos import corpus, invariants
 from tests.chaos.fleet import Fleet
 from tests.chaos.pgcluster import PrivateCluster
 from tests.services import rgw
-from tests.services.proxy import FaultProxy
+from tests.services.proxy import FAULT_KINDS, FaultProxy
 
 REPO = Path(__file__).resolve().parents[2]
 POLL_SECONDS = 0.5
@@ -53,6 +53,7 @@ OVERDUE_SLACK_SECONDS = 3.0
 TERMINAL = ("succeeded", "failed", "abandoned")
 # A run in which no item reaches a terminal state for this long is stuck: stop and audit it.
 STALL_SECONDS = 120.0
+STALL_WINDOW_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ class ChaosConfig:
     concurrency: int = 2
     lease_seconds: float = 3.0
     reaper_interval_seconds: float = 1.0
-    max_attempt_seconds: float = 60.0
+    max_attempt_seconds: float = 15.0
     max_attempts: int = 5
     kills: int = 20
     pauses: int = 3
@@ -76,6 +77,10 @@ class ChaosConfig:
     pg_drops: int = 2
     storage_outages: int = 2
     storage_outage_seconds: float = 2.0
+    # Stalls: for STALL_WINDOW_SECONDS every request is held this long before it is forwarded.
+    pg_stalls: int = 2  # longer than the lease: heartbeats arrive late, leases expire mid-work
+    s3_stalls: int = 1  # longer than max_attempt_seconds: a hung item must lose its lease
+    store: str = "s3"  # or "local": derivatives in a local folder (sources stay in S3)
     storage_fail_fraction: float = 0.06
     storage_delay_fraction: float = 0.05
     storage_delay_seconds: float = 0.3
@@ -122,6 +127,8 @@ def _schedule(config: ChaosConfig, rng: random.Random) -> list[tuple[float, str]
     plan += [(f, "pg_restart") for f in spread(config.pg_restarts, 0.25, 0.75)]
     plan += [(f, "pg_drop") for f in spread(config.pg_drops, 0.15, 0.85)]
     plan += [(f, "storage_outage") for f in spread(config.storage_outages, 0.1, 0.8)]
+    plan += [(f, "pg_stall") for f in spread(config.pg_stalls, 0.2, 0.8)]
+    plan += [(f, "s3_stall") for f in spread(config.s3_stalls, 0.3, 0.6)]
     return sorted(plan)
 
 
@@ -195,11 +202,11 @@ def upload_sources(config: ChaosConfig, services: Services) -> dict[str, str]:
     return expected
 
 
-def _env(services: Services, database_url: str, s3_url: str) -> dict[str, str]:
+def _env(services: Services, database_url: str, s3_url: str, store_url: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BATCHCROP_", "AWS_"))}
     env.update(
         BATCHCROP_DATABASE_URL=database_url,
-        BATCHCROP_STORE=f"s3://{services.bucket}/out",
+        BATCHCROP_STORE=store_url,
         BATCHCROP_S3_ENDPOINT_URL=s3_url,
         AWS_ACCESS_KEY_ID=services.endpoint.access_key,
         AWS_SECRET_ACCESS_KEY=services.endpoint.secret_key,
@@ -248,6 +255,11 @@ def _overdue(app: App, allowed_ms: int) -> int:
         return int(conn.execute(stmt).scalar_one())
 
 
+def config_root_store(config: ChaosConfig) -> Path:
+    """The local store folder of a `store="local"` run."""
+    return (config.root / "store").resolve()
+
+
 def _done(status: dict[str, Any]) -> float:
     """The fraction of a batch's items that are terminal."""
     return float(sum(status["counts"][s] for s in TERMINAL) / max(1, status["total"]))
@@ -269,6 +281,7 @@ class Run:
         shutil.rmtree(config.root, ignore_errors=True)
         config.root.mkdir(parents=True)
         services = start_services(config)
+        self.services = services
         try:
             return self._execute(services, started)
         finally:
@@ -277,10 +290,15 @@ class Run:
     def _execute(self, services: Services, started: float) -> Report:
         config = self.config
         expected = upload_sources(config, services)
-        direct = _env(services, services.cluster.url, services.endpoint.url)
+        store_url = (
+            f"file://{config_root_store(config)}"
+            if config.store == "local"
+            else f"s3://{services.bucket}/out"
+        )
+        direct = _env(services, services.cluster.url, services.endpoint.url, store_url)
         ids = submit_batches(config, services, direct)
         proxied_db = f"postgresql+psycopg://postgres@127.0.0.1:{services.pg_proxy.port}/postgres"
-        env = _env(services, proxied_db, services.s3_proxy.url)
+        env = _env(services, proxied_db, services.s3_proxy.url, store_url)
         app = build(Settings(database_url=services.cluster.url))
         fleet = Fleet(
             config.workers,
@@ -295,11 +313,7 @@ class Run:
             config.root / "logs",
             self.rng,
         )  # fmt: skip
-        services.s3_proxy.configure(
-            fail_fraction=config.storage_fail_fraction,
-            delay_fraction=config.storage_delay_fraction,
-            delay_seconds=config.storage_delay_seconds,
-        )
+        self._storage_faults()
         work_started = time.monotonic()
         fleet.start()
         try:
@@ -367,22 +381,49 @@ class Run:
             self.last_outage = time.monotonic()
         elif kind == "storage_outage":
             services.s3_proxy.outage(config.storage_outage_seconds)
+        elif kind == "pg_stall":
+            self._stall(services.pg_proxy, config.lease_seconds * 1.5)
+            self.last_outage = time.monotonic() + config.lease_seconds * 1.5
+        elif kind == "s3_stall":
+            self._stall(services.s3_proxy, config.max_attempt_seconds + config.lease_seconds + 2)
         elif kind == "cancel":
             app.batches.cancel(ids["cancel"])
         if injected:
             self.report.faults[kind] += 1
 
+    def _stall(self, proxy: FaultProxy, seconds: float) -> None:
+        """Hold every request arriving in the next STALL_WINDOW_SECONDS for `seconds`."""
+        proxy.configure(delay_fraction=1.0, delay_seconds=seconds)
+        time.sleep(STALL_WINDOW_SECONDS)
+        if proxy is self.services.s3_proxy:
+            self._storage_faults()
+        else:
+            proxy.configure()
+
+    def _storage_faults(self) -> None:
+        """The background S3 fault plan of the whole run."""
+        config = self.config
+        self.services.s3_proxy.configure(
+            fail_fraction=config.storage_fail_fraction,
+            delay_fraction=config.storage_delay_fraction,
+            delay_seconds=config.storage_delay_seconds,
+        )
+
     def _audit(
         self, app: App, services: Services, ids: dict[str, str], expected: dict[str, str]
     ) -> None:
         report = self.report
-        store = S3Store(services.bucket, "out", client=services.client)
+        store: ObjectStore = (
+            LocalStore(config_root_store(self.config))
+            if self.config.store == "local"
+            else S3Store(services.bucket, "out", client=services.client)
+        )
         report.audit = invariants.check(app, store, ids.values())
         report.items = sum(app.leases.group(bid).total for bid in ids.values())
         report.batches = {name: app.batches.status(bid) for name, bid in ids.items()}
         counts = services.s3_proxy.counts()
         report.storage_requests = counts.get("requests", 0)
-        for kind in ("reset_before", "reset_after", "drop", "http_503", "delay", "refused"):
+        for kind in (*FAULT_KINDS, "delay", "refused"):
             report.faults[f"s3_{kind}"] += counts.get(kind, 0)
         report.faults["pg_connections_reset"] += services.pg_proxy.counts().get("reset_all", 0)
         if report.overdue_samples:

@@ -178,6 +178,38 @@ def test_idempotency_key_at_its_limit_is_stored(live: tuple[LiveServer, Path]) -
     _is_problem(too_long, 422)
 
 
+HOSTILE_QUERIES = [
+    {"cursor": "²"},  # regression: str.isdigit() accepts it, int() does not (was a 500)
+    {"cursor": "١٢"},
+    {"cursor": "-1"},
+    {"cursor": "9" * 40},
+    {"cursor": "../../etc"},
+    {"state": "bogus"},
+    {"state": "in_progress'; DROP TABLE lease_items; --"},
+    {"limit": "-1"},
+    {"limit": "1" * 30},
+    {"item": "not-a-uuid"},
+]
+
+
+@pytest.mark.slow
+def test_hostile_query_parameters_get_4xx(live: tuple[LiveServer, Path]) -> None:
+    """Listing endpoints never answer hostile cursors, states, limits or ids with a 5xx."""
+    server, root = live
+    created = server.client.post("/v1/batches", json=_body(str(root / "ok.jpg")))
+    batch = created.json()["id"]
+    paths = ["/v1/batches", f"/v1/batches/{batch}/items", f"/v1/batches/{batch}/events"]
+    answers = {
+        (path, str(query)): server.client.get(path, params=query).status_code
+        for path in paths
+        for query in HOSTILE_QUERIES
+    }
+    # A parameter an endpoint does not take is ignored (200); one it takes is checked (4xx).
+    assert {k: v for k, v in answers.items() if v >= 500} == {}
+    cursors = {k: v for k, v in answers.items() if "cursor" in k[1]}
+    assert set(cursors.values()) == {422}
+
+
 @pytest.mark.slow
 def test_unicode_refs_round_trip(live: tuple[LiveServer, Path]) -> None:
     """Refs in any script, emoji and right-to-left text included, are stored as given."""

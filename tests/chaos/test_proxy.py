@@ -51,7 +51,7 @@ def test_forwards_requests_untouched(proxy: FaultProxy) -> None:
     assert proxy.counts()["requests"] == 5
 
 
-@pytest.mark.parametrize("kind", ["reset_before", "reset_after", "drop", "http_503"])
+@pytest.mark.parametrize("kind", ["reset_before", "reset_after", "truncate", "drop", "http_503"])
 def test_each_fault_kind_fails_the_request(proxy: FaultProxy, kind: str) -> None:
     """With fail_fraction 1 every request fails with the chosen kind, counted by kind."""
     proxy.configure(fail_fraction=1.0, fault_kinds=(kind,))

@@ -16,6 +16,8 @@ method), or — for non-HTTP protocols such as PostgreSQL's — any chunk from t
 - `reset_before`: the client's connection is reset (RST) and the request never reaches upstream;
 - `reset_after`: the request is forwarded, the upstream's answer is swallowed and the client's
   connection reset — the server did the work and the client never learns it (a lost response);
+- `truncate`: the request is forwarded and half of the answer's first chunk reaches the client
+  before its connection is reset (a body or header cut short);
 - `drop`: the connection is closed quietly (FIN) without forwarding;
 - `http_503`: the proxy answers an S3-style `503 SlowDown` itself and closes (HTTP only).
 
@@ -34,7 +36,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-FAULT_KINDS = ("reset_before", "reset_after", "drop", "http_503")
+FAULT_KINDS = ("reset_before", "reset_after", "truncate", "drop", "http_503")
 HTTP_METHODS = (b"GET ", b"PUT ", b"POST ", b"HEAD ", b"DELETE ", b"PATCH ", b"OPTIONS ")
 CHUNK_BYTES = 65536
 LISTEN_BACKLOG = 256
@@ -67,6 +69,7 @@ class _Conn:
     client: socket.socket
     upstream: socket.socket
     doomed: threading.Event = field(default_factory=threading.Event)  # reset at next answer
+    truncated: threading.Event = field(default_factory=threading.Event)  # cut the next answer
     closed: threading.Event = field(default_factory=threading.Event)
 
 
@@ -250,6 +253,8 @@ class FaultProxy:
                     return
                 if fate == "reset_after":
                     conn.doomed.set()
+                if fate == "truncate":
+                    conn.truncated.set()
             try:
                 conn.upstream.sendall(chunk)
             except OSError:
@@ -287,6 +292,11 @@ class FaultProxy:
             if not chunk:
                 break
             if conn.doomed.is_set():
+                self._finish(conn, reset=True)
+                return
+            if conn.truncated.is_set():
+                with contextlib.suppress(OSError):
+                    conn.client.sendall(chunk[: max(1, len(chunk) // 2)])
                 self._finish(conn, reset=True)
                 return
             try:
