@@ -125,19 +125,22 @@ class Store:
     ) -> None:
         """Bulk-insert `rows` (dicts keyed by every column of `table`) in `conn`'s transaction.
 
-        PostgreSQL: one COPY (an order of magnitude faster than INSERTs for large groups), JSON
-        columns serialised here. SQLite: executemany of one INSERT.
+        PostgreSQL with psycopg 3: one COPY (ten times faster than INSERTs for large groups),
+        JSON columns serialised here. Otherwise: executemany of one INSERT.
         """
         if not rows:
             return
         with self.translate_errors():
-            if self.dialect_name != "postgresql":
+            # The raw driver connection is the one `conn` runs on: the COPY joins its transaction.
+            raw: Any = conn.connection.dbapi_connection
+            if self.dialect_name != "postgresql" or not hasattr(
+                getattr(raw, "cursor_factory", None), "copy"
+            ):
+                # SQLite, or a PostgreSQL driver without psycopg 3's COPY API.
                 conn.execute(sa.insert(table), list(rows))
                 return
             names = [column.name for column in table.columns]
             json_columns = {c.name for c in table.columns if isinstance(c.type, sa.JSON)}
-            # The raw psycopg connection is the one `conn` runs on: the COPY joins its transaction.
-            raw: Any = conn.connection.dbapi_connection
             sql = f"COPY {table.name} ({', '.join(names)}) FROM STDIN"
             with raw.cursor() as cursor, cursor.copy(sql) as copy:
                 for row in rows:
