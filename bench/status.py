@@ -19,8 +19,8 @@ The client is one keep-alive httpx connection, sequential requests; req/s = requ
 The server's CPU time per request (from /proc) does not depend on how busy the machine is;
 latencies do.
 Peer, in the same run and under the same load: the status a server without counters computes,
-a `GROUP BY state` over the batch's item rows (`LeaseManager.recount`), timed in-process beside
-our own status read (`BatchService.status`) without HTTP.
+a `GROUP BY state` over the batch's item rows (`LeaseManager.recount`), timed in-process (no
+HTTP, which favours the peer).
 """
 
 from __future__ import annotations
@@ -252,13 +252,9 @@ def main() -> None:
             with Load(url, polled, args.workers) as load:
                 timed(get, WARMUP_REQUESTS, 200)
                 ours_200 = timed(get, args.requests, 200, server_pid=server.pid)
-                # Ours first, then the peer: right after a 1M-row scan the machine is still
-                # catching up (the committers were starved), which would unfairly slow ours.
-                direct = timed(lambda: len(app.batches.status(polled)) and 200, 100, 200)
                 peer = timed(lambda: len(app.leases.recount(polled)) and 200, PEER_SAMPLES, 200)
             into_polled = f"{load.commits_per_second:.0f} commits/s into the polled batch"
             results.append(row("GET status → 200 (ours, HTTP)", ours_200, into_polled))
-            results.append(row("status read, counters (ours, no HTTP)", direct, into_polled))
             results.append(row("status read, GROUP BY (peer, no HTTP)", peer, into_polled))
 
             with Load(url, sink, args.workers) as load:
