@@ -55,6 +55,12 @@ def clean_jpeg(n: int) -> bytes:
     return _encode(_scene(width, height, n), "JPEG", quality=85)
 
 
+def noise_jpeg(width: int, height: int, seed: int = 0) -> bytes:
+    """A JPEG of random noise: large for its size in pixels (JPEG compresses noise badly)."""
+    noise = random.Random(seed).randbytes(width * height * 3)
+    return _encode(Image.frombytes("RGB", (width, height), noise), "JPEG", quality=95)
+
+
 def _png_chunk(kind: bytes, body: bytes) -> bytes:
     crc = struct.pack(">I", zlib.crc32(kind + body))
     return struct.pack(">I", len(body)) + kind + body + crc

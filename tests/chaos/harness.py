@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import sqlalchemy as sa
 
 from batchcrop.app import App, build
@@ -37,7 +38,8 @@ from leases.sqlfuncs import db_now_ms
 from storage import LocalStore, ObjectStore, S3Settings, S3Store
 from tests.chaos import corpus, invariants
 from tests.chaos.fleet import Fleet
-from tests.chaos.pgcluster import PrivateCluster
+from tests.chaos.pgcluster import PrivateCluster, free_port
+from tests.chaos.poller import Poller
 from tests.services import rgw
 from tests.services.proxy import FAULT_KINDS, FaultProxy
 
@@ -54,6 +56,12 @@ TERMINAL = ("succeeded", "failed", "abandoned")
 # A run in which no item reaches a terminal state for this long is stuck: stop and audit it.
 STALL_SECONDS = 120.0
 STALL_WINDOW_SECONDS = 0.5
+DUPLICATE_EVERY = 20
+API_STARTUP_SECONDS = 60.0
+# Sources deleted between submit and processing: their items must fail `source_not_found`.
+VANISHING_SOURCES = ("vanished-1.jpg", "vanished-2.jpg")
+# Workers refuse sources above this size (one hostile source is bigger).
+MAX_SOURCE_BYTES = 150_000
 
 
 @dataclass(frozen=True)
@@ -104,6 +112,7 @@ class Report:
     work_seconds: float = 0.0
     storage_requests: int = 0
     notes: list[str] = field(default_factory=list)
+    api_answers: dict[int, int] = field(default_factory=dict)
 
     @property
     def violations(self) -> list[str]:
@@ -181,8 +190,11 @@ def upload_sources(config: ChaosConfig, services: Services) -> dict[str, str]:
         ("cancel", config.cancel_items),
         ("deadline", config.deadline_items),
     ):
-        for _ in range(count):
-            uploads.append((f"src/{folder}/img-{n:06d}.jpg", corpus.clean_jpeg(n)))
+        for k in range(count):
+            # Some sources repeat the previous one's bytes: their items race for the same keys.
+            same_as_previous = folder == "main" and k % DUPLICATE_EVERY == DUPLICATE_EVERY - 1
+            data = corpus.clean_jpeg(n - 1 if same_as_previous else n)
+            uploads.append((f"src/{folder}/img-{n:06d}.jpg", data))
             n += 1
     expected = {}
     for hostile in corpus.hostile():
@@ -190,6 +202,11 @@ def upload_sources(config: ChaosConfig, services: Services) -> dict[str, str]:
         expected[hostile.name] = f"{hostile.state}:{hostile.category or '-'}"
     for k in range(10):
         uploads.append((f"src/hostile/clean-{k}.jpg", corpus.clean_jpeg(n + k)))
+    uploads.append(("src/hostile/too-large.jpg", corpus.noise_jpeg(400, 400)))
+    expected["too-large.jpg"] = "failed:source_too_large"
+    for name in VANISHING_SOURCES:
+        uploads.append((f"src/hostile/{name}", corpus.clean_jpeg(n + 20)))
+        expected[name] = "failed:source_not_found"
     with ThreadPoolExecutor(UPLOAD_THREADS) as pool:
         list(
             pool.map(
@@ -245,6 +262,42 @@ def submit_batches(config: ChaosConfig, services: Services, env: dict[str, str])
     return ids
 
 
+class ApiServer:
+    """A `batchcrop serve` subprocess on a free loopback port (through the proxies, too)."""
+
+    def __init__(self, env: dict[str, str], log: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._env = env
+        self._log = log
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> ApiServer:
+        """Start serving and wait until it answers /healthz."""
+        self._log.parent.mkdir(parents=True, exist_ok=True)
+        with self._log.open("wb") as log:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "batchcrop", "serve", "--port", str(self.port)],
+                env=self._env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + API_STARTUP_SECONDS
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        raise RuntimeError(f"batchcrop serve did not start; see {self._log}")
+
+    def stop(self) -> None:
+        """SIGTERM and wait."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            self._process.wait(30)
+
+
 def _overdue(app: App, allowed_ms: int) -> int:
     """Items `in_progress` whose lease expired more than `allowed_ms` ago (database clock)."""
     stmt = sa.select(sa.func.count()).where(
@@ -297,6 +350,8 @@ class Run:
         )
         direct = _env(services, services.cluster.url, services.endpoint.url, store_url)
         ids = submit_batches(config, services, direct)
+        for name in VANISHING_SOURCES:
+            services.client.delete_object(Bucket=services.bucket, Key=f"src/hostile/{name}")
         proxied_db = f"postgresql+psycopg://postgres@127.0.0.1:{services.pg_proxy.port}/postgres"
         env = _env(services, proxied_db, services.s3_proxy.url, store_url)
         app = build(Settings(database_url=services.cluster.url))
@@ -308,6 +363,7 @@ class Run:
                 "--reaper-interval-seconds", str(config.reaper_interval_seconds),
                 "--max-attempt-seconds", str(config.max_attempt_seconds),
                 "--shutdown-grace-seconds", "5",
+                "--max-source-bytes", str(MAX_SOURCE_BYTES),
             ],
             env,
             config.root / "logs",
@@ -316,9 +372,14 @@ class Run:
         self._storage_faults()
         work_started = time.monotonic()
         fleet.start()
+        api = ApiServer(env, config.root / "logs" / "serve.log").start()
+        poller = Poller(api.url, list(ids.values()))
+        poller.start()
         try:
             self._chaos(app, services, fleet, ids)
         finally:
+            poller.stop()
+            api.stop()
             codes = fleet.stop()
             self.report.work_seconds = time.monotonic() - work_started
             services.s3_proxy.configure()
@@ -326,6 +387,9 @@ class Run:
         self.report.notes += [f"traceback in {name}" for name in fleet.tracebacks()]
         self.report.notes.append(f"final worker exit codes: {codes}")
         self._audit(app, services, ids, expected)
+        self.report.api_answers = dict(poller.answers)
+        for violation in poller.violations:
+            self.report.audit.violate(f"API: {violation}")
         app.close()
         self.report.wall_seconds = time.monotonic() - started
         return self.report

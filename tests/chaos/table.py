@@ -5,6 +5,10 @@ from __future__ import annotations
 from tests.chaos.harness import Report
 
 
+def _answers(answers: dict[int, int]) -> str:
+    return ", ".join(f"{code}: {n}" for code, n in sorted(answers.items())) or "none"
+
+
 def render(report: Report) -> str:
     """Items, faults by kind, reclaims, retries, outcomes, violations, wall time, throughput."""
     audit = report.audit
@@ -32,6 +36,7 @@ def render(report: Report) -> str:
     rows += [
         ("objects in store (orphans)", f"{audit.objects} ({audit.orphans})"),
         ("manifest rows", str(audit.manifest_rows)),
+        ("API status answers", _answers(report.api_answers)),
         ("violations", str(len(report.violations))),
         ("wall time", f"{report.wall_seconds:.0f} s"),
         ("throughput (working phase)", f"{report.throughput:.1f} items/s"),

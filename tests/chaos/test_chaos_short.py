@@ -32,6 +32,8 @@ def test_short_chaos_run_keeps_every_invariant(
         pg_restarts=1,
         pg_drops=1,
         storage_outages=1,
+        pg_stalls=1,
+        s3_stalls=0,  # a stall outlasts max_attempt_seconds: too long for the suite
         timeout_seconds=150.0,
     )
     report = run(config)
@@ -41,3 +43,4 @@ def test_short_chaos_run_keeps_every_invariant(
     assert report.faults["sigstop"] == 1
     assert report.batches["main"]["state"] == "succeeded"
     assert report.audit.reclaims > 0
+    assert report.api_answers.get(200, 0) > 0
