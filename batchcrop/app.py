@@ -60,13 +60,21 @@ class App:
             reason = str(exc.orig).strip().splitlines()[0] if str(exc.orig).strip() else ""
             raise DatabaseUnavailable(f"database unreachable: {reason}") from exc
 
-    def worker(self, store: ObjectStore, options: WorkerOptions) -> Worker:
-        """A worker wired to this app's database, the given store and trusted sources."""
+    def worker(
+        self, store: ObjectStore, options: WorkerOptions, *, trusted_sources: bool = False
+    ) -> Worker:
+        """A worker wired to this app's database and the given store.
+
+        Sources were confined when submitted through the API, but a path can change under a
+        root afterwards (a swapped symlink): so with source roots configured, the worker checks
+        them again at read time. `trusted_sources` is for `run`, whose operator named them.
+        """
+        trusted = trusted_sources or not self.settings.source_roots
         return Worker(
             leases=self.leases,
             batches=self.batches,
             store=store,
-            sources=self.source_reader(trusted=True),
+            sources=self.source_reader(trusted=trusted),
             metrics=self.metrics,
             options=options,
         )

@@ -294,7 +294,7 @@ class BatchService:
         self.settings(batch_id)
         limit = max(1, min(limit, PAGE_LIMIT_MAX))
         rows = self.leases.items(batch_id, states=states, after_seq=_cursor(cursor), limit=limit)
-        by_item = self._manifests([r.id for r in rows])
+        by_item = self._manifests([r.id for r in rows], self.settings(batch_id).ratios)
         docs = [item_document(r, by_item.get(r.id, [])) for r in rows]
         next_cursor = str(rows[-1].seq) if len(rows) == limit else None
         return docs, next_cursor
@@ -304,16 +304,22 @@ class BatchService:
         row = self.leases.item(item_id)
         if row is None or row.group_id != batch_id:
             raise NoSuchBatch(f"no item {item_id} in batch {batch_id}")
-        return item_document(row, self._manifests([item_id]).get(item_id, []))
+        manifests = self._manifests([item_id], self.settings(batch_id).ratios)
+        return item_document(row, manifests.get(item_id, []))
 
-    def _manifests(self, item_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
-        """Manifest rows of these items, grouped by item id (one query)."""
+    def _manifests(
+        self, item_ids: Sequence[str], ratios: Sequence[str]
+    ) -> dict[str, list[dict[str, Any]]]:
+        """Manifest rows of these items by item id (one query), in the batch's ratio order."""
         by_item: dict[str, list[dict[str, Any]]] = {}
         if not item_ids:
             return by_item
         with self.leases.reading() as conn:
             for row in conn.execute(queries.derivatives_of(item_ids)).mappings():
                 by_item.setdefault(str(row["item_id"]), []).append(dict(row))
+        order = {ratio: n for n, ratio in enumerate(ratios)}
+        for rows in by_item.values():
+            rows.sort(key=lambda row: order.get(row["ratio"], len(order)))
         return by_item
 
     def events(

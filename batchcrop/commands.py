@@ -181,6 +181,7 @@ def run(args: argparse.Namespace) -> int:
                 idle_sleep_seconds=RUN_IDLE_SLEEP_SECONDS,
                 max_source_bytes=app.settings.max_source_bytes,
             ),
+            trusted_sources=True,
         )
         interrupted = threading.Event()
 
@@ -376,7 +377,6 @@ def serve(args: argparse.Namespace) -> int:
     from batchcrop.api.server import serve as serve_api  # noqa: PLC0415
 
     with opened(args) as app:
-        app.upgrade()
         return serve_api(app, host=args.host, port=args.port)
 
 

@@ -160,4 +160,5 @@ class Attempt:
                 "attempt ran past max_attempt_seconds", category=Category.DEPENDENCY_TIMEOUT
             )
         # The heartbeat thread may lag; the database is the authority (raises LeaseLost).
-        self.leases.check(self.claim.item_id, self.claim.lease_token)
+        if self.leases.check(self.claim.item_id, self.claim.lease_token):
+            raise Cancelled

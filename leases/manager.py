@@ -201,11 +201,14 @@ class LeaseManager(Reader):
             return "max_attempt_seconds"
         return None
 
-    def check(self, item_id: str, lease_token: str) -> None:
-        """Raise `LeaseLost` unless the lease is still held (read-only)."""
+    def check(self, item_id: str, lease_token: str) -> bool:
+        """Raise `LeaseLost` unless the lease is still held (read-only); return whether cancel
+        was requested for its group, so a holder can stop without waiting for a heartbeat."""
         with self._store.read() as c:
-            if self._store.one(c, queries.check_lease(), _lease(item_id, lease_token)) is None:
-                raise LeaseLost(item_id)
+            row = self._store.one(c, queries.check_lease(), _lease(item_id, lease_token))
+        if row is None:
+            raise LeaseLost(item_id)
+        return bool(row[0])
 
     def complete(
         self, item_id: str, lease_token: str, *, conn: sa.Connection | None = None

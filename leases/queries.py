@@ -261,9 +261,13 @@ def give_back() -> Update:
 
 
 @cache
-def check_lease() -> sa.Select[tuple[str]]:
-    """A row if and only if the lease is still held."""
-    return sa.select(items.c.id).where(*_fenced())
+def check_lease() -> sa.Select[tuple[bool]]:
+    """A row, holding the group's cancel flag, if and only if the lease is still held."""
+    return (
+        sa.select(groups.c.cancel_requested)
+        .select_from(items.join(groups, groups.c.id == items.c.group_id))
+        .where(*_fenced())
+    )
 
 
 # --- reaper, cancel, requeue ------------------------------------------------------------------

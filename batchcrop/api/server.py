@@ -96,6 +96,8 @@ def serve(app: App, *, host: str, port: int) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
+    # Only once the host is allowed: a refused `serve` touches nothing, not even the schema.
+    app.upgrade()
     config = uvicorn.Config(
         create_api(app),
         host=host,

@@ -53,7 +53,7 @@ def test_good_and_bad_images_end_failed_with_every_good_ratio_stored(
     for item in items:
         if item["ref"].startswith("photo"):
             assert item["state"] == "succeeded"
-            assert [d["ratio"] for d in item["derivatives"]] == sorted(str(r) for r in RATIOS)
+            assert [d["ratio"] for d in item["derivatives"]] == [str(r) for r in RATIOS]
             for d in item["derivatives"]:
                 body = store.get(d["key"])
                 assert hashlib.sha256(body).hexdigest() == d["sha256"]
@@ -162,3 +162,24 @@ def test_a_cancel_seen_in_a_heartbeat_abandons_the_held_item(
     assert (outcome, item.state, item.error_category) == ("abandoned", "abandoned", "cancelled")
     assert app.batches.manifest(status["id"]) == []  # orphans may remain; no manifest names them
     assert app.batches.status(status["id"])["state"] == "abandoned"
+
+
+def test_with_source_roots_the_worker_confines_reads_again(
+    make_app: Callable[..., App], tmp_path: Path
+) -> None:
+    """A source that is (or became) outside the roots fails source_not_found; inside succeeds."""
+    inside = write_photos(tmp_path / "roots" / "catalogue", 1)
+    outside = write_photos(tmp_path / "elsewhere", 1)
+    link = tmp_path / "roots" / "catalogue" / "swapped.jpg"
+    link.symlink_to(outside[0])  # a symlink under the root pointing out of it
+    app = make_app(source_roots=(str(tmp_path / "roots"),))
+    status, _ = app.batches.submit(_request([inside[0], link]))
+
+    final = run_batch(app, LocalStore(tmp_path / "store"), status["id"])
+
+    items, _ = app.batches.items(status["id"])
+    assert [(i["state"], i["error_category"]) for i in items] == [
+        ("succeeded", None),
+        ("failed", "source_not_found"),
+    ]
+    assert final["failures"] == {"source_not_found": 1}

@@ -79,7 +79,17 @@ def test_wrong_token_is_rejected(manager: LeaseManager) -> None:
     (claim,) = manager.claim("w", 1)
     with pytest.raises(LeaseLost):
         manager.complete(claim.item_id, "0" * 32)
-    manager.check(claim.item_id, claim.lease_token)
+    assert manager.check(claim.item_id, claim.lease_token) is False
+
+
+def test_check_tells_the_holder_that_cancel_was_requested(manager: LeaseManager) -> None:
+    """After cancel the lease is still held, and `check` says to stop without a heartbeat."""
+    group_id, _ = new_group(manager, 2)
+    (claim,) = manager.claim("w", 1)
+    manager.cancel(group_id)
+    assert manager.check(claim.item_id, claim.lease_token) is True
+    manager.abandon(claim.item_id, claim.lease_token)
+    assert manager.group(group_id).counts[State.ABANDONED] == 2
 
 
 def test_events_record_the_attempt(manager: LeaseManager) -> None:
