@@ -33,6 +33,7 @@ from batchcrop.reporting import (
     watch,
 )
 from batchcrop.settings import Settings, parse_duration
+from batchcrop.startup import wait_until_ready
 from batchcrop.worker import WorkerOptions
 from leases import State
 from storage import SourceReader
@@ -229,8 +230,11 @@ def worker(args: argparse.Namespace) -> int:
     if args.concurrency < 1:
         raise UsageError("--concurrency must be at least 1")
     with opened(args) as app:
-        app.upgrade()
-        store = app.open_store()
+        stopped = threading.Event()
+        with _signals(lambda signum, frame: stopped.set()):
+            store = wait_until_ready(app, stopped)
+        if store is None:
+            return 0  # stopped while waiting for the database or store: nothing was held
         the_worker = app.worker(
             store,
             WorkerOptions(

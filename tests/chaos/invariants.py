@@ -70,36 +70,75 @@ def all_events(app: App, batch_id: str) -> list[EventRow]:
     )
 
 
-def check_events(audit: Audit, events: Iterable[EventRow]) -> None:
-    """Invariant 2: one success per item; every write out of `in_progress` is fenced.
+def check_events(
+    audit: Audit, events: Iterable[EventRow], items: list[ItemRow], max_attempts: int
+) -> None:
+    """Invariant 2 and the timeline: one success per item; every write out of `in_progress`
+    is fenced; each item's events form one chain; attempts match claims and stay in budget.
 
     Every event leaving `in_progress` carries the token of the item's latest claim (the reaper's
-    too: it logs the token it expired), and each claim is left exactly once.
+    too: it logs the token it expired), and each claim is left exactly once. Each event starts
+    in the state the previous one ended in. An item's attempt number is its claims minus its
+    give-backs, and never exceeds the batch's `max_attempts` (no requeue happens in a run).
     """
+    last_state, attempts = _replay(audit, events)
+    for row in items:
+        if row.state is not last_state.get(row.id):
+            audit.violate(
+                f"item {row.id}: {row.state}, its last event says {last_state.get(row.id)}"
+            )
+        if row.attempt != attempts[row.id] or row.attempt > max_attempts:
+            audit.violate(
+                f"item {row.id}: attempt {row.attempt}, {attempts[row.id]} claims kept, "
+                f"budget {max_attempts}"
+            )
+
+
+def _check_fenced(audit: Audit, event: EventRow, token: str | None, left: set[str]) -> None:
+    """An event leaving `in_progress` carries the latest claim's token, once per claim."""
+    if event.lease_token != token:
+        audit.violate(
+            f"item {event.item_id}: event {event.id} ({event.to_state}) carries token "
+            f"{event.lease_token}, the latest claim holds {token}"
+        )
+    if event.lease_token in left:
+        audit.violate(f"item {event.item_id}: claim {event.lease_token} left twice")
+    left.add(event.lease_token or "")
+
+
+def _replay(
+    audit: Audit, events: Iterable[EventRow]
+) -> tuple[dict[str, State | None], Counter[str]]:
+    """Walk the log once: (each item's last state, its claims kept), violations recorded."""
     latest_claim: dict[str, str | None] = {}
+    last_state: dict[str, State | None] = {}
     left: set[str] = set()
     successes: Counter[str] = Counter()
+    attempts: Counter[str] = Counter()
     for event in events:
+        item = event.item_id
+        if event.from_state != last_state.get(item):
+            audit.violate(
+                f"item {item}: event {event.id} starts in {event.from_state}, "
+                f"the previous one ended in {last_state.get(item)}"
+            )
+        last_state[item] = event.to_state
         if event.to_state is State.SUCCEEDED:
-            successes[event.item_id] += 1
+            successes[item] += 1
         if event.to_state is State.RETRYABLE:
             audit.retries += 1
             audit.reclaims += event.reason == "lease_expired"
         if event.from_state is State.IN_PROGRESS:
-            token = latest_claim.get(event.item_id)
-            if event.lease_token != token:
-                audit.violate(
-                    f"item {event.item_id}: event {event.id} ({event.to_state}) carries token "
-                    f"{event.lease_token}, the latest claim holds {token}"
-                )
-            if event.lease_token in left:
-                audit.violate(f"item {event.item_id}: claim {event.lease_token} left twice")
-            left.add(event.lease_token or "")
+            _check_fenced(audit, event, latest_claim.get(item), left)
+            if event.to_state is State.QUEUED:
+                attempts[item] -= 1  # a give-back takes its claim back
         if event.to_state is State.IN_PROGRESS:
-            latest_claim[event.item_id] = event.lease_token
+            latest_claim[item] = event.lease_token
+            attempts[item] += 1
     for item_id, n in successes.items():
         if n > 1:
             audit.violate(f"item {item_id}: {n} transitions to succeeded")
+    return last_state, attempts
 
 
 def check_counts(audit: Audit, app: App, batch_id: str, items: list[ItemRow]) -> None:
@@ -203,7 +242,8 @@ def check(app: App, store: ObjectStore, batch_ids: Iterable[str]) -> Audit:
             if item.state not in TERMINAL_STATES:
                 audit.violate(f"item {item.id}: left {item.state}")
             audit.outcomes[f"{item.state.value}:{item.error_category or '-'}"] += 1
-        check_events(audit, all_events(app, batch_id))
+        max_attempts = app.leases.group(batch_id).max_attempts
+        check_events(audit, all_events(app, batch_id), items, max_attempts)
         check_counts(audit, app, batch_id, items)
         manifests[batch_id] = check_manifest(audit, app, batch_id, items)
         if items and all(i.state is State.SUCCEEDED for i in items):

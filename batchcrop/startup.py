@@ -1,0 +1,49 @@
+"""Worker start-up that waits out short database and store outages (DESIGN section 7, `worker`).
+
+A worker (re)started by its supervisor while PostgreSQL restarts or the store blips must not
+exit at once: it would crash-loop exactly when the fleet is recovering. It retries the schema
+upgrade and the store check with backoff for up to `STARTUP_OUTAGE_WAIT_SECONDS`, then gives up
+with the last error (exit 3 or 4), so a misconfiguration still surfaces.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from batchcrop.app import App
+from batchcrop.logs import log_event
+from leases import DatabaseUnavailable
+from storage import ObjectStore, StorageUnavailable
+
+STARTUP_OUTAGE_WAIT_SECONDS = 120.0
+STARTUP_RETRY_FIRST_SECONDS = 0.5
+STARTUP_RETRY_MAX_SECONDS = 10.0
+
+
+def wait_until_ready(
+    app: App,
+    stop: threading.Event,
+    *,
+    wait_seconds: float = STARTUP_OUTAGE_WAIT_SECONDS,
+) -> ObjectStore | None:
+    """Upgrade the schema and open (and check) the store, retrying transient outages.
+
+    Returns the store, or None when `stop` was set while waiting (nothing is held then).
+    Raises the last `DatabaseUnavailable` / `StorageUnavailable` once `wait_seconds` passed;
+    other errors (a store that overwrites, bad settings) are raised at once.
+    """
+    deadline = time.monotonic() + wait_seconds
+    delay = STARTUP_RETRY_FIRST_SECONDS
+    while True:
+        try:
+            app.upgrade()
+            return app.open_store()
+        except (DatabaseUnavailable, StorageUnavailable) as exc:
+            if time.monotonic() + delay > deadline:
+                raise
+            log_event("waiting_for_backends", level=logging.WARNING, error=type(exc).__name__)
+        if stop.wait(delay):
+            return None
+        delay = min(delay * 2, STARTUP_RETRY_MAX_SECONDS)
