@@ -16,7 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.chaos.harness import ChaosConfig, Report, run
+from tests.chaos.backends import ChaosConfig
+from tests.chaos.harness import Report, run
 from tests.chaos.table import render
 
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos.harness import ChaosConfig, run
+from tests.chaos.backends import ChaosConfig
+from tests.chaos.harness import run
 from tests.chaos.table import render
 from tests.services import rgw as rgw_service
 
