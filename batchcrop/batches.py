@@ -23,10 +23,13 @@ from batchcrop.documents import (
     status_document,
 )
 from batchcrop.errors import BatchcropError
+from batchcrop.settings import DURATION_SECONDS_MAX
 from leases import Claim, LeaseManager, NewItem, RequeueNeedsDeadline, State
 
 PAGE_LIMIT_MAX = 1000
 IDEMPOTENCY_KEY_CHARS_MAX = 200
+MAX_ATTEMPTS_MAX = 100
+"""The most attempts a batch may allow (the API's limit too); the column is a 32-bit INTEGER."""
 """The width of `batchcrop_batches.idempotency_key`: a longer key cannot be stored."""
 PAGE_LIMIT_DEFAULT = 100
 
@@ -118,6 +121,7 @@ class BatchService:
         """
         if not request.items:
             raise EmptyBatch("a batch needs at least one source image")
+        _check_limits(request)
         fingerprint = request.fingerprint()
         if idempotency_key is not None:
             _check_idempotency_key(idempotency_key)
@@ -343,6 +347,15 @@ class BatchService:
             return [
                 dict(r) for r in conn.execute(queries.derivatives_of_batch(batch_id)).mappings()
             ]
+
+
+def _check_limits(request: BatchRequest) -> None:
+    """Refuse what the database cannot store: a database error here would be a crash, not a
+    usage error (ValueError: exit 2 on the CLI)."""
+    if not 1 <= request.max_attempts <= MAX_ATTEMPTS_MAX:
+        raise ValueError(f"max_attempts must be in 1..{MAX_ATTEMPTS_MAX}")
+    if not 0 < request.deadline_seconds <= DURATION_SECONDS_MAX:
+        raise ValueError("the deadline must be positive and at most 10 years")
 
 
 def _check_idempotency_key(key: str) -> None:

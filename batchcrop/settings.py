@@ -21,6 +21,9 @@ MAX_ATTEMPTS = 3
 MAX_SOURCE_BYTES = 100 * 1024 * 1024
 S3_REQUEST_CHECKSUM = "when_supported"
 SHUTDOWN_GRACE_SECONDS = 30.0
+DURATION_SECONDS_MAX = 10 * 365 * 86400.0
+"""The longest duration (deadline, lease, interval) accepted: its milliseconds fit the BIGINT
+times the database stores, with centuries to spare."""
 
 ENV_PREFIX = "BATCHCROP_"
 
@@ -59,8 +62,9 @@ class Settings:
 
     def __post_init__(self) -> None:
         for name in ("lease_seconds", "max_attempt_seconds", "reaper_interval_seconds"):
-            if getattr(self, name) <= 0:
-                raise SettingsError(f"{name} must be positive")
+            # `not 0 < x <= max` also refuses NaN, which compares false with everything.
+            if not 0 < getattr(self, name) <= DURATION_SECONDS_MAX:
+                raise SettingsError(f"{name} must be a positive, finite number of seconds")
         if self.max_source_bytes <= 0:
             raise SettingsError("max_source_bytes must be positive")
         if self.s3_request_checksum not in ("when_supported", "when_required"):
@@ -122,6 +126,7 @@ def parse_duration(text: str) -> float:
         seconds = float(number) * (unit or 1.0)
     except ValueError:
         raise SettingsError(f"not a duration: {text!r} (use e.g. 90s, 30m, 2h, 1d)") from None
-    if seconds <= 0:
-        raise SettingsError(f"duration must be positive: {text!r}")
+    # `not 0 < x <= max` also refuses NaN and infinity (which float() accepts).
+    if not 0 < seconds <= DURATION_SECONDS_MAX:
+        raise SettingsError(f"duration must be positive and at most 10 years: {text!r}")
     return seconds

@@ -243,6 +243,34 @@ def test_cli_refuses_an_idempotency_key_the_database_cannot_hold(
 
 @pytest.mark.slow
 @pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        # Regressions: `submit` crashed with a traceback (exit 1) on PostgreSQL; NaN and
+        # infinite durations were accepted, to fail later wherever they became milliseconds.
+        (("submit", "a.jpg", "--deadline", "inf"), "duration"),
+        (("submit", "a.jpg", "--deadline", "1e400"), "duration"),
+        (("submit", "a.jpg", "--deadline", "nan"), "duration"),
+        (("submit", "a.jpg", "--max-attempts", "99999999999"), "max_attempts"),
+        (("requeue", "7b1e4c1e-0000-4000-8000-000000000000", "--deadline", "inf"), "duration"),
+        (("worker", "--lease-seconds", "nan"), "lease_seconds"),
+        (("worker", "--reaper-interval-seconds", "inf"), "reaper_interval_seconds"),
+    ],
+)
+def test_hostile_command_lines_exit_2(
+    postgres_url: str, tmp_path: Path, args: tuple[str, ...], needle: str
+) -> None:
+    """Infinite, NaN and out-of-range numbers on the command line: exit 2, one line, no trace."""
+    (tmp_path / "a.jpg").write_bytes(corpus.clean_jpeg(1))
+    env = {**os.environ, "BATCHCROP_DATABASE_URL": postgres_url}
+    env["BATCHCROP_STORE"] = f"file://{tmp_path / 'out'}"
+    result = _cli(env, tmp_path, *args)
+    assert (result.returncode, "Traceback" in result.stderr) == (2, False), result.stderr
+    assert needle in result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
 def test_a_hundred_thousand_items_are_accepted(postgres_url: str, tmp_path: Path) -> None:
     """The documented maximum of 100,000 items is one 201, with every item queued."""
     root = tmp_path / "root"
