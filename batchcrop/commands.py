@@ -95,14 +95,25 @@ def _items(args: argparse.Namespace, reader: SourceReader) -> list[ItemRequest]:
         items.extend(ItemRequest(source=s) for s in reader.expand(source))
     csv_path = getattr(args, "items_csv", None)
     if csv_path:
-        with open(csv_path, newline="", encoding="utf-8") as handle:
-            for row in csv.DictReader(handle):
-                if not row.get("source"):
-                    raise UsageError(f"{csv_path}: every row needs a source column")
-                source = reader.normalize(row["source"])
-                items.append(ItemRequest(source=source, ref=row.get("ref") or None))
+        items.extend(_csv_items(csv_path, reader))
     if not items:
         raise UsageError("no source images found in the given sources")
+    return items
+
+
+def _csv_items(csv_path: str, reader: SourceReader) -> list[ItemRequest]:
+    """Items from a CSV with a `source` (and an optional `ref`) column; unreadable ⇒ usage error."""
+    try:
+        with open(csv_path, newline="", encoding="utf-8") as handle:
+            rows = list(csv.DictReader(handle))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise UsageError(f"{csv_path}: cannot read the items CSV: {exc}") from exc
+    items = []
+    for row in rows:
+        if not row.get("source"):
+            raise UsageError(f"{csv_path}: every row needs a source column")
+        source = reader.normalize(row["source"])
+        items.append(ItemRequest(source=source, ref=row.get("ref") or None))
     return items
 
 

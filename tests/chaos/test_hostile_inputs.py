@@ -255,6 +255,9 @@ def test_cli_refuses_an_idempotency_key_the_database_cannot_hold(
         (("requeue", "7b1e4c1e-0000-4000-8000-000000000000", "--deadline", "inf"), "duration"),
         (("worker", "--lease-seconds", "nan"), "lease_seconds"),
         (("worker", "--reaper-interval-seconds", "inf"), "reaper_interval_seconds"),
+        # Regression: a missing items CSV ended in a FileNotFoundError traceback.
+        (("submit", "--items-csv", "missing.csv"), "missing.csv"),
+        (("submit", "--items-csv", "latin1.csv"), "latin1.csv"),
     ],
 )
 def test_hostile_command_lines_exit_2(
@@ -262,11 +265,25 @@ def test_hostile_command_lines_exit_2(
 ) -> None:
     """Infinite, NaN and out-of-range numbers on the command line: exit 2, one line, no trace."""
     (tmp_path / "a.jpg").write_bytes(corpus.clean_jpeg(1))
+    (tmp_path / "latin1.csv").write_bytes("source,ref\na.jpg,caf\u00e9\n".encode("latin-1"))
     env = {**os.environ, "BATCHCROP_DATABASE_URL": postgres_url}
     env["BATCHCROP_STORE"] = f"file://{tmp_path / 'out'}"
     result = _cli(env, tmp_path, *args)
     assert (result.returncode, "Traceback" in result.stderr) == (2, False), result.stderr
     assert needle in result.stderr
+
+
+@pytest.mark.slow
+def test_items_csv_with_unicode_refs_is_submitted(database_url: str, tmp_path: Path) -> None:
+    """An items CSV (UTF-8, refs in any script) becomes one item per row with its ref."""
+    (tmp_path / "a.jpg").write_bytes(corpus.clean_jpeg(1))
+    rows = "source,ref\na.jpg,靴-1\na.jpg,👟\n"
+    (tmp_path / "items.csv").write_text(rows, encoding="utf-8")
+    env = {**os.environ, "BATCHCROP_DATABASE_URL": database_url}
+    submitted = _cli(env, tmp_path, "submit", "--items-csv", "items.csv")
+    assert submitted.returncode == 0, submitted.stderr
+    listed = _cli(env, tmp_path, "items", submitted.stdout.strip(), "--json")
+    assert [i["ref"] for i in json.loads(listed.stdout)["items"]] == ["靴-1", "👟"]
 
 
 @pytest.mark.slow
