@@ -62,7 +62,17 @@ def ensure() -> str:
             shutil.chown(data, "postgres")
         subprocess.run(
             _as_postgres(
-                [str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust", "-E", "UTF8"]
+                [
+                    str(bin_dir / "initdb"),
+                    "-D",
+                    str(data),
+                    "-U",
+                    "postgres",
+                    "-A",
+                    "trust",
+                    "-E",
+                    "UTF8",
+                ]
             ),
             check=True,
             capture_output=True,
@@ -73,8 +83,19 @@ def ensure() -> str:
     )
     subprocess.run(
         _as_postgres(
-            [str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(data / "log.txt"), "-o", options,
-             "-w", "-t", str(int(STARTUP_TIMEOUT_SECONDS)), "start"]
+            [
+                str(bin_dir / "pg_ctl"),
+                "-D",
+                str(data),
+                "-l",
+                str(data / "log.txt"),
+                "-o",
+                options,
+                "-w",
+                "-t",
+                str(int(STARTUP_TIMEOUT_SECONDS)),
+                "start",
+            ]
         ),
         check=True,
         capture_output=True,
