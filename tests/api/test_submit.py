@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from batchcrop.api.models import ITEMS_PER_BATCH_MAX, REF_CHARS_MAX, SOURCE_CHARS_MAX
+from batchcrop.batches import IDEMPOTENCY_KEY_CHARS_MAX
 from tests.api.conftest import assert_problem, batch_body
 from tests.api.live import LiveServer
 
@@ -175,9 +176,10 @@ def test_body_over_the_cap_is_413(serve: Any, sources: list[str]) -> None:
 
 @sqlite_only
 def test_bad_idempotency_key_is_422(api: LiveServer, sources: list[str]) -> None:
-    """An Idempotency-Key longer than 255 characters is a 422 naming the header."""
+    """An Idempotency-Key longer than the stored limit is a 422 naming the header."""
+    too_long = "k" * (IDEMPOTENCY_KEY_CHARS_MAX + 1)
     response = api.client.post(
-        "/v1/batches", json=batch_body(sources), headers={"Idempotency-Key": "k" * 256}
+        "/v1/batches", json=batch_body(sources), headers={"Idempotency-Key": too_long}
     )
     assert_problem(response, 422, field="Idempotency-Key")
 
