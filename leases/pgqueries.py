@@ -17,8 +17,8 @@ from sqlalchemy.sql.dml import Update
 from sqlalchemy.sql.elements import ColumnElement
 
 from leases.models import CATEGORISED, State
-from leases.queries import MOVED, literal_limit, state_in, state_is
-from leases.schema import counters, events, groups, items
+from leases.queries import MOVED, claimable, literal_limit, state_in
+from leases.schema import counters, events, items
 from leases.sqlfuncs import db_now_ms, random_short_id, random_token
 
 
@@ -136,26 +136,12 @@ def claim(*, limit: int, lease_ms: int, group_ids: tuple[str, ...] | None) -> Up
     """
     now = db_now_ms()
 
-    def candidates(state: State, order: ColumnElement[int], name: str) -> sa.Subquery:
-        query = (
-            sa.select(items.c.id, items.c.state)
-            .select_from(items.join(groups, groups.c.id == items.c.group_id))
-            .where(
-                state_is(state),
-                items.c.next_attempt_at <= now,
-                sa.not_(groups.c.cancel_requested),
-                groups.c.deadline_at > now,
-            )
-            .order_by(order)
-            .limit(literal_limit(limit))
-            .with_for_update(skip_locked=True, of=items)
-        )
-        if group_ids is not None:
-            query = query.where(items.c.group_id.in_(list(group_ids)))
-        return query.subquery(name)
+    def candidates(state: State, name: str) -> sa.Subquery:
+        columns = (items.c.id, items.c.state)
+        return claimable(state, limit=limit, group_ids=group_ids, columns=columns).subquery(name)
 
-    due = candidates(State.RETRYABLE, items.c.next_attempt_at, "due")
-    fresh = candidates(State.QUEUED, items.c.seq, "fresh")
+    due = candidates(State.RETRYABLE, "due")
+    fresh = candidates(State.QUEUED, "fresh")
     picked = (
         sa.union_all(sa.select(due.c.id, due.c.state), sa.select(fresh.c.id, fresh.c.state))
         .limit(literal_limit(limit))

@@ -115,6 +115,39 @@ def select_now() -> sa.Select[tuple[int]]:
 # --- claim and fenced writes ------------------------------------------------------------------
 
 
+def claimable(
+    state: State,
+    *,
+    limit: int,
+    group_ids: tuple[str, ...] | None,
+    columns: tuple[ColumnElement[Any], ...],
+) -> sa.Select[Any]:
+    """Up to `limit` items in `state` that may be claimed now, locked and skipping locked rows.
+
+    Claimable: due (`next_attempt_at <= now`), of a group neither cancelled nor past its
+    deadline, optionally only of `group_ids`. Queued items come in `seq` order (which interleaves
+    groups), retryable ones by due time.
+    """
+    now = db_now_ms()
+    order = items.c.seq if state is State.QUEUED else items.c.next_attempt_at
+    query = (
+        sa.select(*columns)
+        .select_from(items.join(groups, groups.c.id == items.c.group_id))
+        .where(
+            state_is(state),
+            items.c.next_attempt_at <= now,
+            sa.not_(groups.c.cancel_requested),
+            groups.c.deadline_at > now,
+        )
+        .order_by(order)
+        .limit(literal_limit(limit))
+        .with_for_update(skip_locked=True, of=items)
+    )
+    if group_ids is not None:
+        query = query.where(items.c.group_id.in_(list(group_ids)))
+    return query
+
+
 @cache
 def claim(
     from_state: State,
@@ -132,23 +165,11 @@ def claim(
     Due retryable items are taken by due time. Returns MOVED + lease_expires_at + payload.
     """
     now = db_now_ms()
-    order = items.c.seq if from_state is State.QUEUED else items.c.next_attempt_at
-    picked_query = (
-        sa.select(items.c.id)
-        .select_from(items.join(groups, groups.c.id == items.c.group_id))
-        .where(
-            state_is(from_state),
-            items.c.next_attempt_at <= now,
-            sa.not_(groups.c.cancel_requested),
-            groups.c.deadline_at > now,
-        )
-        .order_by(order)
-        .limit(literal_limit(limit))
-        .with_for_update(skip_locked=True, of=items)
+    picked = (
+        claimable(from_state, limit=limit, group_ids=group_ids, columns=(items.c.id,))
+        .cte("picked")
+        .prefix_with("MATERIALIZED")
     )
-    if group_ids is not None:
-        picked_query = picked_query.where(items.c.group_id.in_(list(group_ids)))
-    picked = picked_query.cte("picked").prefix_with("MATERIALIZED")
     return (
         sa.update(items)
         .where(in_picked(items.c.id, picked), state_is(from_state))
