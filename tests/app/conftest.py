@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from batchcrop.app import App, build
-from batchcrop.settings import Settings
+from batchcrop.app import App
 from batchcrop.worker import WorkerOptions
 from storage import LocalStore, ObjectStore
+from tests.apps import app_factory
 from tests.s3_fixtures import moto_s3, rgw, rgw_bucket
 
 __all__ = ["moto_s3", "rgw", "rgw_bucket"]  # fixtures shared with the storage tests
@@ -24,20 +24,8 @@ RUN_TIMEOUT_SECONDS = 90.0
 @pytest.fixture
 def make_app(database_url: str, tmp_path: Path) -> Iterator[Callable[..., App]]:
     """Build apps on this test's database (every app shares it), upgraded, disposed after."""
-    apps: list[App] = []
-
-    def make(**overrides: Any) -> App:
-        settings = Settings(
-            database_url=database_url, store=f"file://{tmp_path / 'out'}", **overrides
-        )
-        app = build(settings)
-        app.upgrade()
-        apps.append(app)
-        return app
-
-    yield make
-    for app in apps:
-        app.close()
+    with app_factory(database_url=database_url, store=f"file://{tmp_path / 'out'}") as make:
+        yield make
 
 
 @pytest.fixture

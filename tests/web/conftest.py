@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 from PIL import Image, ImageDraw
 
-from batchcrop.app import App, build
-from batchcrop.settings import Settings
+from batchcrop.app import App
 from batchcrop.worker import WorkerOptions
 from storage import LocalStore
 from tests.api.live import LiveServer, running
+from tests.apps import app_factory
 
 IN_CI = bool(os.environ.get("CI"))
 CHROMIUM_PATH = Path("/usr/bin/chromium")
@@ -98,24 +98,13 @@ def sources(source_root: Path) -> list[str]:
 @pytest.fixture
 def make_app(database_url: str, source_root: Path) -> Iterator[Callable[..., App]]:
     """Build migrated apps on this test's database (closed at teardown); kwargs go to Settings."""
-    apps: list[App] = []
-
-    def make(**overrides: Any) -> App:
-        values: dict[str, Any] = {
-            "database_url": database_url,
-            "source_roots": (str(source_root),),
-            "store": f"file://{source_root.parent / 'derivatives'}",
-            "api_token": TOKEN,
-        }
-        values.update(overrides)
-        app = build(Settings(**values))
-        app.upgrade()
-        apps.append(app)
-        return app
-
-    yield make
-    for app in apps:
-        app.close()
+    with app_factory(
+        database_url=database_url,
+        source_roots=(str(source_root),),
+        store=f"file://{source_root.parent / 'derivatives'}",
+        api_token=TOKEN,
+    ) as make:
+        yield make
 
 
 @pytest.fixture
