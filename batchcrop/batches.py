@@ -295,10 +295,10 @@ class BatchService:
         limit: int = PAGE_LIMIT_DEFAULT,
     ) -> tuple[list[dict[str, Any]], str | None]:
         """Item documents in submission order; (page, next cursor)."""
-        self.settings(batch_id)
+        batch = self.settings(batch_id)
         limit = max(1, min(limit, PAGE_LIMIT_MAX))
         rows = self.leases.items(batch_id, states=states, after_seq=_cursor(cursor), limit=limit)
-        by_item = self._manifests([r.id for r in rows], self.settings(batch_id).ratios)
+        by_item = self._manifests([r.id for r in rows], batch.ratios)
         docs = [item_document(r, by_item.get(r.id, [])) for r in rows]
         next_cursor = str(rows[-1].seq) if len(rows) == limit else None
         return docs, next_cursor
