@@ -17,9 +17,9 @@ from sqlalchemy.sql.dml import Update
 from sqlalchemy.sql.elements import ColumnElement
 
 from leases.models import CATEGORISED, State
-from leases.queries import MOVED, claimable, literal_limit, state_in
+from leases.queries import MOVED, claimable, claimed_values, literal_limit, state_in
 from leases.schema import counters, events, items
-from leases.sqlfuncs import db_now_ms, random_short_id, random_token
+from leases.sqlfuncs import db_now_ms
 
 
 @dataclass(frozen=True)
@@ -151,17 +151,7 @@ def claim(*, limit: int, lease_ms: int, group_ids: tuple[str, ...] | None) -> Up
     return (
         sa.update(items)
         .where(items.c.id == picked.c.id, state_in({State.QUEUED, State.RETRYABLE}))
-        .values(
-            state=State.IN_PROGRESS.value,
-            attempt=items.c.attempt + 1,
-            lease_token=random_token(),
-            lease_expires_at=now + lease_ms,
-            attempt_started_at=now,
-            worker_id=sa.bindparam("p_worker_id", type_=sa.String),
-            error_category=None,
-            correlation_id=random_short_id(),
-            updated_at=now,
-        )
+        .values(claimed_values(now, lease_ms))
         .returning(
             *MOVED, items.c.lease_expires_at, items.c.payload, picked.c.state.label("from_state")
         )

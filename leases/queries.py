@@ -115,6 +115,24 @@ def select_now() -> sa.Select[tuple[int]]:
 # --- claim and fenced writes ------------------------------------------------------------------
 
 
+def claimed_values(now: ColumnElement[int], lease_ms: int) -> dict[str, Any]:
+    """The columns a claim (A) sets: a new attempt under a fresh token, leased from `now`.
+
+    `p_worker_id` is bound at execution; the correlation id is drawn per row.
+    """
+    return {
+        "state": State.IN_PROGRESS.value,
+        "attempt": items.c.attempt + 1,
+        "lease_token": random_token(),
+        "lease_expires_at": now + lease_ms,
+        "attempt_started_at": now,
+        "worker_id": sa.bindparam("p_worker_id", type_=sa.String),
+        "error_category": None,
+        "correlation_id": random_short_id(),
+        "updated_at": now,
+    }
+
+
 def claimable(
     state: State,
     *,
@@ -173,17 +191,7 @@ def claim(
     return (
         sa.update(items)
         .where(in_picked(items.c.id, picked), state_is(from_state))
-        .values(
-            state=State.IN_PROGRESS.value,
-            attempt=items.c.attempt + 1,
-            lease_token=random_token(),
-            lease_expires_at=now + lease_ms,
-            attempt_started_at=now,
-            worker_id=sa.bindparam("p_worker_id", type_=sa.String),
-            error_category=None,
-            correlation_id=random_short_id(),
-            updated_at=now,
-        )
+        .values(claimed_values(now, lease_ms))
         .returning(*MOVED, items.c.lease_expires_at, items.c.payload)
     )
 
