@@ -34,6 +34,19 @@ async def _answer(scope: Scope, receive: Receive, send: Send, problem: Problem) 
     await response(scope, receive, send)
 
 
+class _StartTracker:
+    """A `send` that remembers whether the response has started: after that, a guard can no
+    longer answer with a problem document and must let the error through."""
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+        self.started = False
+
+    async def __call__(self, message: Message) -> None:
+        self.started = self.started or message["type"] == "http.response.start"
+        await self.send(message)
+
+
 def _too_large(limit: int) -> Problem:
     return Problem(413, f"request body larger than {limit} bytes", slug="body-too-large")
 
@@ -65,17 +78,11 @@ class BodyLimit:
                     raise BodyTooLarge(self.max_bytes)
             return message
 
-        started = False
-
-        async def tracked(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
+        tracked = _StartTracker(send)
         try:
             await self.app(scope, counted, tracked)
         except BodyTooLarge:
-            if started:
+            if tracked.started:
                 raise
             await _answer(scope, receive, send, _too_large(self.max_bytes))
 
@@ -98,20 +105,14 @@ class CrashGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        started = False
-
-        async def tracked(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
+        tracked = _StartTracker(send)
         try:
             await self.app(scope, receive, tracked)
         except BodyTooLarge:
             raise
         except Exception:
             log.exception("unhandled error answering %s %s", scope.get("method"), scope.get("path"))
-            if started:
+            if tracked.started:
                 raise
             problem = Problem(500, "internal error; the server log has the details")
             await _answer(scope, receive, send, problem)
