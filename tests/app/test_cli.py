@@ -87,36 +87,40 @@ class Cli:
         return json.loads(result.stdout)
 
 
-@pytest.fixture
-def cli(database_url: str, tmp_path: Path) -> Iterator[Cli]:
-    """The CLI on this test's database with a store folder in tmp_path."""
+def _running(database_url: str, tmp_path: Path) -> Iterator[Cli]:
     runner = Cli(database_url, tmp_path / "out")
     yield runner
     runner.kill_all()
 
 
-@pytest.fixture
-def inspect(cli: Cli) -> Iterator[App]:
-    """An in-process app on the CLI's database, for looking at what the CLI did."""
+def _inspecting(cli: Cli) -> Iterator[App]:
     app = build(Settings(database_url=cli.env["BATCHCROP_DATABASE_URL"]))
     yield app
     app.close()
 
 
 @pytest.fixture
+def cli(database_url: str, tmp_path: Path) -> Iterator[Cli]:
+    """The CLI on this test's database with a store folder in tmp_path."""
+    yield from _running(database_url, tmp_path)
+
+
+@pytest.fixture
+def inspect(cli: Cli) -> Iterator[App]:
+    """An in-process app on the CLI's database, for looking at what the CLI did."""
+    yield from _inspecting(cli)
+
+
+@pytest.fixture
 def pg_cli(postgres_url: str, tmp_path: Path) -> Iterator[Cli]:
     """The CLI on PostgreSQL only (see the SIGSTOP test for why)."""
-    runner = Cli(postgres_url, tmp_path / "out")
-    yield runner
-    runner.kill_all()
+    yield from _running(postgres_url, tmp_path)
 
 
 @pytest.fixture
 def pg_inspect(pg_cli: Cli) -> Iterator[App]:
     """An in-process app on the PostgreSQL database of `pg_cli`."""
-    app = build(Settings(database_url=pg_cli.env["BATCHCROP_DATABASE_URL"]))
-    yield app
-    app.close()
+    yield from _inspecting(pg_cli)
 
 
 def free_port() -> int:
