@@ -14,22 +14,20 @@ from typing import Any
 import sqlalchemy as sa
 
 from batchcrop import queries
-from batchcrop.crop import Ratio, RenderSpec
+from batchcrop.crop import RenderSpec
 from batchcrop.documents import (
-    BatchSettings,
+    Batch,
     batch_state,
     event_document,
     item_document,
     status_document,
 )
 from batchcrop.errors import BatchcropError
-from batchcrop.settings import DURATION_SECONDS_MAX
-from leases import Claim, LeaseManager, NewItem, RequeueNeedsDeadline, State
+from batchcrop.settings import DEADLINE_SECONDS_MAX, MAX_ATTEMPTS_MAX
+from leases import REQUEUEABLE, Claim, LeaseManager, NewItem, RequeueNeedsDeadline, State
 
 PAGE_LIMIT_MAX = 1000
 IDEMPOTENCY_KEY_CHARS_MAX = 200
-MAX_ATTEMPTS_MAX = 100
-"""The most attempts a batch may allow (the API's limit too); the column is a 32-bit INTEGER."""
 """The width of `batchcrop_batches.idempotency_key`: a longer key cannot be stored."""
 PAGE_LIMIT_DEFAULT = 100
 
@@ -68,12 +66,13 @@ class BatchRequest:
     max_attempts: int
 
     def fingerprint(self) -> str:
-        """sha256 over the canonical request, for idempotency checks."""
+        """sha256 over the canonical request, for idempotency checks.
+
+        The render request's record sits at the top level, beside the batch's own fields.
+        """
         body = {
             "items": [[i.source, i.ref] for i in self.items],
-            "ratios": [str(r) for r in self.spec.ratios],
-            "max_side": self.spec.max_side,
-            "quality": self.spec.quality,
+            **self.spec.to_record(),
             "deadline_seconds": self.deadline_seconds,
             "max_attempts": self.max_attempts,
         }
@@ -138,9 +137,7 @@ class BatchService:
                 conn.execute(
                     queries.insert_batch(
                         batch_id=batch_id,
-                        ratios=",".join(str(r) for r in request.spec.ratios),
-                        max_side=request.spec.max_side,
-                        quality=request.spec.quality,
+                        spec=request.spec.to_record(),
                         idempotency_key=idempotency_key,
                         request_hash=fingerprint,
                     )
@@ -202,7 +199,7 @@ class BatchService:
     def cancel(self, batch_id: str) -> dict[str, Any]:
         """Request cancellation: unclaimed items are abandoned now, held ones at their next
         heartbeat or by the reaper."""
-        self.settings(batch_id)
+        self.batch(batch_id)
         self.leases.cancel(batch_id)
         return self.status(batch_id)
 
@@ -210,12 +207,14 @@ class BatchService:
         self,
         batch_id: str,
         *,
-        states: Collection[State] = (State.FAILED, State.ABANDONED),
+        states: Collection[State] = REQUEUEABLE,
         item_ids: Collection[str] | None = None,
         deadline_seconds: float | None = None,
     ) -> dict[str, Any]:
         """Give failed/abandoned items a fresh attempt budget (J)."""
-        self.settings(batch_id)
+        if deadline_seconds is not None:
+            _check_deadline(deadline_seconds)
+        self.batch(batch_id)
         try:
             self.leases.requeue(
                 batch_id, states=states, item_ids=item_ids, deadline_seconds=deadline_seconds
@@ -229,26 +228,17 @@ class BatchService:
 
     # -- reading ---------------------------------------------------------------------------
 
-    def settings(self, batch_id: str) -> BatchSettings:
-        """The batch row; NoSuchBatch when unknown."""
+    def batch(self, batch_id: str) -> Batch:
+        """The batch row (its render request); NoSuchBatch when unknown."""
         with self.leases.reading() as conn:
             row = conn.execute(queries.batch_by_id(batch_id)).mappings().first()
         if row is None:
             raise NoSuchBatch(f"no batch {batch_id}")
-        return _settings(row)
-
-    def spec(self, batch_id: str) -> RenderSpec:
-        """The render spec every item of the batch gets."""
-        batch = self.settings(batch_id)
-        return RenderSpec(
-            ratios=tuple(Ratio.parse(r) for r in batch.ratios),
-            max_side=batch.max_side,
-            quality=batch.quality,
-        )
+        return _batch(row)
 
     def status(self, batch_id: str) -> dict[str, Any]:
-        """The status document (DESIGN section 7)."""
-        batch = self.settings(batch_id)
+        """The status document (docs/design.md §7)."""
+        batch = self.batch(batch_id)
         summary = self.leases.group(batch_id)
         return status_document(batch, summary, poll_margin_seconds=self.poll_margin_seconds)
 
@@ -278,7 +268,7 @@ class BatchService:
                     continue
                 page.append(
                     status_document(
-                        _settings(row), summary, poll_margin_seconds=self.poll_margin_seconds
+                        _batch(row), summary, poll_margin_seconds=self.poll_margin_seconds
                     )
                 )
                 if len(page) == limit:
@@ -295,10 +285,10 @@ class BatchService:
         limit: int = PAGE_LIMIT_DEFAULT,
     ) -> tuple[list[dict[str, Any]], str | None]:
         """Item documents in submission order; (page, next cursor)."""
-        batch = self.settings(batch_id)
+        batch = self.batch(batch_id)
         limit = max(1, min(limit, PAGE_LIMIT_MAX))
         rows = self.leases.items(batch_id, states=states, after_seq=_cursor(cursor), limit=limit)
-        by_item = self._manifests([r.id for r in rows], batch.ratios)
+        by_item = self._manifests([r.id for r in rows], batch.spec)
         docs = [item_document(r, by_item.get(r.id, [])) for r in rows]
         next_cursor = str(rows[-1].seq) if len(rows) == limit else None
         return docs, next_cursor
@@ -308,11 +298,11 @@ class BatchService:
         row = self.leases.item(item_id)
         if row is None or row.group_id != batch_id:
             raise NoSuchBatch(f"no item {item_id} in batch {batch_id}")
-        manifests = self._manifests([item_id], self.settings(batch_id).ratios)
+        manifests = self._manifests([item_id], self.batch(batch_id).spec)
         return item_document(row, manifests.get(item_id, []))
 
     def _manifests(
-        self, item_ids: Sequence[str], ratios: Sequence[str]
+        self, item_ids: Sequence[str], spec: RenderSpec
     ) -> dict[str, list[dict[str, Any]]]:
         """Manifest rows of these items by item id (one query), in the batch's ratio order."""
         by_item: dict[str, list[dict[str, Any]]] = {}
@@ -321,7 +311,7 @@ class BatchService:
         with self.leases.reading() as conn:
             for row in conn.execute(queries.derivatives_of(item_ids)).mappings():
                 by_item.setdefault(str(row["item_id"]), []).append(dict(row))
-        order = {ratio: n for n, ratio in enumerate(ratios)}
+        order = {str(ratio): n for n, ratio in enumerate(spec.ratios)}
         for rows in by_item.values():
             rows.sort(key=lambda row: order.get(row["ratio"], len(order)))
         return by_item
@@ -335,7 +325,7 @@ class BatchService:
         limit: int = PAGE_LIMIT_DEFAULT,
     ) -> tuple[list[dict[str, Any]], str | None]:
         """The transition timeline, oldest first; (page, next cursor)."""
-        self.settings(batch_id)
+        self.batch(batch_id)
         limit = max(1, min(limit, PAGE_LIMIT_MAX))
         rows = self.leases.events(batch_id, item_id=item_id, after_id=_cursor(cursor), limit=limit)
         next_cursor = str(rows[-1].id) if len(rows) == limit else None
@@ -354,8 +344,13 @@ def _check_limits(request: BatchRequest) -> None:
     usage error (ValueError: exit 2 on the CLI)."""
     if not 1 <= request.max_attempts <= MAX_ATTEMPTS_MAX:
         raise ValueError(f"max_attempts must be in 1..{MAX_ATTEMPTS_MAX}")
-    if not 0 < request.deadline_seconds <= DURATION_SECONDS_MAX:
-        raise ValueError("the deadline must be positive and at most 10 years")
+    _check_deadline(request.deadline_seconds)
+
+
+def _check_deadline(seconds: float) -> None:
+    if not 0 < seconds <= DEADLINE_SECONDS_MAX:
+        days = round(DEADLINE_SECONDS_MAX / 86400)
+        raise ValueError(f"the deadline must be positive and at most {days} days from now")
 
 
 def _check_idempotency_key(key: str) -> None:
@@ -366,10 +361,5 @@ def _check_idempotency_key(key: str) -> None:
         )
 
 
-def _settings(row: Any) -> BatchSettings:
-    return BatchSettings(
-        id=str(row["id"]),
-        ratios=tuple(str(row["ratios"]).split(",")),
-        max_side=int(row["max_side"]),
-        quality=int(row["quality"]),
-    )
+def _batch(row: Any) -> Batch:
+    return Batch(id=str(row["id"]), spec=RenderSpec.from_record(row["spec"]))

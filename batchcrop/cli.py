@@ -12,10 +12,11 @@ from collections.abc import Callable, Sequence
 
 from batchcrop import __version__, commands
 from batchcrop.batches import BadCursor, EmptyBatch, IdempotencyConflict, NoSuchBatch
+from batchcrop.crop.spec import MAX_SIDE_PX_DEFAULT, QUALITY_DEFAULT, RATIOS_DEFAULT
 from batchcrop.exit_codes import Exit
 from batchcrop.logs import configure as configure_logs
-from batchcrop.settings import SettingsError
-from leases import DatabaseUnavailable, NoSuchGroup, RequeueNeedsDeadline
+from batchcrop.settings import DEADLINE_SECONDS, MAX_ATTEMPTS, SettingsError
+from leases import REQUEUEABLE, DatabaseUnavailable, NoSuchGroup, RequeueNeedsDeadline, State
 from storage import (
     ConditionalWritesUnsupported,
     ObjectNotFound,
@@ -24,7 +25,7 @@ from storage import (
     StorageUnavailable,
 )
 
-DEFAULT_RATIOS = "1:1,4:3,16:9,3:4"
+REQUEUEABLE_NAMES = ",".join(s.value for s in State if s in REQUEUEABLE)
 
 
 def _database_flags(p: argparse.ArgumentParser) -> None:
@@ -76,21 +77,25 @@ def _store_flags(p: argparse.ArgumentParser, *, with_store: bool = True) -> None
 
 
 def _render_flags(p: argparse.ArgumentParser) -> None:
+    # One flag per `RenderSpec` field, same name; unset flags take the spec's own defaults.
     g = p.add_argument_group("batch")
+    g.add_argument("--ratios", help=f"comma-separated ratios (default {','.join(RATIOS_DEFAULT)})")
     g.add_argument(
-        "--ratios",
-        default=DEFAULT_RATIOS,
-        help=f"comma-separated ratios (default {DEFAULT_RATIOS})",
+        "--max-side",
+        type=int,
+        help=f"longest output side in pixels (default {MAX_SIDE_PX_DEFAULT})",
+    )
+    g.add_argument("--quality", type=int, help=f"JPEG quality 1-100 (default {QUALITY_DEFAULT})")
+    g.add_argument(
+        "--deadline",
+        default=f"{round(DEADLINE_SECONDS / 3600)}h",
+        help="batch deadline from now, e.g. 90m, 2h, 1d (default 24h, at most 30d)",
     )
     g.add_argument(
-        "--max-side", type=int, default=1200, help="longest output side in pixels (default 1200)"
-    )
-    g.add_argument("--quality", type=int, default=85, help="JPEG quality 1-100 (default 85)")
-    g.add_argument(
-        "--deadline", default="24h", help="batch deadline from now, e.g. 90m, 2h, 1d (default 24h)"
-    )
-    g.add_argument(
-        "--max-attempts", type=int, default=3, help="attempts per item before it fails (default 3)"
+        "--max-attempts",
+        type=int,
+        default=MAX_ATTEMPTS,
+        help=f"attempts per item before it fails (default {MAX_ATTEMPTS})",
     )
 
 
@@ -206,7 +211,9 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table
     p = sub.add_parser("requeue", help="give failed/abandoned items a fresh attempt budget")
     p.add_argument("batch")
     p.add_argument(
-        "--state", default="failed,abandoned", help="states to requeue (default failed,abandoned)"
+        "--state",
+        default=REQUEUEABLE_NAMES,
+        help=f"states to requeue (default {REQUEUEABLE_NAMES})",
     )
     p.add_argument(
         "--item", action="append", dest="item_ids", metavar="ID", help="only these items"

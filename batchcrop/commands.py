@@ -21,7 +21,7 @@ from prometheus_client import start_http_server
 
 from batchcrop.app import App, build
 from batchcrop.batches import BatchRequest, ItemRequest
-from batchcrop.crop import Ratio, RenderSpec
+from batchcrop.crop import RenderSpec
 from batchcrop.errors import BatchcropError
 from batchcrop.exit_codes import Exit
 from batchcrop.reporting import (
@@ -35,13 +35,12 @@ from batchcrop.reporting import (
 from batchcrop.settings import Settings, parse_duration
 from batchcrop.startup import wait_until_ready
 from batchcrop.worker import WorkerOptions
-from leases import State
+from leases import REQUEUEABLE, TERMINAL, State
 from storage import SourceReader
 
 STATE_NAMES = [s.value for s in State]
 RUN_IDLE_SLEEP_SECONDS = 0.2
 RUN_POLL_SECONDS = 0.25
-TERMINAL = {State.SUCCEEDED.value, State.FAILED.value, State.ABANDONED.value}
 
 
 class UsageError(BatchcropError):
@@ -84,11 +83,6 @@ def _print_json(document: Any) -> None:
     sys.stdout.write("\n")
 
 
-def _spec(args: argparse.Namespace) -> RenderSpec:
-    ratios = tuple(Ratio.parse(r) for r in str(args.ratios).split(",") if r.strip())
-    return RenderSpec(ratios=ratios, max_side=args.max_side, quality=args.quality)
-
-
 def _items(args: argparse.Namespace, reader: SourceReader) -> list[ItemRequest]:
     items: list[ItemRequest] = []
     for source in args.sources:
@@ -120,7 +114,7 @@ def _csv_items(csv_path: str, reader: SourceReader) -> list[ItemRequest]:
 def _request(args: argparse.Namespace, reader: SourceReader) -> BatchRequest:
     if args.max_attempts < 1:
         raise UsageError("--max-attempts must be at least 1")
-    spec = _spec(args)
+    spec = RenderSpec.from_input(vars(args))
     deadline_seconds = parse_duration(args.deadline)
     return BatchRequest(
         items=tuple(_items(args, reader)),
@@ -372,7 +366,7 @@ def requeue(args: argparse.Namespace) -> int:
         states = [State(s.strip()) for s in args.state.split(",") if s.strip()]
     except ValueError:
         raise UsageError(f"--state takes failed and/or abandoned, got {args.state!r}") from None
-    if any(s not in (State.FAILED, State.ABANDONED) for s in states):
+    if not set(states) <= REQUEUEABLE:
         raise UsageError("only failed and abandoned items can be requeued")
     deadline = parse_duration(args.deadline) if args.deadline else None
     with opened(args) as app:

@@ -1,4 +1,4 @@
-"""The public JSON documents (DESIGN section 7): status, item, event. Field names are contract."""
+"""The public JSON documents (docs/design.md §7): status, item, event. Field names are contract."""
 
 from __future__ import annotations
 
@@ -7,10 +7,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from leases import EventRow, GroupSummary, ItemRow, State
-
-TERMINAL_STATES = (State.SUCCEEDED, State.FAILED, State.ABANDONED)
-UNFINISHED_STATES = (State.QUEUED, State.IN_PROGRESS, State.RETRYABLE)
+from batchcrop.crop import RenderSpec
+from leases import UNFINISHED, EventRow, GroupSummary, ItemRow, State
 
 
 def iso(moment: datetime | None) -> str | None:
@@ -24,19 +22,17 @@ def iso(moment: datetime | None) -> str | None:
 
 
 @dataclass(frozen=True)
-class BatchSettings:
-    """The batch row: what the worker renders for every item of the batch."""
+class Batch:
+    """The batch row: its id and the render request every item of the batch gets."""
 
     id: str
-    ratios: tuple[str, ...]
-    max_side: int
-    quality: int
+    spec: RenderSpec
 
 
 def batch_state(summary: GroupSummary) -> State:
-    """DESIGN section 4: computed from the item counts, never from a client counter."""
+    """docs/design.md §4: computed from the item counts, never from a client counter."""
     counts = summary.counts
-    if any(counts[s] for s in UNFINISHED_STATES):
+    if any(counts[s] for s in UNFINISHED):
         if counts[State.QUEUED] == summary.total:
             return State.QUEUED
         return State.IN_PROGRESS
@@ -49,7 +45,7 @@ def batch_state(summary: GroupSummary) -> State:
 
 def terminal_reason(state: State, summary: GroupSummary) -> str | None:
     """One sentence saying why a terminal batch ended as it did; None while unfinished."""
-    if state in (State.QUEUED, State.IN_PROGRESS):
+    if state in UNFINISHED:
         return None
     total = summary.total
     if state is State.SUCCEEDED:
@@ -66,17 +62,18 @@ def terminal_reason(state: State, summary: GroupSummary) -> str | None:
 
 
 def status_document(
-    batch: BatchSettings, summary: GroupSummary, *, poll_margin_seconds: float
+    batch: Batch, summary: GroupSummary, *, poll_margin_seconds: float
 ) -> dict[str, Any]:
-    """The status document; `poll_margin_seconds` is lease + one reaper interval."""
+    """The status document; `poll_margin_seconds` is lease + one reaper interval.
+
+    The render request's public fields (`RenderSpec.to_record`) appear at the top level.
+    """
     state = batch_state(summary)
     return {
         "id": batch.id,
         "state": state.value,
         "cancel_requested": summary.cancel_requested,
-        "ratios": list(batch.ratios),
-        "max_side": batch.max_side,
-        "quality": batch.quality,
+        **batch.spec.to_record(),
         "total": summary.total,
         "counts": {s.value: summary.counts[s] for s in State},
         "failures": dict(sorted(summary.failures.items())),

@@ -13,18 +13,14 @@ from batchcrop.tables import batches, derivatives
 def insert_batch(
     *,
     batch_id: str,
-    ratios: str,
-    max_side: int,
-    quality: int,
+    spec: dict[str, Any],
     idempotency_key: str | None,
     request_hash: str,
 ) -> sa.Insert:
     """Insert one batch row; a duplicate idempotency key fails on its unique index."""
     return batches.insert().values(
         id=batch_id,
-        ratios=ratios,
-        max_side=max_side,
-        quality=quality,
+        spec=spec,
         idempotency_key=idempotency_key,
         request_hash=request_hash,
     )

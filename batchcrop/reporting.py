@@ -13,8 +13,9 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from leases import TERMINAL
+
 WATCH_INTERVAL_SECONDS = 2.0
-DONE_STATES = ("succeeded", "failed", "abandoned")
 
 
 def _console(stderr: bool = False) -> Console:
@@ -22,7 +23,7 @@ def _console(stderr: bool = False) -> Console:
 
 
 def _done(document: dict[str, Any]) -> int:
-    return sum(int(document["counts"][s]) for s in DONE_STATES)
+    return sum(int(document["counts"][s.value]) for s in TERMINAL)
 
 
 @contextmanager
@@ -150,7 +151,7 @@ def watch(read: Callable[[], dict[str, Any]], *, stderr: bool = False) -> dict[s
     document = read()
     console = _console(stderr=stderr)
     with Live(status_table(document), console=console, auto_refresh=False) as live:
-        while document["state"] not in DONE_STATES:
+        while document["state"] not in TERMINAL:
             time.sleep(WATCH_INTERVAL_SECONDS)
             document = read()
             live.update(status_table(document), refresh=True)

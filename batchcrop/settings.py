@@ -17,7 +17,11 @@ LEASE_SECONDS = 900.0
 MAX_ATTEMPT_SECONDS = 600.0
 REAPER_INTERVAL_SECONDS = 30.0
 DEADLINE_SECONDS = 24 * 3600.0
+DEADLINE_SECONDS_MAX = 30 * 24 * 3600.0
+"""The furthest a batch deadline may lie from now (submission and requeue, CLI and API)."""
 MAX_ATTEMPTS = 3
+MAX_ATTEMPTS_MAX = 100
+"""The most attempts a batch may allow; the column is a 32-bit INTEGER."""
 MAX_SOURCE_BYTES = 100 * 1024 * 1024
 S3_REQUEST_CHECKSUM = "when_supported"
 SHUTDOWN_GRACE_SECONDS = 30.0
@@ -47,7 +51,7 @@ def _parse_roots(text: str) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Settings:
-    """Everything configurable, with the defaults DESIGN section 7 names."""
+    """Everything configurable, with the defaults docs/design.md §7 names."""
 
     database_url: str = DATABASE_URL
     store: str = STORE_URL

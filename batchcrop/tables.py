@@ -1,4 +1,4 @@
-"""The application's own tables, beside the lease engine's: batch settings and the manifest.
+"""The application's own tables, beside the lease engine's: batches and the manifest.
 
 A batch's id is its lease group's id; its items, states and counters live in the lease engine.
 """
@@ -15,9 +15,8 @@ batches = sa.Table(
     # An integer key orders batches newest first and makes a stable listing cursor.
     sa.Column("seq", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True),
     sa.Column("id", sa.String(36), nullable=False, unique=True),
-    sa.Column("ratios", sa.String(200), nullable=False),
-    sa.Column("max_side", sa.Integer, nullable=False),
-    sa.Column("quality", sa.Integer, nullable=False),
+    # The render request as `RenderSpec.to_record()` wrote it (docs/design.md §6).
+    sa.Column("spec", sa.JSON, nullable=False),
     sa.Column("idempotency_key", sa.String(200), nullable=True, unique=True),
     sa.Column("request_hash", sa.String(64), nullable=False),
 )

@@ -203,7 +203,7 @@ class Worker:
         with self._specs_lock:
             spec = self._specs.get(batch_id)
         if spec is None:
-            spec = self.batches.spec(batch_id)
+            spec = self.batches.batch(batch_id).spec
             with self._specs_lock:
                 self._specs[batch_id] = spec
         return spec

@@ -18,7 +18,9 @@ from leases.heartbeat import Heartbeater
 from leases.manager import LeaseManager
 from leases.migrate import upgrade
 from leases.models import (
+    REQUEUEABLE,
     TERMINAL,
+    UNFINISHED,
     Claim,
     EventRow,
     GroupSummary,
@@ -30,7 +32,9 @@ from leases.models import (
 )
 
 __all__ = [
+    "REQUEUEABLE",
     "TERMINAL",
+    "UNFINISHED",
     "Claim",
     "DatabaseUnavailable",
     "EventRow",

@@ -19,6 +19,7 @@ from sqlalchemy.sql.dml import Update
 from leases import group_queries, pgqueries, queries, schema, transitions
 from leases.errors import GroupExists, LeaseLost, NoSuchGroup, RequeueNeedsDeadline
 from leases.models import (
+    REQUEUEABLE,
     Claim,
     HeartbeatReply,
     NewItem,
@@ -46,7 +47,6 @@ MOVE_BATCH_ROWS = 5000
 ANALYZE_AFTER_ITEMS = 1000
 # Worker transitions: out of `in_progress`, logged with the attempt's own correlation id.
 WORKER_SOURCE = Source(State.IN_PROGRESS)
-REQUEUEABLE: frozenset[State] = frozenset({State.FAILED, State.ABANDONED})
 
 
 class LeaseManager(Reader):
@@ -335,7 +335,7 @@ class LeaseManager(Reader):
         self,
         group_id: str,
         *,
-        states: Collection[State] = (State.FAILED, State.ABANDONED),
+        states: Collection[State] = REQUEUEABLE,
         item_ids: Collection[str] | None = None,
         deadline_seconds: float | None = None,
     ) -> int:

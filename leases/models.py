@@ -15,7 +15,7 @@ MILLISECONDS_PER_SECOND = 1000
 
 
 class State(StrEnum):
-    """The state of one item (DESIGN section 3)."""
+    """The state of one item (docs/design.md §3)."""
 
     QUEUED = "queued"
     IN_PROGRESS = "in_progress"
@@ -26,7 +26,11 @@ class State(StrEnum):
 
 
 TERMINAL: frozenset[State] = frozenset({State.SUCCEEDED, State.FAILED, State.ABANDONED})
+"""States an item leaves only through an operator's requeue (J)."""
 UNFINISHED: frozenset[State] = frozenset({State.QUEUED, State.IN_PROGRESS, State.RETRYABLE})
+"""States whose items the engine will still move on its own."""
+REQUEUEABLE: frozenset[State] = frozenset({State.FAILED, State.ABANDONED})
+"""States a requeue (J) takes items out of."""
 # Failure categories are counted per category only in these states (see docs/adr/0001).
 CATEGORISED: frozenset[State] = frozenset({State.FAILED, State.ABANDONED})
 

@@ -19,7 +19,7 @@ from batchcrop.api.problems import Problem
 from batchcrop.api.routes import PROBLEM_RESPONSE, batch_router, json_response
 from batchcrop.app import App
 from batchcrop.web import page_router
-from leases import DatabaseUnavailable
+from leases import REQUEUEABLE, TERMINAL, UNFINISHED, DatabaseUnavailable, State
 
 API_TITLE = "batchcrop"
 API_VERSION = "1"
@@ -33,12 +33,31 @@ def _ops_router(app: App, api: FastAPI) -> APIRouter:
         """Prometheus text exposition of this process's counters."""
         return Response(app.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
+    @router.get("/v1/meta", response_model=models.Meta)
+    def meta() -> Response:
+        """The state vocabulary (which states are terminal, unfinished, requeueable)."""
+        return json_response(meta_document())
+
     @router.get("/openapi.json", include_in_schema=False)
     def openapi() -> dict[str, Any]:
         """This API's OpenAPI document (behind the token like everything but `/healthz`)."""
         return api.openapi()
 
     return router
+
+
+def meta_document() -> dict[str, list[str]]:
+    """The state sets of the lease engine as names, in the lifecycle order of `State`."""
+
+    def names(states: frozenset[State] | None = None) -> list[str]:
+        return [s.value for s in State if states is None or s in states]
+
+    return {
+        "states": names(),
+        "terminal_states": names(TERMINAL),
+        "unfinished_states": names(UNFINISHED),
+        "requeueable_states": names(REQUEUEABLE),
+    }
 
 
 def _health_router(app: App) -> APIRouter:

@@ -21,7 +21,7 @@ from batchcrop.api.problems import Problem
 from batchcrop.api.requests import path_id
 from batchcrop.api.routes import PROBLEM_RESPONSE, PROBLEM_RESPONSES
 from batchcrop.app import App
-from batchcrop.crop import MAX_SOURCE_PIXELS, CropError
+from batchcrop.crop import MAX_SOURCE_PIXELS, CropError, Ratio
 from batchcrop.crop.decode import decode_rgb, open_image
 from storage import (
     AccessDenied,
@@ -50,6 +50,8 @@ DERIVATIVE_CACHE_SECONDS = 365 * 24 * 3600
 STORE_RETRY_AFTER_SECONDS = 5
 RATIO_PATH_PATTERN = r"^[0-9]{1,6}x[0-9]{1,6}$"
 _RATIO_PATH = re.compile(RATIO_PATH_PATTERN)
+"""The path form is `Ratio.key` (`16x9`); only it is accepted, not the other forms `Ratio.parse`
+reads (spaces, `X`), so that each derivative has one URL."""
 
 _SOURCE_SIZE_HEADERS = {
     "X-Source-Width": {
@@ -127,10 +129,14 @@ def thumbnail_jpeg(data: bytes, max_side: int) -> tuple[bytes, tuple[int, int]]:
 
 def ratio_text(path_ratio: str) -> str:
     """`16x9` ⇒ `16:9`; a 404 problem for anything else (it names no derivative)."""
-    if not _RATIO_PATH.match(path_ratio):
-        raise Problem(404, "no derivative for this ratio (write 16:9 as 16x9)", slug="not-found")
-    width, height = path_ratio.split("x")
-    return f"{int(width)}:{int(height)}"
+    try:
+        if not _RATIO_PATH.match(path_ratio):
+            raise ValueError(path_ratio)
+        return str(Ratio.parse(path_ratio))
+    except ValueError:
+        raise Problem(
+            404, "no derivative for this ratio (write 16:9 as 16x9)", slug="not-found"
+        ) from None
 
 
 def _derivative_key(app: App, batch_id: str, item_id: str, path_ratio: str) -> str:

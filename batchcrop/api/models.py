@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, WithJsonSchema
 
 from batchcrop.crop.spec import (
     MAX_SIDE_PX_DEFAULT,
@@ -20,18 +20,22 @@ from batchcrop.crop.spec import (
     QUALITY_DEFAULT,
     QUALITY_MAX,
     QUALITY_MIN,
+    RATIOS_DEFAULT,
     RATIOS_MAX_COUNT,
 )
-from batchcrop.settings import DEADLINE_SECONDS, MAX_ATTEMPTS
+from batchcrop.settings import (
+    DEADLINE_SECONDS,
+    DEADLINE_SECONDS_MAX,
+    MAX_ATTEMPTS,
+    MAX_ATTEMPTS_MAX,
+)
+from leases import REQUEUEABLE, State
 
 ITEMS_PER_BATCH_MAX = 100_000
 SOURCE_CHARS_MAX = 4096
 REF_CHARS_MAX = 256
 RATIO_CHARS_MAX = 16
-DEADLINE_SECONDS_MAX = 30 * 24 * 3600.0
-MAX_ATTEMPTS_MAX = 100
 REQUEUE_ITEM_IDS_MAX = 10_000
-RATIOS_DEFAULT = ("1:1", "4:3", "16:9", "3:4")
 UUID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 
 
@@ -46,8 +50,21 @@ def storable_text(text: str) -> str:
     return text
 
 
-StateName = Literal["queued", "in_progress", "retryable", "succeeded", "failed", "abandoned"]
-RequeueableState = Literal["failed", "abandoned"]
+def _requeueable(state: State) -> State:
+    if state not in REQUEUEABLE:
+        raise ValueError(f"only {', '.join(REQUEUEABLE_NAMES)} items can be requeued")
+    return state
+
+
+REQUEUEABLE_NAMES = [s.value for s in State if s in REQUEUEABLE]
+# The state names come from the lease engine's enum (strict=False: JSON gives them as text).
+StateName = Annotated[State, Field(strict=False)]
+RequeueableState = Annotated[
+    State,
+    Field(strict=False),
+    AfterValidator(_requeueable),
+    WithJsonSchema({"type": "string", "enum": REQUEUEABLE_NAMES}),
+]
 SourceText = Annotated[
     str, StringConstraints(min_length=1, max_length=SOURCE_CHARS_MAX), AfterValidator(storable_text)
 ]
@@ -81,8 +98,8 @@ class BatchBody(_Strict):
     max_attempts: Annotated[int, Field(ge=1, le=MAX_ATTEMPTS_MAX)] = MAX_ATTEMPTS
 
 
-def _requeueable_states() -> list[RequeueableState]:
-    return ["failed", "abandoned"]
+def _requeueable_states() -> list[State]:
+    return [s for s in State if s in REQUEUEABLE]
 
 
 class RequeueBody(_Strict):
@@ -204,6 +221,15 @@ class ProblemDocument(BaseModel):
     detail: str
     instance: str
     errors: list[dict[str, str]] | None = None
+
+
+class Meta(BaseModel):
+    """`GET /v1/meta`: the state vocabulary, each list in the lifecycle order of `states`."""
+
+    states: list[StateName]
+    terminal_states: list[StateName]
+    unfinished_states: list[StateName]
+    requeueable_states: list[StateName]
 
 
 class Health(BaseModel):

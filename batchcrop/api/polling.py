@@ -19,17 +19,16 @@ from typing import Any
 from starlette.responses import Response
 
 from batchcrop.batches import BatchService
-from batchcrop.documents import BatchSettings, status_document
-from leases import LeaseManager
+from batchcrop.documents import Batch, status_document
+from leases import TERMINAL, LeaseManager
 
 RETRY_AFTER_MIN_SECONDS = 1
 RETRY_AFTER_MAX_SECONDS = 10
 RETRY_AFTER_STEP_SECONDS = 10.0
 """One more second of `Retry-After` per this many seconds since the batch last moved."""
 ETAG_HEX_CHARS = 32
-SETTINGS_CACHED_MAX = 10_000
-"""Batches whose render settings one API process keeps in memory (a few hundred bytes each)."""
-TERMINAL_STATE_NAMES = frozenset({"succeeded", "failed", "abandoned"})
+BATCHES_CACHED_MAX = 10_000
+"""Batches whose render request one API process keeps in memory (a few hundred bytes each)."""
 JSON_MEDIA_TYPE = "application/json"
 
 
@@ -56,7 +55,7 @@ def if_none_match_matches(header: str | None, etag: str) -> bool:
 
 def retry_after_seconds(status: Mapping[str, Any], now: datetime) -> int | None:
     """Seconds a poller should wait, or None for a terminal batch; `now` is aware UTC."""
-    if status["state"] in TERMINAL_STATE_NAMES:
+    if status["state"] in TERMINAL:
         return None
     updated = datetime.fromisoformat(str(status["updated_at"]).replace("Z", "+00:00"))
     quiet_seconds = max(0.0, (now - updated).total_seconds())
@@ -85,23 +84,21 @@ def status_response(
 class StatusReader:
     """Status documents for polling, one database read transaction each.
 
-    A batch's render settings (ratios, max side, quality) never change after submission, so they
-    are read once and cached; each poll then only reads the batch's counters (cost independent of
+    A batch's render request (`RenderSpec`) never changes after submission, so it is
+    read once and cached; each poll then only reads the batch's counters (cost independent of
     its size). The document is the one `BatchService.status` returns. Thread-safe.
     """
 
     def __init__(
-        self, batches: BatchService, leases: LeaseManager, *, cached_max: int = SETTINGS_CACHED_MAX
+        self, batches: BatchService, leases: LeaseManager, *, cached_max: int = BATCHES_CACHED_MAX
     ) -> None:
         self._leases = leases
         self._margin_seconds = batches.poll_margin_seconds
         # lru_cache never stores an exception, so an unknown id is looked up again next time.
-        self._settings: Callable[[str], BatchSettings] = functools.lru_cache(maxsize=cached_max)(
-            batches.settings
-        )
+        self._batch: Callable[[str], Batch] = functools.lru_cache(maxsize=cached_max)(batches.batch)
 
     def status(self, batch_id: str) -> dict[str, Any]:
         """The status document; `NoSuchBatch` for an unknown id."""
-        settings = self._settings(batch_id)
+        batch = self._batch(batch_id)
         summary = self._leases.group(batch_id)
-        return status_document(settings, summary, poll_margin_seconds=self._margin_seconds)
+        return status_document(batch, summary, poll_margin_seconds=self._margin_seconds)

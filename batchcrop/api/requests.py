@@ -12,7 +12,7 @@ import uuid
 from batchcrop.api.models import BatchBody
 from batchcrop.api.problems import Problem, field_problem
 from batchcrop.batches import BatchRequest, ItemRequest
-from batchcrop.crop import Ratio, RenderSpec
+from batchcrop.crop import RenderSpec, SpecError
 from storage import SourceNotAllowed, SourceReader
 
 SOURCE_REFUSED = (
@@ -38,25 +38,12 @@ def query_id(text: str | None) -> str | None:
     return None if text is None else str(uuid.UUID(text))
 
 
-def _ratios(texts: list[str]) -> tuple[Ratio, ...]:
-    ratios = []
-    for index, text in enumerate(texts):
-        try:
-            ratios.append(Ratio.parse(text))
-        except ValueError as exc:
-            raise field_problem(f"ratios[{index}]", str(exc)) from exc
-    return tuple(ratios)
-
-
 def render_spec(body: BatchBody) -> RenderSpec:
     """The render spec of a batch body; RenderSpec's own checks become a 422 naming the field."""
-    ratios = _ratios(body.ratios)
     try:
-        return RenderSpec(ratios=ratios, max_side=body.max_side, quality=body.quality)
-    except ValueError as exc:
-        message = str(exc)
-        field = next((f for f in ("max_side", "quality") if message.startswith(f)), "ratios")
-        raise field_problem(field, message) from exc
+        return RenderSpec.from_input(body.model_dump(include=set(RenderSpec.field_names())))
+    except SpecError as exc:
+        raise field_problem(exc.field, str(exc)) from exc
 
 
 def batch_request(body: BatchBody, sources: SourceReader) -> BatchRequest:

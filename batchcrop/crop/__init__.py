@@ -7,18 +7,20 @@ Pure functions, no storage and no database. See `render` for the pipeline and
 from batchcrop.crop.decode import MAX_SOURCE_PIXELS
 from batchcrop.crop.errors import CropError, ImageTooLarge, InvalidImage, UnsupportedImage
 from batchcrop.crop.render import render
-from batchcrop.crop.spec import Ratio, RenderSpec, Rendition
+from batchcrop.crop.spec import RATIOS_DEFAULT, Ratio, RenderSpec, Rendition, SpecError
 from batchcrop.crop.variant import ALGORITHM_VERSION, variant_of
 
 __all__ = [
     "ALGORITHM_VERSION",
     "MAX_SOURCE_PIXELS",
+    "RATIOS_DEFAULT",
     "CropError",
     "ImageTooLarge",
     "InvalidImage",
     "Ratio",
     "RenderSpec",
     "Rendition",
+    "SpecError",
     "UnsupportedImage",
     "render",
     "variant_of",

@@ -1,13 +1,17 @@
-"""What to render: aspect ratios, the render settings, and the rendered derivative.
+"""What to render: aspect ratios, the render request, and the rendered derivative.
 
 All three are frozen values validated at construction, so a `RenderSpec` that exists is valid and
-can be shared between threads freely.
+can be shared between threads freely. `RenderSpec` is the one home of the render request: its
+public fields, their defaults and limits, its stored record and the factory that builds it from
+user input (CLI flags or an API body) all live here (docs/design.md §6).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
 
 RATIO_TERM_MAX = 100
 RATIOS_MAX_COUNT = 16
@@ -17,6 +21,7 @@ MAX_SIDE_PX_MAX = 10_000
 QUALITY_DEFAULT = 85
 QUALITY_MIN = 1
 QUALITY_MAX = 100
+RATIOS_DEFAULT = ("1:1", "4:3", "16:9", "3:4")
 
 _RATIO_PATTERN = re.compile(r"\s*([0-9]+)\s*[:xX]\s*([0-9]+)\s*")
 
@@ -57,9 +62,21 @@ class Ratio:
         return self.w / self.h
 
 
+class SpecError(ValueError):
+    """A render request field with an unusable value; `field` names it (`ratios[1]`, `quality`)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
 @dataclass(frozen=True)
 class RenderSpec:
-    """The derivatives wanted per source: ratios (in output order), longest side, JPEG quality."""
+    """The derivatives wanted per source: ratios (in output order), longest side, JPEG quality.
+
+    Its record (`to_record`) is what a batch stores, what the status document shows and what
+    the idempotency fingerprint hashes; a field added here reaches all three by itself.
+    """
 
     ratios: tuple[Ratio, ...]
     max_side: int = MAX_SIDE_PX_DEFAULT
@@ -78,6 +95,55 @@ class RenderSpec:
             raise ValueError("ratios must be distinct")
         _check_whole("max_side", self.max_side, MAX_SIDE_PX_MIN, MAX_SIDE_PX_MAX)
         _check_whole("quality", self.quality, QUALITY_MIN, QUALITY_MAX)
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        """The public fields, in record order: CLI flags and API body fields of the same names."""
+        return tuple(f.name for f in fields(cls))
+
+    @classmethod
+    def from_input(cls, values: Mapping[str, Any]) -> RenderSpec:
+        """The one factory for user input (CLI and API): raise `SpecError` naming the field.
+
+        `values` maps field names to raw values; absent or None fields take their defaults.
+        `ratios` is a sequence of `"16:9"` texts or one comma-separated text.
+        """
+        given = {name: values[name] for name in cls.field_names() if values.get(name) is not None}
+        raw_ratios = given.pop("ratios", RATIOS_DEFAULT)
+        if isinstance(raw_ratios, str):
+            raw_ratios = [r for r in raw_ratios.split(",") if r.strip()]
+        given["ratios"] = _parse_ratios(raw_ratios)
+        try:
+            return cls(**given)
+        except ValueError as exc:
+            message = str(exc)
+            field = next((n for n in cls.field_names() if message.startswith(n)), "ratios")
+            raise SpecError(field, message) from exc
+
+    def to_record(self) -> dict[str, Any]:
+        """The public fields as JSON values (ratios as `"16:9"` texts), in declaration order."""
+        record: dict[str, Any] = {name: getattr(self, name) for name in self.field_names()}
+        record["ratios"] = [str(r) for r in self.ratios]
+        return record
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> RenderSpec:
+        """The spec a stored record describes; fields added later take their defaults."""
+        return cls.from_input(record)
+
+
+def _parse_ratios(texts: Sequence[Any]) -> tuple[Ratio, ...]:
+    if isinstance(texts, str) or not isinstance(texts, Sequence):
+        raise SpecError("ratios", "ratios must be a list of texts such as 16:9")
+    ratios = []
+    for index, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise SpecError(f"ratios[{index}]", f"ratio must be a text such as 16:9, got {text!r}")
+        try:
+            ratios.append(Ratio.parse(text))
+        except ValueError as exc:
+            raise SpecError(f"ratios[{index}]", str(exc)) from exc
+    return tuple(ratios)
 
 
 @dataclass(frozen=True)

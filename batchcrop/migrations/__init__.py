@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -12,10 +13,19 @@ VERSION_TABLE = "batchcrop_alembic_version"
 SCRIPT_LOCATION = Path(__file__).resolve().parent
 
 
-def upgrade(engine: sa.Engine) -> None:
-    """Bring the application tables to the newest revision; a no-op when they are current."""
+def upgrade(engine: sa.Engine, revision: str = "head") -> None:
+    """Bring the application tables to `revision` (the newest by default); a no-op when there."""
+    _run(engine, command.upgrade, revision)
+
+
+def downgrade(engine: sa.Engine, revision: str) -> None:
+    """Take the application tables back to `revision` (an operator's rollback)."""
+    _run(engine, command.downgrade, revision)
+
+
+def _run(engine: sa.Engine, step: Callable[[Config, str], None], revision: str) -> None:
     config = Config()
     config.set_main_option("script_location", str(SCRIPT_LOCATION))
     with engine.begin() as conn:
         config.attributes["connection"] = conn
-        command.upgrade(config, "head")
+        step(config, revision)

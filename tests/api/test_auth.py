@@ -21,6 +21,7 @@ ENDPOINTS = [
     ("POST", "/v1/batches/{id}/cancel"),
     ("POST", "/v1/batches/{id}/requeue"),
     ("GET", "/metrics"),
+    ("GET", "/v1/meta"),
     ("GET", "/openapi.json"),
 ]
 

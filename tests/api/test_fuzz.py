@@ -25,6 +25,7 @@ CHECKS = [not_a_server_error, response_schema_conformance, content_type_conforma
 OPERATIONS = [
     ("GET", "/healthz"),
     ("GET", "/metrics"),
+    ("GET", "/v1/meta"),
     ("POST", "/v1/batches"),
     ("GET", "/v1/batches"),
     ("GET", "/v1/batches/{batch_id}"),
@@ -46,7 +47,7 @@ def test_every_operation_is_fuzzed(api: LiveServer) -> None:
 
 
 # Operations without any input have no invalid variant to generate.
-NO_INPUT = {"/healthz", "/metrics"}
+NO_INPUT = {"/healthz", "/metrics", "/v1/meta"}
 CASES = [
     pytest.param(method, path, mode, id=f"{method} {path} {mode.value}")
     for method, path in OPERATIONS

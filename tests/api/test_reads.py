@@ -136,3 +136,15 @@ def test_bad_event_item_filter_is_422(api: LiveServer, sources: list[str]) -> No
     batch = _submit(api, sources[:1])
     response = api.client.get(f"/v1/batches/{batch['id']}/events", params={"item": "x"})
     assert_problem(response, 422, field="item")
+
+
+def test_meta_names_the_state_vocabulary(api: LiveServer) -> None:
+    """`/v1/meta` lists the states in lifecycle order and the terminal, unfinished and
+    requeueable subsets the engine uses (the operator page reads them from here)."""
+    meta = api.client.get("/v1/meta").json()
+    assert meta == {
+        "states": ["queued", "in_progress", "retryable", "succeeded", "failed", "abandoned"],
+        "terminal_states": ["succeeded", "failed", "abandoned"],
+        "unfinished_states": ["queued", "in_progress", "retryable"],
+        "requeueable_states": ["failed", "abandoned"],
+    }

@@ -166,7 +166,7 @@ def check_manifest(
     audit: Audit, app: App, batch_id: str, items: list[ItemRow]
 ) -> list[dict[str, Any]]:
     """Invariant 4: a succeeded item has one manifest row per ratio; no other item has any."""
-    ratios = set(app.batches.settings(batch_id).ratios)
+    ratios = {str(r) for r in app.batches.batch(batch_id).spec.ratios}
     rows = app.batches.manifest(batch_id)
     audit.manifest_rows += len(rows)
     by_item: dict[str, set[str]] = defaultdict(set)

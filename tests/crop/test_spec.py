@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from batchcrop.crop import ALGORITHM_VERSION, Ratio, RenderSpec, variant_of
+from batchcrop.crop import ALGORITHM_VERSION, Ratio, RenderSpec, SpecError, variant_of
 
 SQUARE = (Ratio(1, 1),)
 
@@ -93,3 +93,38 @@ def test_variant_is_short_hex_and_stable() -> None:
 def test_variant_changes_with_settings_that_change_bytes(change: dict[str, int]) -> None:
     """Max side and quality each change the variant."""
     assert variant_of(RenderSpec(SQUARE)) != variant_of(RenderSpec(SQUARE, **change))
+
+
+def test_record_round_trips_and_keeps_field_order() -> None:
+    """`to_record` gives JSON values in declaration order; `from_record` reads them back."""
+    spec = RenderSpec(ratios=(Ratio(16, 9), Ratio(1, 1)), max_side=640, quality=70)
+    record = spec.to_record()
+    assert list(record) == ["ratios", "max_side", "quality"]
+    assert record == {"ratios": ["16:9", "1:1"], "max_side": 640, "quality": 70}
+    assert spec == RenderSpec.from_record(record)
+
+
+def test_from_input_fills_defaults_and_reads_comma_separated_ratios() -> None:
+    """Absent or None fields take the spec's defaults; a comma-separated text is split."""
+    spec = RenderSpec.from_input({"ratios": "16x9, 1:1", "max_side": None, "other": 1})
+    assert (Ratio(16, 9), Ratio(1, 1)) == spec.ratios
+    assert (spec.max_side, spec.quality) == (1200, 85)
+    assert tuple(str(r) for r in RenderSpec.from_input({}).ratios) == ("1:1", "4:3", "16:9", "3:4")
+
+
+@pytest.mark.parametrize(
+    ("values", "field"),
+    [
+        ({"ratios": ["1:1", "16/9"]}, "ratios[1]"),
+        ({"ratios": [16]}, "ratios[0]"),
+        ({"ratios": ["1:1", "1:1"]}, "ratios"),
+        ({"ratios": []}, "ratios"),
+        ({"max_side": 5}, "max_side"),
+        ({"quality": 101}, "quality"),
+    ],
+)
+def test_from_input_names_the_bad_field(values: dict[str, object], field: str) -> None:
+    """Each refusal is a `SpecError` whose `field` says where the input is wrong."""
+    with pytest.raises(SpecError) as caught:
+        RenderSpec.from_input(values)
+    assert field == caught.value.field

@@ -2,6 +2,7 @@
 // abandoned items, and the contact sheet paged with the items cursor.
 
 import {
+  REQUEUEABLE_STATES,
   TERMINAL_STATES,
   ageOf,
   apiFetch,
@@ -80,7 +81,7 @@ function showStatus(fresh) {
       h("tr", {}, h("th", { scope: "row" }, h("code", {}, category)), h("td", {}, String(n))),
     ),
   );
-  byId("requeue").disabled = c.failed + c.abandoned === 0;
+  byId("requeue").disabled = [...REQUEUEABLE_STATES].every((state) => c[state] === 0);
   byId("cancel").disabled = TERMINAL_STATES.has(status.state) || status.cancel_requested;
   // Items moved: refresh the lists that show them (not on every poll of an unchanged batch).
   if (previous && JSON.stringify(previous.counts) !== JSON.stringify(status.counts)) {
@@ -243,10 +244,9 @@ async function load() {
 
 const run = startPage(load);
 byId("requeue").addEventListener("click", () => {
-  const n = status.counts.failed + status.counts.abandoned;
-  act(`Requeue the ${n} failed and abandoned items of this batch?`, "requeue", {
-    states: ["failed", "abandoned"],
-  });
+  const states = [...REQUEUEABLE_STATES];
+  const n = states.reduce((sum, state) => sum + status.counts[state], 0);
+  act(`Requeue the ${n} ${states.join(" and ")} items of this batch?`, "requeue", { states });
 });
 byId("cancel").addEventListener("click", () =>
   act("Cancel this batch? Items not yet finished will be abandoned.", "cancel"),

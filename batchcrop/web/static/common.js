@@ -7,7 +7,9 @@ const IMAGE_FETCHES_AT_ONCE = 4; // the server decodes thumbnails 2 at a time; k
 const RETRY_AFTER_DEFAULT_SECONDS = 5;
 const LOADING = "Loading…";
 
-export const TERMINAL_STATES = new Set(["succeeded", "failed", "abandoned"]);
+// The state vocabulary is the server's (GET /v1/meta), filled in before a page's first load.
+export const TERMINAL_STATES = new Set();
+export const REQUEUEABLE_STATES = new Set();
 
 export class Unauthorized extends Error {}
 
@@ -255,6 +257,13 @@ export function pollStatus(batchId, onChange, { etag = null, onError = () => {} 
 
 // Runs `load` and handles the token: on 401 the data is hidden and the token form shown; a
 // token entered there is kept in sessionStorage (this tab only) and `load` runs again.
+async function loadMeta() {
+  if (TERMINAL_STATES.size) return;
+  const meta = await apiJson("/v1/meta");
+  for (const state of meta.terminal_states) TERMINAL_STATES.add(state);
+  for (const state of meta.requeueable_states) REQUEUEABLE_STATES.add(state);
+}
+
 export function startPage(load) {
   const form = byId("token-form");
   const input = byId("token-input");
@@ -264,6 +273,7 @@ export function startPage(load) {
   async function run() {
     forget.hidden = !token();
     try {
+      await loadMeta();
       await load();
       if (byId("notice").textContent === LOADING) setNotice("");
       form.hidden = true;

@@ -1,0 +1,71 @@
+"""The application's migrations: batches written before the render request became one JSON record
+are converted in place, on SQLite and PostgreSQL, and read back as the same request."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from batchcrop import migrations
+from batchcrop.app import build
+from batchcrop.crop import Ratio, RenderSpec
+from batchcrop.settings import Settings
+from leases import make_engine
+from leases import upgrade as upgrade_leases
+
+BATCH_ID = "5b0c6f0e-1c9e-4a55-9d1c-4a8c2f1f0a11"
+
+
+def test_0002_converts_three_columns_into_the_spec_record(database_url: str) -> None:
+    """A batch row of revision 0001 (comma-separated ratios, max_side, quality columns) becomes
+    one `spec` record that `BatchService` reads as the same `RenderSpec`, and its status
+    document shows the same fields as before."""
+    engine = make_engine(database_url)
+    try:
+        upgrade_leases(engine)
+        migrations.upgrade(engine, "0001")
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO batchcrop_batches (id, ratios, max_side, quality, request_hash) "
+                    "VALUES (:id, '16:9,1:1', 640, 70, :hash)"
+                ),
+                {"id": BATCH_ID, "hash": "0" * 64},
+            )
+        migrations.upgrade(engine)
+        columns = {c["name"] for c in sa.inspect(engine).get_columns("batchcrop_batches")}
+        assert {"ratios", "max_side", "quality"}.isdisjoint(columns)
+        assert "spec" in columns
+    finally:
+        engine.dispose()
+    app = build(Settings(database_url=database_url))
+    try:
+        spec = app.batches.batch(BATCH_ID).spec
+        expected = RenderSpec(ratios=(Ratio(16, 9), Ratio(1, 1)), max_side=640, quality=70)
+        assert expected == spec
+    finally:
+        app.close()
+
+
+def test_0002_downgrades_back_to_three_columns(database_url: str) -> None:
+    """The downgrade restores the three columns from the record, so a rollback loses nothing."""
+    engine = make_engine(database_url)
+    try:
+        upgrade_leases(engine)
+        migrations.upgrade(engine)
+        record = RenderSpec(ratios=(Ratio(4, 3),), max_side=300, quality=90).to_record()
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO batchcrop_batches (id, spec, request_hash) "
+                    "VALUES (:id, :spec, :hash)"
+                ).bindparams(sa.bindparam("spec", type_=sa.JSON)),
+                {"id": BATCH_ID, "spec": record, "hash": "0" * 64},
+            )
+        migrations.downgrade(engine, "0001")
+        with engine.connect() as conn:
+            row = conn.execute(
+                sa.text("SELECT ratios, max_side, quality FROM batchcrop_batches")
+            ).one()
+        assert tuple(row) == ("4:3", 300, 90)
+    finally:
+        engine.dispose()
