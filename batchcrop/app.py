@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import sqlalchemy as sa
 
 from batchcrop import migrations
+from batchcrop.attempts import Attempts
 from batchcrop.batches import BatchService
 from batchcrop.metrics import Metrics
 from batchcrop.settings import Settings
@@ -73,6 +74,7 @@ class App:
         return Worker(
             leases=self.leases,
             batches=self.batches,
+            attempts=Attempts(self.leases),
             store=store,
             sources=self.source_reader(trusted=trusted),
             metrics=self.metrics,

@@ -1,5 +1,5 @@
 """Batches: submit, read status/items/events, cancel and requeue — the operations the CLI and
-the HTTP API share. The worker commits through `commit_success`.
+the HTTP API share. Attempts end through `batchcrop.attempts`.
 """
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +25,15 @@ from batchcrop.documents import (
 )
 from batchcrop.errors import BatchcropError
 from batchcrop.settings import DEADLINE_SECONDS_MAX, MAX_ATTEMPTS_MAX
-from leases import REQUEUEABLE, Claim, LeaseManager, NewItem, RequeueNeedsDeadline, State
+from leases import (
+    REQUEUEABLE,
+    GroupSummary,
+    LeaseManager,
+    NewItem,
+    NoSuchGroup,
+    RequeueNeedsDeadline,
+    State,
+)
 
 PAGE_LIMIT_MAX = 1000
 IDEMPOTENCY_KEY_CHARS_MAX = 200
@@ -42,6 +51,11 @@ class IdempotencyConflict(BatchcropError):
 
 class EmptyBatch(BatchcropError):
     """A batch needs at least one item."""
+
+
+class NeedsNewDeadline(BatchcropError):
+    """A requeue of a cancelled or expired batch without a new deadline: the reaper would
+    abandon the requeued items at once."""
 
 
 class BadCursor(BatchcropError):
@@ -77,19 +91,6 @@ class BatchRequest:
             "max_attempts": self.max_attempts,
         }
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
-
-
-@dataclass(frozen=True)
-class ManifestRow:
-    """One stored derivative of an item, as the manifest records it."""
-
-    ratio: str
-    key: str
-    width: int
-    height: int
-    bytes: int
-    sha256: str
-    crop_box: tuple[int, int, int, int]
 
 
 def _cursor(text: str | None) -> int | None:
@@ -170,37 +171,12 @@ class BatchService:
             )
         return str(row["id"])
 
-    def commit_success(self, claim: Claim, manifest: Sequence[ManifestRow]) -> None:
-        """Write the manifest and move the item to `succeeded`, fenced, in one transaction.
-
-        Raises leases.LeaseLost (nothing written) when the claim is no longer held.
-        """
-        rows = [
-            {
-                "item_id": claim.item_id,
-                "batch_id": claim.group_id,
-                "ratio": m.ratio,
-                "key": m.key,
-                "width": m.width,
-                "height": m.height,
-                "bytes": m.bytes,
-                "sha256": m.sha256,
-                "crop_box": ",".join(str(v) for v in m.crop_box),
-            }
-            for m in manifest
-        ]
-        with self.leases.transaction() as conn:
-            # The fenced transition goes first: a stale worker fails its predicate before it
-            # writes a single manifest row.
-            self.leases.complete(claim.item_id, claim.lease_token, conn=conn)
-            statement, params = queries.insert_derivatives(rows)
-            conn.execute(statement, list(params))
-
     def cancel(self, batch_id: str) -> dict[str, Any]:
         """Request cancellation: unclaimed items are abandoned now, held ones at their next
         heartbeat or by the reaper."""
         self.batch(batch_id)
-        self.leases.cancel(batch_id)
+        with _as_batch(batch_id):
+            self.leases.cancel(batch_id)
         return self.status(batch_id)
 
     def requeue(
@@ -216,11 +192,12 @@ class BatchService:
             _check_deadline(deadline_seconds)
         self.batch(batch_id)
         try:
-            self.leases.requeue(
-                batch_id, states=states, item_ids=item_ids, deadline_seconds=deadline_seconds
-            )
+            with _as_batch(batch_id):
+                self.leases.requeue(
+                    batch_id, states=states, item_ids=item_ids, deadline_seconds=deadline_seconds
+                )
         except RequeueNeedsDeadline as exc:
-            raise RequeueNeedsDeadline(
+            raise NeedsNewDeadline(
                 f"batch {batch_id} is cancelled or past its deadline: requeue it with a new "
                 "deadline (--deadline / deadline_seconds), or the reaper would abandon it at once"
             ) from exc
@@ -236,10 +213,15 @@ class BatchService:
             raise NoSuchBatch(f"no batch {batch_id}")
         return _batch(row)
 
+    def summary(self, batch_id: str) -> GroupSummary:
+        """The batch's counters and times, read from its lease group (no scan of its items)."""
+        with _as_batch(batch_id):
+            return self.leases.group(batch_id)
+
     def status(self, batch_id: str) -> dict[str, Any]:
         """The status document (docs/design.md §7)."""
         batch = self.batch(batch_id)
-        summary = self.leases.group(batch_id)
+        summary = self.summary(batch_id)
         return status_document(batch, summary, poll_margin_seconds=self.poll_margin_seconds)
 
     def list_batches(
@@ -337,6 +319,15 @@ class BatchService:
             return [
                 dict(r) for r in conn.execute(queries.derivatives_of_batch(batch_id)).mappings()
             ]
+
+
+@contextmanager
+def _as_batch(batch_id: str) -> Iterator[None]:
+    """The lease engine's "no such group" is this module's "no such batch"."""
+    try:
+        yield
+    except NoSuchGroup as exc:
+        raise NoSuchBatch(f"no batch {batch_id}") from exc
 
 
 def _check_limits(request: BatchRequest) -> None:

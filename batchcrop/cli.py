@@ -1,4 +1,4 @@
-"""The `batchcrop` command line (DESIGN section 7 is its contract): parsing and exit codes.
+"""The `batchcrop` command line (docs/design.md §7 is its contract): parsing and exit codes.
 
 Each `BATCHCROP_X_Y` variable has its flag `--x-y` on every command it applies to; the flag wins.
 Errors are one line on stderr and an exit code, never a traceback.
@@ -11,12 +11,18 @@ import sys
 from collections.abc import Callable, Sequence
 
 from batchcrop import __version__, commands
-from batchcrop.batches import BadCursor, EmptyBatch, IdempotencyConflict, NoSuchBatch
+from batchcrop.batches import (
+    BadCursor,
+    EmptyBatch,
+    IdempotencyConflict,
+    NeedsNewDeadline,
+    NoSuchBatch,
+)
 from batchcrop.crop.spec import MAX_SIDE_PX_DEFAULT, QUALITY_DEFAULT, RATIOS_DEFAULT
 from batchcrop.exit_codes import Exit
 from batchcrop.logs import configure as configure_logs
 from batchcrop.settings import DEADLINE_SECONDS, MAX_ATTEMPTS, SettingsError
-from leases import REQUEUEABLE, DatabaseUnavailable, NoSuchGroup, RequeueNeedsDeadline, State
+from leases import REQUEUEABLE, DatabaseUnavailable, State
 from storage import (
     ConditionalWritesUnsupported,
     ObjectNotFound,
@@ -259,13 +265,13 @@ ERRORS: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], Exit]
             EmptyBatch,
             IdempotencyConflict,
             BadCursor,
-            RequeueNeedsDeadline,
+            NeedsNewDeadline,
             SourceNotAllowed,
             commands.UsageError,
         ),
         Exit.USAGE,
     ),
-    ((NoSuchBatch, NoSuchGroup), Exit.NO_SUCH_BATCH),
+    (NoSuchBatch, Exit.NO_SUCH_BATCH),
     (DatabaseUnavailable, Exit.DATABASE_UNREACHABLE),
     (ObjectNotFound, Exit.USAGE),
     ((StorageUnavailable, ConditionalWritesUnsupported, StorageError), Exit.STORE_UNREACHABLE),

@@ -182,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
             store,
             WorkerOptions(
                 concurrency=args.workers,
-                group_ids=[batch_id],
+                batch_ids=[batch_id],
                 reaper_interval_seconds=app.settings.reaper_interval_seconds,
                 idle_sleep_seconds=RUN_IDLE_SLEEP_SECONDS,
                 max_source_bytes=app.settings.max_source_bytes,
@@ -244,7 +244,7 @@ def worker(args: argparse.Namespace) -> int:
             store,
             WorkerOptions(
                 concurrency=args.concurrency,
-                group_ids=args.batch_ids,
+                batch_ids=args.batch_ids,
                 reaper_interval_seconds=app.settings.reaper_interval_seconds,
                 max_source_bytes=app.settings.max_source_bytes,
             ),

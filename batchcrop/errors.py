@@ -1,7 +1,7 @@
 """Item error families: the class decides retry, the category is what users see.
 
 `PermanentItemError` ends an item `failed` at once; `TransientItemError` makes it `retryable`
-until the attempts cap. Categories are public and stable (DESIGN section 3) and never carry
+until the attempts cap. Categories are public and stable (docs/design.md §3) and never carry
 secrets or stack traces; `detail` is for logs only.
 """
 

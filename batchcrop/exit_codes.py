@@ -1,4 +1,4 @@
-"""Exit codes of the `batchcrop` command (contract: DESIGN section 7)."""
+"""Exit codes of the `batchcrop` command (contract: docs/design.md §7)."""
 
 from __future__ import annotations
 

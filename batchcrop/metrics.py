@@ -1,4 +1,4 @@
-"""Prometheus metrics (DESIGN section 7): one registry per process, built by the composition
+"""Prometheus metrics (docs/design.md §7): one registry per process, built by the composition
 root."""
 
 from __future__ import annotations

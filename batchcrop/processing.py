@@ -1,4 +1,5 @@
-"""One attempt at one item: read the source, crop, store each derivative, commit — fenced.
+"""One attempt at one item: read the source, crop, store each derivative — checking the lease
+between steps. The worker then ends the attempt through `batchcrop.attempts`.
 
 Every failure is turned into an ItemError whose class decides retry and whose category is
 public. Lease loss, cancellation and shutdown are not failures: they have their own exits.
@@ -11,11 +12,11 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from batchcrop.batches import BatchService, ManifestRow
+from batchcrop.attempts import ManifestRow
 from batchcrop.crop import RenderSpec, Rendition, render, variant_of
 from batchcrop.errors import Category, PermanentItemError, TransientItemError
 from batchcrop.logs import log_event
-from leases import Claim, Heartbeater, LeaseManager
+from leases import Claim, Heartbeater, LeaseManager, StopReason
 from storage import (
     AccessDenied,
     DerivativeConflict,
@@ -54,7 +55,7 @@ class DeadlinePassed(Interruption):
 
 
 def derivative_key(source_sha256: str, rendition: Rendition, variant: str) -> str:
-    """DESIGN section 5: `derivatives/{source_sha256}/{rw}x{rh}-{variant}.jpg`."""
+    """docs/design.md §5: `derivatives/{source_sha256}/{rw}x{rh}-{variant}.jpg`."""
     return f"derivatives/{source_sha256}/{rendition.ratio.key}-{variant}.jpg"
 
 
@@ -95,7 +96,6 @@ class Attempt:
 
     claim: Claim
     leases: LeaseManager
-    batches: BatchService
     store: ObjectStore
     sources: SourceReader
     spec: RenderSpec
@@ -103,8 +103,9 @@ class Attempt:
     give_back_now: threading.Event
     on_stage: Callable[[str], None] = lambda stage: None
 
-    def run(self, heartbeat: Heartbeater) -> None:
-        """Read, crop, store, commit. Raises LeaseLost, Interruption or ItemError."""
+    def run(self, heartbeat: Heartbeater) -> list[ManifestRow]:
+        """Read, crop, store; return the manifest to commit. Raises LeaseLost, Interruption or
+        ItemError (and DatabaseUnavailable from a lease check)."""
         claim = self.claim
         data = read_source(self.sources, claim.payload["source"], max_bytes=self.max_source_bytes)
         source_sha256 = hashlib.sha256(data).hexdigest()
@@ -145,20 +146,22 @@ class Attempt:
                 )
             )
         self.checkpoint(heartbeat)
-        self.batches.commit_success(claim, manifest)
+        return manifest
 
     def checkpoint(self, heartbeat: Heartbeater) -> None:
-        """Stop here if the lease is lost, cancel was requested or shutdown can't wait."""
+        """Stop here if shutdown can't wait, the lease is lost or the attempt was told to stop."""
         if self.give_back_now.is_set():
             raise GiveBack
-        if heartbeat.cancel_requested.is_set():
-            raise Cancelled
-        if heartbeat.stop_reason == "deadline_exceeded":
-            raise DeadlinePassed
-        if heartbeat.stop_reason == "max_attempt_seconds":
-            raise TransientItemError(
-                "attempt ran past max_attempt_seconds", category=Category.DEPENDENCY_TIMEOUT
-            )
         # The heartbeat thread may lag; the database is the authority (raises LeaseLost).
-        if self.leases.check(self.claim.item_id, self.claim.lease_token):
-            raise Cancelled
+        reason = heartbeat.stop_reason or self.leases.check(self.claim)
+        match reason:
+            case None:
+                return
+            case StopReason.CANCELLED:
+                raise Cancelled
+            case StopReason.DEADLINE_EXCEEDED:
+                raise DeadlinePassed
+            case StopReason.MAX_ATTEMPT_SECONDS:
+                raise TransientItemError(
+                    "attempt ran past max_attempt_seconds", category=Category.DEPENDENCY_TIMEOUT
+                )

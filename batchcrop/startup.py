@@ -1,4 +1,4 @@
-"""Worker start-up that waits out short database and store outages (DESIGN section 7, `worker`).
+"""Worker start-up that waits out short database and store outages (docs/design.md §7, `worker`).
 
 A worker (re)started by its supervisor while PostgreSQL restarts or the store blips must not
 exit at once: it would crash-loop exactly when the fleet is recovering. It retries the schema

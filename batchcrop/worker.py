@@ -1,6 +1,6 @@
 """The worker: N claim-and-process slots, a reaper on a timer, graceful shutdown.
 
-Shutdown (DESIGN section 3, F): `stop()` stops claiming and lets held items finish;
+Shutdown (docs/design.md §3, F): `stop()` stops claiming and lets held items finish;
 `give_back_now()` makes every held item go back to `queued` at its next checkpoint, without
 counting the attempt. Neither ever produces `failed`.
 """
@@ -14,17 +14,17 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import partial
 
+from batchcrop.attempts import Attempts, ManifestRow, Outcome
 from batchcrop.batches import BatchService
 from batchcrop.crop import RenderSpec
 from batchcrop.errors import Category, ItemError, PermanentItemError, TransientItemError
 from batchcrop.logs import log_event
 from batchcrop.metrics import Metrics
 from batchcrop.processing import Attempt, GiveBack, Interruption
-from leases import Claim, DatabaseUnavailable, Heartbeater, LeaseLost, LeaseManager, State
+from leases import Claim, DatabaseUnavailable, Heartbeater, LeaseLost, LeaseManager
 from storage import ObjectStore, SourceReader
 
 IDLE_SLEEP_SECONDS = 1.0
@@ -76,7 +76,7 @@ class WorkerOptions:
     """How one worker process runs."""
 
     concurrency: int = 2
-    group_ids: Sequence[str] | None = None
+    batch_ids: Sequence[str] | None = None
     reaper_interval_seconds: float = 30.0
     idle_sleep_seconds: float = IDLE_SLEEP_SECONDS
     max_source_bytes: int = 100 * 1024 * 1024
@@ -84,13 +84,14 @@ class WorkerOptions:
 
 
 class Worker:
-    """Claims items from open batches (or only `group_ids`) and processes them."""
+    """Claims items from open batches (or only `batch_ids`) and processes them."""
 
     def __init__(
         self,
         *,
         leases: LeaseManager,
         batches: BatchService,
+        attempts: Attempts,
         store: ObjectStore,
         sources: SourceReader,
         metrics: Metrics,
@@ -98,6 +99,7 @@ class Worker:
     ) -> None:
         self.leases = leases
         self.batches = batches
+        self.attempts = attempts
         self.store = store
         self.sources = sources
         self.metrics = metrics
@@ -161,7 +163,7 @@ class Worker:
             if self._stopping.is_set():
                 break
             try:
-                claims = self.leases.claim(self.worker_id, 1, group_ids=self.options.group_ids)
+                claims = self.leases.claim(self.worker_id, 1, group_ids=self.options.batch_ids)
             except DatabaseUnavailable as exc:
                 log_event("database_unavailable", level=logging.WARNING, error=str(exc))
                 self._outage.failed()
@@ -208,7 +210,7 @@ class Worker:
                 self._specs[batch_id] = spec
         return spec
 
-    def process(self, claim: Claim) -> str:
+    def process(self, claim: Claim) -> Outcome:
         """Run one attempt to its exit; returns the outcome name (for metrics and tests)."""
         started = time.monotonic()
         self.metrics.claims.inc()
@@ -233,76 +235,77 @@ class Worker:
         )
         return outcome
 
-    def _attempt(self, claim: Claim) -> str:  # noqa: PLR0911 -- one return per exit of the state machine
+    def _attempt(self, claim: Claim) -> Outcome:
+        """Run the pipeline, then end the attempt through the one door (`Attempts`)."""
+        cause: Category | None = None
+        retried = False
         try:
             with Heartbeater(self.leases, claim) as heartbeat:
-                attempt = Attempt(
-                    claim=claim,
-                    leases=self.leases,
-                    batches=self.batches,
-                    store=self.store,
-                    sources=self.sources,
-                    spec=self._spec(claim.group_id),
-                    max_source_bytes=self.options.max_source_bytes,
-                    give_back_now=self._give_back_now,
-                )
-                try:
-                    attempt.run(heartbeat)
-                except (LeaseLost, DatabaseUnavailable):
-                    raise
-                except (Interruption, ItemError):
-                    raise
-                except Exception as exc:
-                    logging.getLogger("batchcrop").debug("internal error", exc_info=True)
-                    raise TransientItemError(
-                        type(exc).__name__, category=Category.INTERNAL_ERROR
-                    ) from exc
-            self.metrics.commits.inc()
-            self._outage.recovered()
-            return State.SUCCEEDED.value
+                manifest = self._run(claim, heartbeat)
+                outcome = self.attempts.succeed(claim, manifest)
         except LeaseLost:
-            self.metrics.lease_lost.inc()
-            return "lease_lost"
+            outcome = Outcome.LEASE_LOST
         except DatabaseUnavailable:
-            # Nothing more can be written now; the lease expires and the reaper retries it.
-            self._outage.failed()
-            return "database_unavailable"
+            outcome = Outcome.DATABASE_UNAVAILABLE
         except GiveBack:
-            give_back = partial(self.leases.give_back, claim.item_id, claim.lease_token)
-            return self._transition(give_back, "given_back")
+            outcome = self.attempts.give_back(claim)
         except Interruption as exc:
-            category = exc.category.value
-            self.metrics.terminal_failures.labels(category).inc()
-            abandon = partial(self.leases.abandon, claim.item_id, claim.lease_token, category)
-            return self._transition(abandon, State.ABANDONED.value)
+            cause = exc.category
+            outcome = self.attempts.abandon(claim, cause)
         except PermanentItemError as exc:
-            category = exc.category.value
-            self.metrics.terminal_failures.labels(category).inc()
-            fail = partial(self.leases.fail, claim.item_id, claim.lease_token, category)
-            return self._transition(fail, State.FAILED.value)
+            cause = exc.category
+            outcome = self.attempts.fail(claim, cause)
         except ItemError as exc:
-            return self._retry(claim, exc)
-
-    def _retry(self, claim: Claim, exc: ItemError) -> str:
-        category = exc.category.value
-        try:
-            state = self.leases.retry_later(claim.item_id, claim.lease_token, category)
-        except (LeaseLost, DatabaseUnavailable):
-            return "lease_lost"
-        if state is State.FAILED:
-            self.metrics.terminal_failures.labels(Category.ATTEMPTS_EXHAUSTED.value).inc()
-        else:
-            self.metrics.retryable_failures.labels(category).inc()
-        if exc.category in OUTAGE_CATEGORIES:
-            log_event("dependency_unavailable", level=logging.WARNING, category=category)
-            self._outage.failed()
-        return state.value
-
-    @staticmethod
-    def _transition(transition: Callable[[], object], outcome: str) -> str:
-        """Make the fenced final transition; a lost lease means someone else owns the item."""
-        try:
-            transition()
-        except (LeaseLost, DatabaseUnavailable):
-            return "lease_lost"
+            cause, retried = exc.category, True
+            outcome = self.attempts.retry(claim, cause)
+        self._account(claim, outcome, cause, retried=retried)
         return outcome
+
+    def _run(self, claim: Claim, heartbeat: Heartbeater) -> list[ManifestRow]:
+        attempt = Attempt(
+            claim=claim,
+            leases=self.leases,
+            store=self.store,
+            sources=self.sources,
+            spec=self._spec(claim.group_id),
+            max_source_bytes=self.options.max_source_bytes,
+            give_back_now=self._give_back_now,
+        )
+        try:
+            return attempt.run(heartbeat)
+        except (LeaseLost, DatabaseUnavailable, Interruption, ItemError):
+            raise
+        except Exception as exc:
+            logging.getLogger("batchcrop").debug("internal error", exc_info=True)
+            raise TransientItemError(type(exc).__name__, category=Category.INTERNAL_ERROR) from exc
+
+    def _account(
+        self, claim: Claim, outcome: Outcome, cause: Category | None, *, retried: bool
+    ) -> None:
+        """Metrics and outage backoff for one ended attempt: `cause` is the error that ended it,
+        `retried` says it ended through a retry (which fails the item at the attempts cap)."""
+        match outcome:
+            case Outcome.SUCCEEDED:
+                self.metrics.commits.inc()
+                self._outage.recovered()
+            case Outcome.LEASE_LOST:
+                self.metrics.lease_lost.inc()
+            case Outcome.DATABASE_UNAVAILABLE:
+                # Nothing of this attempt was committed: its lease runs out and the reaper
+                # retries the item once the database is back.
+                log_event("database_unavailable", level=logging.WARNING, item=claim.item_id)
+                self._outage.failed()
+            case Outcome.FAILED | Outcome.ABANDONED:
+                label = Category.ATTEMPTS_EXHAUSTED if retried else cause
+                self.metrics.terminal_failures.labels(str(label)).inc()
+            case Outcome.RETRYABLE:
+                self.metrics.retryable_failures.labels(str(cause)).inc()
+            case Outcome.GIVEN_BACK:
+                pass
+        if (
+            retried
+            and cause in OUTAGE_CATEGORIES
+            and outcome in (Outcome.RETRYABLE, Outcome.FAILED)
+        ):
+            log_event("dependency_unavailable", level=logging.WARNING, category=str(cause))
+            self._outage.failed()

@@ -1,4 +1,4 @@
-"""Chaos run: prove DESIGN section 8 under SIGKILLs, pauses, PostgreSQL restarts, S3 faults.
+"""Chaos run: prove docs/design.md §8 under SIGKILLs, pauses, PostgreSQL restarts, S3 faults.
 
 Real `batchcrop worker` processes reach a private PostgreSQL cluster and the live Ceph RGW only
 through fault proxies of our own (`tests/services/proxy.py`); the harness (`tests/chaos/`)

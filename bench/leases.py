@@ -82,8 +82,8 @@ def leases_worker(ready: Any, url: str, claim_limit: int) -> None:
     ready.wait(START_TIMEOUT_SECONDS)
     while claims := manager.claim(worker, claim_limit):
         for claim in claims:
-            manager.heartbeat(claim.item_id, claim.lease_token)
-            manager.complete(claim.item_id, claim.lease_token)
+            manager.heartbeat(claim)
+            manager.complete(claim)
     engine.dispose()
 
 

@@ -94,7 +94,7 @@ def committer(url: str, batch_id: str, workers: int, stop: Any, counter: Any) ->
         done = 0
         while not stop.is_set():
             for claim in app.leases.claim(f"bench-{os.getpid()}-{n}", 1, group_ids=[batch_id]):
-                app.leases.complete(claim.item_id, claim.lease_token)
+                app.leases.complete(claim)
                 done += 1
         with counter.get_lock():
             counter.value += done

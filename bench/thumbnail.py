@@ -174,7 +174,7 @@ def bench_page(made: list[tuple[str, bytes]]) -> None:
             }
             batch = live.client.post("/v1/batches", json=body).json()
             worker = app.worker(
-                LocalStore(root / "out"), WorkerOptions(concurrency=2, group_ids=[batch["id"]])
+                LocalStore(root / "out"), WorkerOptions(concurrency=2, batch_ids=[batch["id"]])
             )
             worker.start()
             while app.batches.status(batch["id"])["state"] != "succeeded":

@@ -2,11 +2,12 @@
 
 Items belong to groups; workers claim items under time-limited leases held in database time,
 renew them with heartbeats, and end each attempt with a fenced transition; a reaper recovers
-expired leases. See `LeaseManager` and DESIGN section 3.
+expired leases. See `LeaseManager` and docs/design.md §3.
 """
 
 from leases.engine import configure_sqlite, make_engine
 from leases.errors import (
+    ConstraintViolation,
     DatabaseUnavailable,
     GroupExists,
     LeaseError,
@@ -29,6 +30,7 @@ from leases.models import (
     NewItem,
     ReapResult,
     State,
+    StopReason,
 )
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "TERMINAL",
     "UNFINISHED",
     "Claim",
+    "ConstraintViolation",
     "DatabaseUnavailable",
     "EventRow",
     "GroupExists",
@@ -51,6 +54,7 @@ __all__ = [
     "ReapResult",
     "RequeueNeedsDeadline",
     "State",
+    "StopReason",
     "configure_sqlite",
     "make_engine",
     "upgrade",

@@ -26,6 +26,11 @@ class RequeueNeedsDeadline(LeaseError):
     """Requeuing a cancelled or expired group needs a new deadline, else it is reaped at once."""
 
 
+class ConstraintViolation(LeaseError):
+    """A write in the transaction broke a constraint of the schema (a caller's own tables
+    included), typically a unique key someone else wrote first. The transaction was rolled back."""
+
+
 class DatabaseUnavailable(LeaseError):
     """A transient database failure (connection refused/reset, restart, lock wait exhausted).
 

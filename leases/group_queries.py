@@ -1,7 +1,7 @@
 """Statements about groups, creation, the event log, the counters and reads.
 
 Companion of `leases.queries` (the statements that move items); same conventions: built here,
-executed only by `leases.store`.
+executed only by `leases.executor`.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from types import TracebackType
 
 from leases.errors import DatabaseUnavailable, LeaseLost
 from leases.manager import LeaseManager
-from leases.models import Claim
+from leases.models import Claim, StopReason
 
 # Renew three times per lease: two heartbeats can be lost before the lease expires.
 HEARTBEATS_PER_LEASE = 3
@@ -21,8 +21,8 @@ class Heartbeater:
     """Context manager renewing `claim`'s lease every `interval_seconds` (default lease/3).
 
     Signals for the holder, checked between units of work: `lost` (the lease is gone: stop and
-    write nothing more), `cancel_requested` (the group was cancelled: abandon the item), and
-    `stop_reason` (the last reply refused to extend the lease; heartbeating has stopped).
+    write nothing more) and `stop_reason` (the last reply refused to extend the lease and said
+    why; heartbeating has stopped).
     A database outage is logged and retried at the next tick. Exit stops and joins the thread.
     """
 
@@ -37,8 +37,7 @@ class Heartbeater:
             else manager.lease_seconds / HEARTBEATS_PER_LEASE
         )
         self.lost = threading.Event()
-        self.cancel_requested = threading.Event()
-        self.stop_reason: str | None = None
+        self.stop_reason: StopReason | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._run, name=f"heartbeat-{claim.item_id}", daemon=True
@@ -65,7 +64,7 @@ class Heartbeater:
     def _beat(self) -> bool:
         """One heartbeat; False when heartbeating should end."""
         try:
-            reply = self._manager.heartbeat(self._claim.item_id, self._claim.lease_token)
+            reply = self._manager.heartbeat(self._claim)
         except LeaseLost:
             self.lost.set()
             return False
@@ -75,8 +74,6 @@ class Heartbeater:
                 extra={"correlation_id": self._claim.correlation_id},
             )
             return True
-        if reply.cancel_requested:
-            self.cancel_requested.set()
         if reply.stop_reason is not None:
             self.stop_reason = reply.stop_reason
             return False

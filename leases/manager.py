@@ -1,4 +1,4 @@
-"""`LeaseManager`: the domain operations of the lease engine (DESIGN section 3, transitions A-J).
+"""`LeaseManager`: the domain operations of the lease engine (docs/design.md §3, transitions A-J).
 
 Every operation is one database transaction (or runs in the caller's, where a `conn` is taken).
 Every write about a held item is one fenced compare-and-set UPDATE whose matched row count is
@@ -18,6 +18,7 @@ from sqlalchemy.sql.dml import Update
 
 from leases import group_queries, pgqueries, queries, schema, transitions
 from leases.errors import GroupExists, LeaseLost, NoSuchGroup, RequeueNeedsDeadline
+from leases.executor import Executor
 from leases.models import (
     REQUEUEABLE,
     Claim,
@@ -25,11 +26,11 @@ from leases.models import (
     NewItem,
     ReapResult,
     State,
+    StopReason,
     from_ms,
     to_ms,
 )
 from leases.reads import Reader
-from leases.store import Store
 from leases.transitions import Source
 
 LEASE_SECONDS = 900.0
@@ -64,7 +65,7 @@ class LeaseManager(Reader):
     ) -> None:
         if lease_seconds <= 0 or max_attempt_seconds <= 0 or counter_shards < 1:
             raise ValueError("lease_seconds, max_attempt_seconds and counter_shards must be > 0")
-        self._store = Store(engine)
+        self._db = Executor(engine)
         self.lease_seconds = lease_seconds
         self.max_attempt_seconds = max_attempt_seconds
         self._backoff_ms = to_ms(retry_backoff_seconds)
@@ -73,11 +74,11 @@ class LeaseManager(Reader):
 
     def transaction(self) -> AbstractContextManager[sa.Connection]:
         """A write transaction (BEGIN IMMEDIATE on SQLite) to pass as `conn=`; commits on exit."""
-        return self._store.write()
+        return self._db.write()
 
     def reading(self) -> AbstractContextManager[sa.Connection]:
         """A read-only transaction for the caller's queries; outages raise DatabaseUnavailable."""
-        return self._store.read()
+        return self._db.read()
 
     # --- creation ---------------------------------------------------------------------------
 
@@ -96,11 +97,11 @@ class LeaseManager(Reader):
         """
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
-        store = self._store
-        with store.write(conn) as c:
-            if store.one(c, group_queries.group_row(group_id)) is not None:
+        db = self._db
+        with db.write(conn) as c:
+            if db.one(c, group_queries.group_row(group_id)) is not None:
                 raise GroupExists(group_id)
-            now: int = store.scalar(c, queries.select_now())
+            now: int = db.scalar(c, queries.select_now())
             group = {
                 "id": group_id,
                 "created_at": now,
@@ -108,18 +109,18 @@ class LeaseManager(Reader):
                 "max_attempts": max_attempts,
                 "cancel_requested": False,
             }
-            store.execute_many(c, group_queries.insert_group(), [group])
+            db.execute_many(c, group_queries.insert_group(), [group])
             per_shard: Counter[int] = Counter()
             for batch in _batches(_item_rows(group_id, items, now), CREATE_BATCH_ROWS):
-                store.insert_rows(c, schema.items, batch)
+                db.insert_rows(c, schema.items, batch)
                 per_shard.update(transitions.shard_of(row["seq"], self._shards) for row in batch)
             cid = transitions.new_correlation_id()
-            store.execute(c, group_queries.insert_creation_events(group_id, cid))
+            db.execute(c, group_queries.insert_creation_events(group_id, cid))
             deltas = [((group_id, State.QUEUED.value, "", s), n) for s, n in per_shard.items()]
-            transitions.add(store, c, deltas, now)
+            transitions.add(db, c, deltas, now)
             created = sum(per_shard.values())
-            if created >= ANALYZE_AFTER_ITEMS and store.dialect_name == "postgresql":
-                store.execute(c, queries.analyze_items())
+            if created >= ANALYZE_AFTER_ITEMS and db.dialect_name == "postgresql":
+                db.execute(c, queries.analyze_items())
         return created
 
     # --- worker side: claim, heartbeat, fenced transitions -----------------------------------
@@ -135,7 +136,7 @@ class LeaseManager(Reader):
         if limit < 1:
             return []
         lease_ms = to_ms(self.lease_seconds)
-        if self._store.dialect_name == "postgresql":
+        if self._db.dialect_name == "postgresql":
             groups = None if group_ids is None else tuple(group_ids)
             stmt = pgqueries.claim(limit=limit, lease_ms=lease_ms, group_ids=groups)
             claimed = list(self._move(stmt, {"p_worker_id": worker_id}, Source(None), None))
@@ -160,101 +161,80 @@ class LeaseManager(Reader):
         # One writer at a time (BEGIN IMMEDIATE): due retryable items, then queued ones.
         claimed: list[sa.Row[Any]] = []
         moves: list[tuple[Sequence[sa.Row[Any]], Source]] = []
-        with self._store.write() as c:
+        with self._db.write() as c:
             for from_state in (State.RETRYABLE, State.QUEUED):
                 want = limit - len(claimed)
                 if want <= 0:
                     break
                 groups = None if group_ids is None else tuple(group_ids)
                 stmt = queries.claim(from_state, limit=want, lease_ms=lease_ms, group_ids=groups)
-                rows = self._store.rows(c, stmt, {"p_worker_id": worker_id})
+                rows = self._db.rows(c, stmt, {"p_worker_id": worker_id})
                 moves.append((rows, Source(from_state)))
                 claimed.extend(rows)
-            transitions.record(self._store, c, moves, self._shards)
+            transitions.record(self._db, c, moves, self._shards)
         return claimed
 
-    def heartbeat(self, item_id: str, lease_token: str) -> HeartbeatReply:
+    def heartbeat(self, claim: Claim) -> HeartbeatReply:
         """B: extend the lease by `lease_seconds` from now, unless the attempt should stop.
 
-        The lease is not extended (and `stop_reason` says why) when the group is cancelled
-        ("cancelled"), past its deadline ("deadline_exceeded"), or the attempt has run longer
-        than `max_attempt_seconds` ("max_attempt_seconds"). Raises `LeaseLost`.
+        The lease is not extended, and `stop_reason` says why, when the group is cancelled or
+        past its deadline or the attempt has run `max_attempt_seconds` (`queries.stop_reason`
+        decides, in the same statement). Raises `LeaseLost`.
         """
         stmt = queries.heartbeat(
             lease_ms=to_ms(self.lease_seconds), max_attempt_ms=to_ms(self.max_attempt_seconds)
         )
-        with self._store.single() as c:
-            status = self._store.one(c, stmt, _lease(item_id, lease_token))
+        with self._db.single() as c:
+            status = self._db.one(c, stmt, _lease(claim))
         if status is None:
-            raise LeaseLost(item_id)
-        return HeartbeatReply(
-            from_ms(status.lease_expires_at), bool(status.cancel), self._stop_reason(status)
-        )
+            raise LeaseLost(claim.item_id)
+        return HeartbeatReply(from_ms(status.lease_expires_at), _reason(status.stop_reason))
 
-    def _stop_reason(self, status: sa.Row[Any]) -> str | None:
-        # The same tests, on the same row and clock reading, as the statement's CASE.
-        if status.cancel:
-            return "cancelled"
-        if status.now >= status.deadline_at:
-            return "deadline_exceeded"
-        if status.now - status.attempt_started_at >= to_ms(self.max_attempt_seconds):
-            return "max_attempt_seconds"
-        return None
-
-    def check(self, item_id: str, lease_token: str) -> bool:
-        """Raise `LeaseLost` unless the lease is still held (read-only); return whether cancel
-        was requested for its group, so a holder can stop without waiting for a heartbeat."""
-        with self._store.read() as c:
-            row = self._store.one(c, queries.check_lease(), _lease(item_id, lease_token))
+    def check(self, claim: Claim) -> StopReason | None:
+        """Raise `LeaseLost` unless the lease is still held (read-only); else the reason the
+        attempt must stop now, if any, so a holder can stop without waiting for a heartbeat."""
+        stmt = queries.check_lease(max_attempt_ms=to_ms(self.max_attempt_seconds))
+        with self._db.read() as c:
+            row = self._db.one(c, stmt, _lease(claim))
         if row is None:
-            raise LeaseLost(item_id)
-        return bool(row[0])
+            raise LeaseLost(claim.item_id)
+        return _reason(row.stop_reason)
 
-    def complete(
-        self, item_id: str, lease_token: str, *, conn: sa.Connection | None = None
-    ) -> None:
+    def complete(self, claim: Claim, *, conn: sa.Connection | None = None) -> None:
         """C: `succeeded`. With `conn`, in the caller's transaction (roll it back on LeaseLost)."""
-        self._fenced(queries.finish(State.SUCCEEDED), item_id, lease_token, None, conn=conn)
+        self._fenced(queries.finish(State.SUCCEEDED), claim, None, conn=conn)
 
-    def fail(
-        self,
-        item_id: str,
-        lease_token: str,
-        category: str,
-        *,
-        conn: sa.Connection | None = None,
-    ) -> None:
+    def fail(self, claim: Claim, category: str, *, conn: sa.Connection | None = None) -> None:
         """D: `failed` with a permanent error `category`. Raises `LeaseLost`."""
-        self._fenced(queries.finish(State.FAILED), item_id, lease_token, category, conn=conn)
+        self._fenced(queries.finish(State.FAILED), claim, category, conn=conn)
 
-    def retry_later(self, item_id: str, lease_token: str, category: str) -> State:
+    def retry_later(self, claim: Claim, category: str) -> State:
         """E: `retryable` after a jittered backoff, or `failed` `attempts_exhausted` at the cap.
 
         Returns the state the item is now in. Raises `LeaseLost`.
         """
         stmt = queries.retry_later(base_ms=self._backoff_ms, max_ms=self._backoff_max_ms)
-        return State(self._fenced(stmt, item_id, lease_token, category).state)
+        return State(self._fenced(stmt, claim, category).state)
 
-    def give_back(self, item_id: str, lease_token: str) -> None:
+    def give_back(self, claim: Claim) -> None:
         """F: back to `queued`, the attempt not counted (graceful shutdown). Raises `LeaseLost`."""
         source = Source(State.IN_PROGRESS, attempt_offset=1, reason="interrupted")
-        self._fenced(queries.give_back(), item_id, lease_token, None, source=source)
+        self._fenced(queries.give_back(), claim, None, source=source)
 
-    def abandon(self, item_id: str, lease_token: str, category: str = "cancelled") -> None:
-        """I: `abandoned` (the holder saw cancel in a heartbeat reply). Raises `LeaseLost`."""
-        self._fenced(queries.finish(State.ABANDONED), item_id, lease_token, category)
+    def abandon(self, claim: Claim, category: str = StopReason.CANCELLED.value) -> None:
+        """I: `abandoned` (the holder was told to stop: cancel or deadline). Raises `LeaseLost`."""
+        self._fenced(queries.finish(State.ABANDONED), claim, category)
 
     def _fenced(
         self,
         stmt: Update,
-        item_id: str,
-        lease_token: str,
+        claim: Claim,
         category: str | None,
         *,
         source: Source = WORKER_SOURCE,
         conn: sa.Connection | None = None,
     ) -> sa.Row[Any]:
-        params = {**_lease(item_id, lease_token), "p_category": category}
+        params = {**_lease(claim), "p_category": category}
         rows = self._move(stmt, params, source, conn)
         if not rows:
             raise LeaseLost("lease not held: item moved on or token superseded")
@@ -268,15 +248,15 @@ class LeaseManager(Reader):
         PostgreSQL: one statement (autocommit unless `conn`). SQLite: the move, then the log,
         in one write transaction (or the caller's).
         """
-        if self._store.dialect_name == "postgresql":
+        if self._db.dialect_name == "postgresql":
             stmt_logged = pgqueries.logged(stmt, transitions.log_spec(source, self._shards))
             if source.correlation_id is not None:
                 params = {**params, "log_correlation_id": source.correlation_id}
-            with self._store.single(conn) as c:
-                return self._store.rows(c, stmt_logged, params)
-        with self._store.write(conn) as c:
-            rows = self._store.rows(c, stmt, params)
-            transitions.record(self._store, c, [(rows, source)], self._shards)
+            with self._db.single(conn) as c:
+                return self._db.rows(c, stmt_logged, params)
+        with self._db.write(conn) as c:
+            rows = self._db.rows(c, stmt, params)
+            transitions.record(self._db, c, [(rows, source)], self._shards)
         return rows
 
     # --- reaper and operator actions -------------------------------------------------------
@@ -291,10 +271,12 @@ class LeaseManager(Reader):
         """
         cid = transitions.new_correlation_id()
         moved: Counter[str] = Counter()
-        with self._store.read() as c:
-            closed = self._store.rows(c, queries.closed_groups_with_work())
+        with self._db.read() as c:
+            closed = self._db.rows(c, queries.closed_groups_with_work())
         for group in closed:
-            reason = "cancelled" if group.cancel_requested else "deadline_exceeded"
+            reason = (
+                StopReason.CANCELLED if group.cancel_requested else StopReason.DEADLINE_EXCEEDED
+            )
             for from_state in (State.QUEUED, State.RETRYABLE, State.IN_PROGRESS):
                 stmt = queries.abandon(from_state, reason, MOVE_BATCH_ROWS)
                 source = Source(from_state, None, cid, from_state is State.IN_PROGRESS)
@@ -322,12 +304,12 @@ class LeaseManager(Reader):
 
         Holders learn it from their next heartbeat. Raises `NoSuchGroup`.
         """
-        with self._store.write() as c:
-            if self._store.rowcount(c, group_queries.request_cancel(group_id)) == 0:
+        with self._db.write() as c:
+            if self._db.rowcount(c, group_queries.request_cancel(group_id)) == 0:
                 raise NoSuchGroup(group_id)
         cid = transitions.new_correlation_id()
         for from_state in (State.QUEUED, State.RETRYABLE):
-            stmt = queries.abandon(from_state, "cancelled", MOVE_BATCH_ROWS)
+            stmt = queries.abandon(from_state, StopReason.CANCELLED, MOVE_BATCH_ROWS)
             source = Source(from_state, None, cid, attempt_fields=False)
             self._move_all(stmt, {"p_group_id": group_id}, source)
 
@@ -349,29 +331,34 @@ class LeaseManager(Reader):
         wanted = {State(s) for s in states}
         if not wanted <= REQUEUEABLE:
             raise ValueError("only failed and abandoned items can be requeued")
-        store = self._store
+        db = self._db
         cid = transitions.new_correlation_id()
         moves: list[tuple[Sequence[sa.Row[Any]], Source]] = []
-        with store.write() as c:
-            group = store.one(c, group_queries.group_row(group_id, lock=True))
+        with db.write() as c:
+            group = db.one(c, group_queries.group_row(group_id, lock=True))
             if group is None:
                 raise NoSuchGroup(group_id)
             closed = group.cancel_requested or group.deadline_at <= group.now
             if closed and deadline_seconds is None:
                 raise RequeueNeedsDeadline(group_id)
             deadline_ms = None if deadline_seconds is None else to_ms(deadline_seconds)
-            store.execute(c, group_queries.reopen_group(group_id, deadline_ms))
-            for pair in store.rows(c, queries.requeue_sources(group_id, wanted, item_ids)):
+            db.execute(c, group_queries.reopen_group(group_id, deadline_ms))
+            for pair in db.rows(c, queries.requeue_sources(group_id, wanted, item_ids)):
                 state, category = State(pair.state), pair.error_category
                 source = Source(state, category, cid, attempt_fields=False)
-                rows = store.rows(c, queries.requeue(group_id, state, category, item_ids))
+                rows = db.rows(c, queries.requeue(group_id, state, category, item_ids))
                 moves.append((rows, source))
-            transitions.record(store, c, moves, self._shards)
+            transitions.record(db, c, moves, self._shards)
         return sum(len(rows) for rows, _ in moves)
 
 
-def _lease(item_id: str, lease_token: str) -> dict[str, Any]:
-    return {"p_item_id": item_id, "p_lease_token": lease_token}
+def _lease(claim: Claim) -> dict[str, Any]:
+    """The fence's parameters: the claimed item and the token of this attempt."""
+    return {"p_item_id": claim.item_id, "p_lease_token": claim.lease_token}
+
+
+def _reason(value: str | None) -> StopReason | None:
+    return None if value is None else StopReason(value)
 
 
 def _item_rows(group_id: str, items: Iterable[NewItem], now: int) -> Iterator[dict[str, Any]]:

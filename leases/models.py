@@ -31,6 +31,20 @@ UNFINISHED: frozenset[State] = frozenset({State.QUEUED, State.IN_PROGRESS, State
 """States whose items the engine will still move on its own."""
 REQUEUEABLE: frozenset[State] = frozenset({State.FAILED, State.ABANDONED})
 """States a requeue (J) takes items out of."""
+
+
+class StopReason(StrEnum):
+    """Why a held attempt must stop, decided in SQL on the database clock (docs/design.md §3).
+
+    `cancelled`: its group was cancelled (end it abandoned); `deadline_exceeded`: its group is
+    past its deadline (abandoned); `max_attempt_seconds`: the attempt ran too long (retry it).
+    """
+
+    CANCELLED = "cancelled"
+    DEADLINE_EXCEEDED = "deadline_exceeded"
+    MAX_ATTEMPT_SECONDS = "max_attempt_seconds"
+
+
 # Failure categories are counted per category only in these states (see docs/adr/0001).
 CATEGORISED: frozenset[State] = frozenset({State.FAILED, State.ABANDONED})
 
@@ -71,8 +85,7 @@ class HeartbeatReply:
     """A heartbeat's answer; `stop_reason` set means the lease was NOT extended."""
 
     lease_expires_at: datetime
-    cancel_requested: bool
-    stop_reason: str | None
+    stop_reason: StopReason | None
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Every statement the lease engine runs, one small builder each; `leases.store` executes them.
+"""Every statement the lease engine runs, one small builder each; `leases.executor` executes them.
 
 Builders of the statements run per item are cached (`functools.cache`: building a statement
 costs more than running it); they take only structural arguments and name their runtime values
@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.sql.dml import Update
 from sqlalchemy.sql.elements import ColumnElement
 
-from leases.models import UNFINISHED, State
+from leases.models import UNFINISHED, State, StopReason
 from leases.schema import groups, items
 from leases.sqlfuncs import db_now_ms, in_picked, random_short_id, random_token, random_unit
 
@@ -196,36 +196,46 @@ def claim(
     )
 
 
+def stop_reason(max_attempt_ms: int) -> ColumnElement[str | None]:
+    """Why the attempt held in this `lease_items` row must stop now, or NULL: the one definition.
+
+    In precedence order: its group is cancelled, its group is past its deadline, or the attempt
+    started `max_attempt_ms` ago or more (`StopReason` values).
+    """
+    now = db_now_ms()
+    group = sa.select(groups).where(groups.c.id == items.c.group_id)
+    cancelled = group.with_only_columns(groups.c.cancel_requested).scalar_subquery()
+    deadline_at = group.with_only_columns(groups.c.deadline_at).scalar_subquery()
+    return sa.case(
+        (cancelled, sa.literal(StopReason.CANCELLED.value)),
+        (deadline_at <= now, sa.literal(StopReason.DEADLINE_EXCEEDED.value)),
+        (
+            items.c.attempt_started_at + max_attempt_ms <= now,
+            sa.literal(StopReason.MAX_ATTEMPT_SECONDS.value),
+        ),
+        else_=sa.null(),
+    )
+
+
 @cache
 def heartbeat(*, lease_ms: int, max_attempt_ms: int) -> Update:
     """Fenced: extend the lease to now + `lease_ms` unless the attempt should stop.
 
-    The lease is left as it is when the group is cancelled or past its deadline, or the attempt
-    started `max_attempt_ms` ago or more. Returns the (new) expiry with the inputs of that
-    decision (`cancel_requested`, `deadline_at`, `attempt_started_at`, `now`), or no row when
-    the lease is not held. One statement: the decision and the write see the same row.
+    The lease is left as it is when `stop_reason` is set. Returns the (new) expiry and the stop
+    reason, or no row when the lease is not held. One statement: the decision and the write see
+    the same row and clock reading (the reason reads only columns the update leaves alone).
     """
     now = db_now_ms()
-    group_open = sa.exists().where(
-        groups.c.id == items.c.group_id,
-        sa.not_(groups.c.cancel_requested),
-        groups.c.deadline_at > now,
-    )
-    keep_going = sa.and_(items.c.attempt_started_at + max_attempt_ms > now, group_open)
-    group = sa.select(groups).where(groups.c.id == items.c.group_id)
+    reason = stop_reason(max_attempt_ms)
     return (
         sa.update(items)
         .where(*_fenced())
         .values(
-            lease_expires_at=sa.case((keep_going, now + lease_ms), else_=items.c.lease_expires_at)
+            lease_expires_at=sa.case(
+                (reason.is_(None), now + lease_ms), else_=items.c.lease_expires_at
+            )
         )
-        .returning(
-            items.c.lease_expires_at,
-            items.c.attempt_started_at,
-            group.with_only_columns(groups.c.cancel_requested).scalar_subquery().label("cancel"),
-            group.with_only_columns(groups.c.deadline_at).scalar_subquery().label("deadline_at"),
-            now.label("now"),
-        )
+        .returning(items.c.lease_expires_at, reason.label("stop_reason"))
     )
 
 
@@ -290,13 +300,9 @@ def give_back() -> Update:
 
 
 @cache
-def check_lease() -> sa.Select[tuple[bool]]:
-    """A row, holding the group's cancel flag, if and only if the lease is still held."""
-    return (
-        sa.select(groups.c.cancel_requested)
-        .select_from(items.join(groups, groups.c.id == items.c.group_id))
-        .where(*_fenced())
-    )
+def check_lease(*, max_attempt_ms: int) -> sa.Select[Any]:
+    """A row, holding the attempt's `stop_reason`, if and only if the lease is still held."""
+    return sa.select(stop_reason(max_attempt_ms).label("stop_reason")).where(*_fenced())
 
 
 # --- reaper, cancel, requeue ------------------------------------------------------------------

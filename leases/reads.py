@@ -10,8 +10,8 @@ import sqlalchemy as sa
 
 from leases import group_queries
 from leases.errors import NoSuchGroup
+from leases.executor import Executor
 from leases.models import CATEGORISED, EventRow, GroupSummary, ItemRow, State, from_ms
-from leases.store import Store
 
 
 def summary(
@@ -80,11 +80,11 @@ class Reader:
     writers).
     """
 
-    _store: Store
+    _db: Executor
 
     def group(self, group_id: str) -> GroupSummary:
         """The group's summary from its counters (cost independent of its size). `NoSuchGroup`."""
-        with self._store.read() as c:
+        with self._db.read() as c:
             found = self._summary(c, group_id)
         if found is None:
             raise NoSuchGroup(group_id)
@@ -92,22 +92,22 @@ class Reader:
 
     def groups(self, group_ids: Sequence[str]) -> list[GroupSummary]:
         """Summaries of the groups that exist among `group_ids`, in the given order."""
-        with self._store.read() as c:
+        with self._db.read() as c:
             found = [self._summary(c, group_id) for group_id in group_ids]
         return [s for s in found if s is not None]
 
     def _summary(self, c: sa.Connection, group_id: str) -> GroupSummary | None:
-        group = self._store.one(c, group_queries.group_row(group_id))
+        group = self._db.one(c, group_queries.group_row(group_id))
         if group is None:
             return None
-        totals = self._store.rows(c, group_queries.counter_totals(group_id))
-        oldest = self._store.scalar(c, group_queries.oldest_unfinished(group_id))
+        totals = self._db.rows(c, group_queries.counter_totals(group_id))
+        oldest = self._db.scalar(c, group_queries.oldest_unfinished(group_id))
         return summary(group, totals, oldest)
 
     def item(self, item_id: str) -> ItemRow | None:
         """One item, or None."""
-        with self._store.read() as c:
-            row = self._store.one(c, group_queries.item_row(item_id))
+        with self._db.read() as c:
+            row = self._db.one(c, group_queries.item_row(item_id))
         return None if row is None else item_row(row)
 
     def items(
@@ -119,8 +119,8 @@ class Reader:
         limit: int = 100,
     ) -> list[ItemRow]:
         """A page of the group's items ordered by `seq`; page on with `after_seq`."""
-        with self._store.read() as c:
-            rows = self._store.rows(c, group_queries.item_rows(group_id, states, after_seq, limit))
+        with self._db.read() as c:
+            rows = self._db.rows(c, group_queries.item_rows(group_id, states, after_seq, limit))
         return [item_row(row) for row in rows]
 
     def events(
@@ -132,8 +132,8 @@ class Reader:
         limit: int = 100,
     ) -> list[EventRow]:
         """A page of the group's (or one item's) events ordered by id; page on with `after_id`."""
-        with self._store.read() as c:
-            rows = self._store.rows(c, group_queries.event_rows(group_id, item_id, after_id, limit))
+        with self._db.read() as c:
+            rows = self._db.rows(c, group_queries.event_rows(group_id, item_id, after_id, limit))
         return [event_row(row) for row in rows]
 
     def recount(self, group_id: str) -> dict[tuple[State, str], int]:
@@ -142,12 +142,12 @@ class Reader:
         The category is the error category for failed/abandoned items, else ''. For audits and
         tests: it must always equal `counted()`.
         """
-        with self._store.read() as c:
-            rows = self._store.rows(c, group_queries.recount(group_id))
+        with self._db.read() as c:
+            rows = self._db.rows(c, group_queries.recount(group_id))
         return {(State(r.state), r.category): int(r.n) for r in rows}
 
     def counted(self, group_id: str) -> dict[tuple[State, str], int]:
         """The same view as `recount()` read from the sharded counters (zero entries omitted)."""
-        with self._store.read() as c:
-            rows = self._store.rows(c, group_queries.counter_totals(group_id))
+        with self._db.read() as c:
+            rows = self._db.rows(c, group_queries.counter_totals(group_id))
         return {(State(r.state), r.category): int(r.n) for r in rows if int(r.n) != 0}

@@ -16,9 +16,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from leases import group_queries
+from leases.executor import Executor
 from leases.models import CATEGORISED, State
 from leases.pgqueries import LogSpec
-from leases.store import Store
 
 CORRELATION_ID_BYTES = 6
 
@@ -64,7 +64,7 @@ class Source:
 Moves = Sequence[tuple[Sequence[sa.Row[Any]], Source]]
 
 
-def record(store: Store, conn: sa.Connection, moves: Moves, shards: int) -> None:
+def record(db: Executor, conn: sa.Connection, moves: Moves, shards: int) -> None:
     """Append one event per moved row and apply the counter deltas, in `conn`'s transaction.
 
     All moves of one transaction must be recorded in one call: the counter rows are then
@@ -73,7 +73,7 @@ def record(store: Store, conn: sa.Connection, moves: Moves, shards: int) -> None
     events = [_event(row, source) for rows, source in moves for row in rows]
     if not events:
         return
-    store.execute_many(conn, group_queries.insert_events(), events)
+    db.execute_many(conn, group_queries.insert_events(), events)
     deltas: Counter[tuple[str, str, str, int]] = Counter()
     at = 0
     for rows, source in moves:
@@ -86,11 +86,11 @@ def record(store: Store, conn: sa.Connection, moves: Moves, shards: int) -> None
             to_category = counted_category(to_state, row.error_category)
             deltas[(row.group_id, to_state.value, to_category, shard)] += 1
             at = max(at, row.updated_at)
-    add(store, conn, deltas.items(), at)
+    add(db, conn, deltas.items(), at)
 
 
 def add(
-    store: Store,
+    db: Executor,
     conn: sa.Connection,
     deltas: Iterable[tuple[tuple[str, str, str, int], int]],
     at: int,
@@ -102,7 +102,7 @@ def add(
         if n != 0
     ]
     if rows:
-        store.execute(conn, group_queries.add_to_counters(store.dialect_name, rows))
+        db.execute(conn, group_queries.add_to_counters(db.dialect_name, rows))
 
 
 def _event(row: sa.Row[Any], source: Source) -> dict[str, Any]:

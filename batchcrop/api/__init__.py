@@ -1,4 +1,4 @@
-"""The batch status HTTP API served by `batchcrop serve` (DESIGN section 7, docs/api.md)."""
+"""The batch status HTTP API served by `batchcrop serve` (docs/design.md §7, docs/api.md)."""
 
 from batchcrop.api.application import create_api
 from batchcrop.api.server import serve

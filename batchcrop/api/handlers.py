@@ -15,8 +15,14 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from batchcrop.api.problems import Problem, field_problem, problem_response
-from batchcrop.batches import BadCursor, EmptyBatch, IdempotencyConflict, NoSuchBatch
-from leases import DatabaseUnavailable, NoSuchGroup, RequeueNeedsDeadline
+from batchcrop.batches import (
+    BadCursor,
+    EmptyBatch,
+    IdempotencyConflict,
+    NeedsNewDeadline,
+    NoSuchBatch,
+)
+from leases import DatabaseUnavailable
 
 DATABASE_RETRY_AFTER_SECONDS = 5
 _VALUE_ERROR_PREFIX = "Value error, "
@@ -100,18 +106,11 @@ def install(api: FastAPI) -> None:
     api.add_exception_handler(RequestValidationError, on_validation)
     api.add_exception_handler(HTTPException, on_http)
     api.add_exception_handler(NoSuchBatch, mapped(404, "not-found"))
-    api.add_exception_handler(NoSuchGroup, _no_such_group)
     api.add_exception_handler(IdempotencyConflict, mapped(409, "idempotency-conflict"))
     api.add_exception_handler(EmptyBatch, mapped(422, "invalid-request", field="items"))
     api.add_exception_handler(BadCursor, mapped(422, "invalid-request", field="cursor"))
-    api.add_exception_handler(RequeueNeedsDeadline, _requeue_needs_deadline)
+    api.add_exception_handler(NeedsNewDeadline, _requeue_needs_deadline)
     api.add_exception_handler(DatabaseUnavailable, _database_unavailable)
-
-
-async def _no_such_group(request: Request, exc: Exception) -> Response:
-    # The lease engine's message is a bare id; say what was not found instead.
-    problem = Problem(404, "no batch with this id", slug="not-found")
-    return problem_response(problem, instance=_instance(request))
 
 
 async def _requeue_needs_deadline(request: Request, exc: Exception) -> Response:

@@ -130,7 +130,7 @@ class Counts(BaseModel):
 
 
 class StatusDocument(BaseModel):
-    """The batch status document (DESIGN section 7)."""
+    """The batch status document (docs/design.md §7)."""
 
     id: str
     state: StateName
@@ -169,7 +169,7 @@ class DerivativeDocument(BaseModel):
 
 
 class ItemDocument(BaseModel):
-    """The item document (DESIGN section 7)."""
+    """The item document (docs/design.md §7)."""
 
     id: str
     batch_id: str
@@ -190,7 +190,7 @@ class ItemPage(BaseModel):
 
 
 class EventDocument(BaseModel):
-    """One transition of the timeline (DESIGN section 7)."""
+    """One transition of the timeline (docs/design.md §7)."""
 
     id: int
     item_id: str

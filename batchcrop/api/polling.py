@@ -20,7 +20,7 @@ from starlette.responses import Response
 
 from batchcrop.batches import BatchService
 from batchcrop.documents import Batch, status_document
-from leases import TERMINAL, LeaseManager
+from leases import TERMINAL
 
 RETRY_AFTER_MIN_SECONDS = 1
 RETRY_AFTER_MAX_SECONDS = 10
@@ -89,10 +89,8 @@ class StatusReader:
     its size). The document is the one `BatchService.status` returns. Thread-safe.
     """
 
-    def __init__(
-        self, batches: BatchService, leases: LeaseManager, *, cached_max: int = BATCHES_CACHED_MAX
-    ) -> None:
-        self._leases = leases
+    def __init__(self, batches: BatchService, *, cached_max: int = BATCHES_CACHED_MAX) -> None:
+        self._batches = batches
         self._margin_seconds = batches.poll_margin_seconds
         # lru_cache never stores an exception, so an unknown id is looked up again next time.
         self._batch: Callable[[str], Batch] = functools.lru_cache(maxsize=cached_max)(batches.batch)
@@ -100,5 +98,5 @@ class StatusReader:
     def status(self, batch_id: str) -> dict[str, Any]:
         """The status document; `NoSuchBatch` for an unknown id."""
         batch = self._batch(batch_id)
-        summary = self._leases.group(batch_id)
+        summary = self._batches.summary(batch_id)
         return status_document(batch, summary, poll_margin_seconds=self._margin_seconds)

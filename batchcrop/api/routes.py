@@ -46,7 +46,7 @@ def batch_router(app: App) -> APIRouter:
     """Every `/v1/batches` endpoint, bound to `app`'s services."""
     router = APIRouter(prefix="/v1/batches", tags=["batches"], responses=PROBLEM_RESPONSES)
     sources = app.source_reader(trusted=False)
-    statuses = polling.StatusReader(app.batches, app.leases)
+    statuses = polling.StatusReader(app.batches)
 
     @router.post(
         "",

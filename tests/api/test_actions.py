@@ -48,7 +48,7 @@ def test_requeue_chosen_failed_items(api: LiveServer, sources: list[str]) -> Non
     batch = _submit(api, sources)
     claims = api.app.leases.claim("test-worker", 2, group_ids=[batch["id"]])
     for claim in claims:
-        api.app.leases.fail(claim.item_id, claim.lease_token, "invalid_image")
+        api.app.leases.fail(claim, "invalid_image")
     chosen = claims[0].item_id
     response = api.client.post(
         f"/v1/batches/{batch['id']}/requeue",

@@ -92,7 +92,7 @@ def test_polling_client_follows_a_real_batch_to_success(
         LocalStore(tmp_path / "derivatives"),
         WorkerOptions(
             concurrency=2,
-            group_ids=[batch_id],
+            batch_ids=[batch_id],
             reaper_interval_seconds=1.0,
             idle_sleep_seconds=0.02,
         ),

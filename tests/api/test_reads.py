@@ -56,7 +56,7 @@ def test_items_pages_and_state_filter(api: LiveServer, sources: list[str]) -> No
     items = _all_pages(api, path, "items", limit=4)
     assert [i["ref"] for i in items] == [f"sku-{n}" for n in range(len(sources))]
     claim = api.app.leases.claim("test-worker", 1, group_ids=[batch["id"]])[0]
-    api.app.leases.fail(claim.item_id, claim.lease_token, "invalid_image")
+    api.app.leases.fail(claim, "invalid_image")
     failed = api.client.get(path, params={"state": ["failed"]}).json()["items"]
     assert [(i["id"], i["error_category"]) for i in failed] == [(claim.item_id, "invalid_image")]
     several = api.client.get(path, params={"state": ["failed", "queued"]}).json()["items"]
@@ -91,7 +91,7 @@ def test_events_timeline_and_item_filter(api: LiveServer, sources: list[str]) ->
     batch = _submit(api, sources)
     path = f"/v1/batches/{batch['id']}/events"
     claim = api.app.leases.claim("test-worker", 1, group_ids=[batch["id"]])[0]
-    api.app.leases.fail(claim.item_id, claim.lease_token, "invalid_image")
+    api.app.leases.fail(claim, "invalid_image")
     events = _all_pages(api, path, "events", limit=3)
     assert len(events) == len(sources) + 2
     assert [e["id"] for e in events] == sorted(e["id"] for e in events)

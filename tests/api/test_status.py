@@ -82,7 +82,7 @@ def test_etag_changes_exactly_when_something_happens(api: LiveServer, sources: l
     assert moved.status_code == 200
     assert moved.json()["counts"]["in_progress"] == 1
     assert etag != moved.headers["etag"]
-    api.app.leases.fail(claims[0].item_id, claims[0].lease_token, "invalid_image")
+    api.app.leases.fail(claims[0], "invalid_image")
     failed = api.client.get(url, headers={"If-None-Match": moved.headers["etag"]})
     assert failed.status_code == 200
     assert failed.json()["failures"] == {"invalid_image": 1}

@@ -52,7 +52,7 @@ def run_batch(
         store,
         WorkerOptions(
             concurrency=concurrency,
-            group_ids=[batch_id],
+            batch_ids=[batch_id],
             idle_sleep_seconds=0.05,
             reaper_interval_seconds=0.5,
         ),

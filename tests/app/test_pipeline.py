@@ -127,7 +127,7 @@ def test_an_unreachable_store_makes_items_retryable_not_failed(app: App, tmp_pat
     )
     session = boto3.session.Session(aws_access_key_id="x", aws_secret_access_key="y")
     store = S3Store("derivatives", settings=dead, client=dead.client(session))
-    worker = app.worker(store, WorkerOptions(concurrency=2, group_ids=[status["id"]]))
+    worker = app.worker(store, WorkerOptions(concurrency=2, batch_ids=[status["id"]]))
     worker.start()
     try:
         deadline = time.monotonic() + 30
@@ -151,7 +151,7 @@ def test_a_cancel_seen_in_a_heartbeat_abandons_the_held_item(
     app = make_app(lease_seconds=0.15)
     sources = write_photos(tmp_path / "src", 1, size=(2400, 1800))
     status, _ = app.batches.submit(_request(sources))
-    worker = app.worker(LocalStore(tmp_path / "store"), WorkerOptions(group_ids=[status["id"]]))
+    worker = app.worker(LocalStore(tmp_path / "store"), WorkerOptions(batch_ids=[status["id"]]))
     (claim,) = app.leases.claim("test-worker", 1, group_ids=[status["id"]])
     app.batches.cancel(status["id"])
 

@@ -8,7 +8,7 @@ S3 only through the proxies, and injects faults as the main batch progresses: SI
 worker is restarted), SIGSTOP/SIGCONT pauses longer than the lease, `pg_ctl restart -m fast`,
 dropped PostgreSQL connections, storage errors and resets on a fraction of S3 requests, short
 storage outages, a cancel. Every wait is bounded; the run stops by itself. Then it checks
-DESIGN section 8 (`tests.chaos.invariants`) and returns a `Report`.
+docs/design.md §8 (`tests.chaos.invariants`) and returns a `Report`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""DESIGN section 8 checked after a chaos run, from the database rows and the store's objects.
+"""docs/design.md §8 checked after a chaos run, from the database rows and the store's objects.
 
 `check(app, store, batches)` returns an `Audit`: a list of violations (each one sentence naming
 the item or key) and the figures the report prints. It reads only: it never repairs anything.
@@ -232,7 +232,7 @@ def check_store(
 
 
 def check(app: App, store: ObjectStore, batch_ids: Iterable[str]) -> Audit:
-    """Every check of DESIGN section 8 over these batches (the whole store is listed)."""
+    """Every check of docs/design.md §8 over these batches (the whole store is listed)."""
     audit = Audit()
     manifests: dict[str, list[dict[str, Any]]] = {}
     succeeded: set[str] = set()

@@ -26,7 +26,7 @@ def _drain(manager: LeaseManager, worker: str, claimed: list[tuple[str, int, str
     while batch := manager.claim(worker, 3):
         for claim in batch:
             claimed.append((claim.item_id, claim.attempt, claim.lease_token))
-            manager.complete(claim.item_id, claim.lease_token)
+            manager.complete(claim)
 
 
 def test_threads_never_share_an_attempt(manager: LeaseManager, engine: sa.Engine) -> None:
@@ -112,9 +112,7 @@ def test_retryable_claimed_only_when_due(make_manager: ManagerFactory, engine: s
     manager = make_manager(retry_backoff_seconds=3600.0, retry_backoff_max_seconds=3600.0)
     _, ids = new_group(manager, 1)
     (claim,) = manager.claim("w", 1)
-    assert manager.retry_later(claim.item_id, claim.lease_token, "source_unavailable") == (
-        State.RETRYABLE
-    )
+    assert manager.retry_later(claim, "source_unavailable") == (State.RETRYABLE)
     assert manager.claim("w", 1) == []
     make_due(engine)
     (again,) = manager.claim("w", 1)
@@ -133,7 +131,7 @@ def test_small_group_not_starved_behind_big_one(manager: LeaseManager) -> None:
     """A small group created while a big one is half done is served within the next claims."""
     big, _ = new_group(manager, 400)
     for claim in manager.claim("w", 150):
-        manager.complete(claim.item_id, claim.lease_token)
+        manager.complete(claim)
     small, small_ids = new_group(manager, 5)
     next_claims = manager.claim("w", 10)
     by_group = Counter(c.group_id for c in next_claims)

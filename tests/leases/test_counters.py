@@ -21,15 +21,15 @@ def _work(manager: LeaseManager, worker: str, seed: int) -> None:
             outcome = rng.choice(["complete", "fail", "retry", "give_back", "abandon", "drop"])
             try:
                 if outcome == "complete":
-                    manager.complete(claim.item_id, claim.lease_token)
+                    manager.complete(claim)
                 elif outcome == "fail":
-                    manager.fail(claim.item_id, claim.lease_token, "invalid_image")
+                    manager.fail(claim, "invalid_image")
                 elif outcome == "retry":
-                    manager.retry_later(claim.item_id, claim.lease_token, "storage_unavailable")
+                    manager.retry_later(claim, "storage_unavailable")
                 elif outcome == "give_back":
-                    manager.give_back(claim.item_id, claim.lease_token)
+                    manager.give_back(claim)
                 elif outcome == "abandon":
-                    manager.abandon(claim.item_id, claim.lease_token)
+                    manager.abandon(claim)
             except LeaseLost:
                 pass  # the reaper thread took it: exactly the race under test
 
@@ -89,9 +89,9 @@ def test_summary_fields(manager: LeaseManager) -> None:
     assert created.updated_at == created.created_at == created.oldest_updated_at
     assert created.max_attempts == 5
     a, b, c = manager.claim("w", 3)
-    manager.fail(a.item_id, a.lease_token, "invalid_image")
-    manager.fail(b.item_id, b.lease_token, "source_not_found")
-    manager.abandon(c.item_id, c.lease_token, "cancelled")
+    manager.fail(a, "invalid_image")
+    manager.fail(b, "source_not_found")
+    manager.abandon(c, "cancelled")
     summary = manager.group(group_id)
     assert summary.failures == {"invalid_image": 1, "source_not_found": 1, "cancelled": 1}
     assert summary.updated_at >= created.updated_at

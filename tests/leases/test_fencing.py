@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import pytest
 import sqlalchemy as sa
 
-from leases import Claim, LeaseLost, LeaseManager, State
+from leases import Claim, LeaseLost, LeaseManager, State, StopReason
 from tests.leases.conftest import event_count, expire_leases, make_due, new_group
 
 STALE_WRITES: dict[str, Callable[[LeaseManager, Claim], object]] = {
-    "heartbeat": lambda m, c: m.heartbeat(c.item_id, c.lease_token),
-    "check": lambda m, c: m.check(c.item_id, c.lease_token),
-    "complete": lambda m, c: m.complete(c.item_id, c.lease_token),
-    "fail": lambda m, c: m.fail(c.item_id, c.lease_token, "invalid_image"),
-    "retry_later": lambda m, c: m.retry_later(c.item_id, c.lease_token, "internal_error"),
-    "give_back": lambda m, c: m.give_back(c.item_id, c.lease_token),
-    "abandon": lambda m, c: m.abandon(c.item_id, c.lease_token),
+    "heartbeat": lambda m, c: m.heartbeat(c),
+    "check": lambda m, c: m.check(c),
+    "complete": lambda m, c: m.complete(c),
+    "fail": lambda m, c: m.fail(c, "invalid_image"),
+    "retry_later": lambda m, c: m.retry_later(c, "internal_error"),
+    "give_back": lambda m, c: m.give_back(c),
+    "abandon": lambda m, c: m.abandon(c),
 }
 
 
@@ -34,7 +35,7 @@ def test_reaped_worker_cannot_write(manager: LeaseManager, engine: sa.Engine, wr
     (fresh,) = manager.claim("fast", 1)
     with pytest.raises(LeaseLost):
         STALE_WRITES[write](manager, stale)
-    manager.complete(fresh.item_id, fresh.lease_token)
+    manager.complete(fresh)
     assert manager.group(group_id).counts[State.SUCCEEDED] == 1
     assert event_count(engine, "succeeded") == 1
 
@@ -44,7 +45,7 @@ def test_expired_but_unreaped_lease_still_writes(manager: LeaseManager, engine: 
     _, ids = new_group(manager, 1)
     (claim,) = manager.claim("w", 1)
     expire_leases(engine)
-    manager.complete(claim.item_id, claim.lease_token)
+    manager.complete(claim)
     item = manager.item(ids[0])
     assert item is not None
     assert item.state is State.SUCCEEDED
@@ -53,7 +54,7 @@ def test_expired_but_unreaped_lease_still_writes(manager: LeaseManager, engine: 
 def _commit_with_manifest(manager: LeaseManager, claim: Claim) -> None:
     with manager.transaction() as conn:
         conn.execute(sa.text("INSERT INTO manifest VALUES (:i)"), {"i": claim.item_id})
-        manager.complete(claim.item_id, claim.lease_token, conn=conn)
+        manager.complete(claim, conn=conn)
 
 
 def test_complete_inside_caller_transaction(manager: LeaseManager, engine: sa.Engine) -> None:
@@ -78,8 +79,8 @@ def test_wrong_token_is_rejected(manager: LeaseManager) -> None:
     new_group(manager, 1)
     (claim,) = manager.claim("w", 1)
     with pytest.raises(LeaseLost):
-        manager.complete(claim.item_id, "0" * 32)
-    assert manager.check(claim.item_id, claim.lease_token) is False
+        manager.complete(dataclasses.replace(claim, lease_token="0" * 32))
+    assert manager.check(claim) is None
 
 
 def test_check_tells_the_holder_that_cancel_was_requested(manager: LeaseManager) -> None:
@@ -87,8 +88,8 @@ def test_check_tells_the_holder_that_cancel_was_requested(manager: LeaseManager)
     group_id, _ = new_group(manager, 2)
     (claim,) = manager.claim("w", 1)
     manager.cancel(group_id)
-    assert manager.check(claim.item_id, claim.lease_token) is True
-    manager.abandon(claim.item_id, claim.lease_token)
+    assert manager.check(claim) is StopReason.CANCELLED
+    manager.abandon(claim)
     assert manager.group(group_id).counts[State.ABANDONED] == 2
 
 
@@ -96,7 +97,7 @@ def test_events_record_the_attempt(manager: LeaseManager) -> None:
     """Each transition of an attempt logs its worker, token and claim correlation id."""
     group_id, ids = new_group(manager, 1)
     (claim,) = manager.claim("w-7", 1)
-    manager.fail(claim.item_id, claim.lease_token, "invalid_image")
+    manager.fail(claim, "invalid_image")
     events = manager.events(group_id, item_id=ids[0])
     assert [(e.from_state, e.to_state) for e in events] == [
         (None, State.QUEUED),

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import sqlalchemy as sa
 
-from leases import Heartbeater, LeaseManager
+from leases import Heartbeater, LeaseManager, StopReason
 from tests.leases.conftest import (
     ManagerFactory,
     age_attempts,
@@ -33,8 +33,8 @@ def test_heartbeat_extends_from_database_now(manager: LeaseManager, engine: sa.E
     new_group(manager, 1)
     (claim,) = manager.claim("w", 1)
     expire_leases(engine)
-    reply = manager.heartbeat(claim.item_id, claim.lease_token)
-    assert (reply.stop_reason, reply.cancel_requested) == (None, False)
+    reply = manager.heartbeat(claim)
+    assert reply.stop_reason is None
     assert reply.lease_expires_at >= claim.lease_expires_at
     assert manager.reap().total == 0
 
@@ -44,8 +44,8 @@ def test_heartbeat_refuses_after_cancel(manager: LeaseManager) -> None:
     group_id, _ = new_group(manager, 1)
     (claim,) = manager.claim("w", 1)
     manager.cancel(group_id)
-    reply = manager.heartbeat(claim.item_id, claim.lease_token)
-    assert (reply.stop_reason, reply.cancel_requested) == ("cancelled", True)
+    reply = manager.heartbeat(claim)
+    assert reply.stop_reason is StopReason.CANCELLED
     assert reply.lease_expires_at == claim.lease_expires_at
 
 
@@ -54,8 +54,8 @@ def test_heartbeat_refuses_past_deadline(manager: LeaseManager, engine: sa.Engin
     group_id, _ = new_group(manager, 1)
     (claim,) = manager.claim("w", 1)
     expire_deadline(engine, group_id)
-    reply = manager.heartbeat(claim.item_id, claim.lease_token)
-    assert (reply.stop_reason, reply.cancel_requested) == ("deadline_exceeded", False)
+    reply = manager.heartbeat(claim)
+    assert reply.stop_reason is StopReason.DEADLINE_EXCEEDED
     assert reply.lease_expires_at == claim.lease_expires_at
 
 
@@ -66,10 +66,10 @@ def test_heartbeat_refuses_overlong_attempt(
     manager: LeaseManager = make_manager(max_attempt_seconds=60.0)
     new_group(manager, 1)
     (claim,) = manager.claim("w", 1)
-    assert manager.heartbeat(claim.item_id, claim.lease_token).stop_reason is None
+    assert manager.heartbeat(claim).stop_reason is None
     age_attempts(engine, 61.0)
-    reply = manager.heartbeat(claim.item_id, claim.lease_token)
-    assert reply.stop_reason == "max_attempt_seconds"
+    reply = manager.heartbeat(claim)
+    assert reply.stop_reason is StopReason.MAX_ATTEMPT_SECONDS
 
 
 def test_heartbeater_keeps_lease_alive(make_manager: ManagerFactory) -> None:
@@ -83,7 +83,7 @@ def test_heartbeater_keeps_lease_alive(make_manager: ManagerFactory) -> None:
             time.sleep(0.25)
             assert manager.reap().total == 0
         assert not beat.lost.is_set()
-    manager.complete(claim.item_id, claim.lease_token)
+    manager.complete(claim)
 
 
 def test_heartbeater_signals_lost_lease(manager: LeaseManager, engine: sa.Engine) -> None:
@@ -100,16 +100,15 @@ def test_heartbeater_signals_lost_lease(manager: LeaseManager, engine: sa.Engine
 
 
 def test_heartbeater_signals_cancel(manager: LeaseManager) -> None:
-    """A cancel shows up as `cancel_requested` and `stop_reason`; exit joins promptly."""
+    """A cancel shows up as `stop_reason`; exit joins promptly."""
     group_id, _ = new_group(manager, 1)
     (claim,) = manager.claim("w", 1)
     started = time.monotonic()
     with Heartbeater(manager, claim, interval_seconds=0.02) as beat:
         manager.cancel(group_id)
-        assert _wait_for(beat.cancel_requested.is_set)
-        assert _wait_for(lambda: beat.stop_reason == "cancelled")
+        assert _wait_for(lambda: beat.stop_reason is StopReason.CANCELLED)
     assert time.monotonic() - started < WAIT_SECONDS
-    manager.abandon(claim.item_id, claim.lease_token)
+    manager.abandon(claim)
     assert manager.group(group_id).failures == {"cancelled": 1}
 
 

@@ -48,7 +48,7 @@ def loaded(postgres_url: str) -> Iterator[tuple[sa.Engine, str, str]]:
             )
         ids.append(group_id)
     for claim in manager.claim("w", 500):
-        manager.complete(claim.item_id, claim.lease_token)
+        manager.complete(claim)
     manager.claim("w", 200)
     manager.cancel(ids[1])
     with engine.begin() as conn:

@@ -6,7 +6,7 @@ import threading
 
 import sqlalchemy as sa
 
-from leases import LeaseManager, ReapResult, State
+from leases import LeaseManager, ReapResult, State, StopReason
 from tests.leases.conftest import (
     ManagerFactory,
     event_count,
@@ -32,7 +32,7 @@ def test_expired_lease_becomes_retryable(make_manager: ManagerFactory, engine: s
     assert item is not None
     assert (item.state, item.error_category, item.attempt) == (State.RETRYABLE, "lease_expired", 1)
     assert manager.claim("w", 1) == []
-    manager.check(live.item_id, live.lease_token)
+    manager.check(live)
     assert manager.reap() == ReapResult(retried=0, failed=0, abandoned=0)
     assert sorted(ids) == sorted([live.item_id, dead.item_id])
     assert manager.recount(group_id) == manager.counted(group_id)
@@ -63,9 +63,7 @@ def test_retry_later_at_cap_fails(manager: LeaseManager) -> None:
     """retry_later on the last attempt gives failed `attempts_exhausted`, not retryable."""
     _, ids = new_group(manager, 1, max_attempts=1)
     (claim,) = manager.claim("w", 1)
-    assert manager.retry_later(claim.item_id, claim.lease_token, "source_unavailable") == (
-        State.FAILED
-    )
+    assert manager.retry_later(claim, "source_unavailable") == (State.FAILED)
     item = manager.item(ids[0])
     assert item is not None
     assert item.error_category == "attempts_exhausted"
@@ -75,7 +73,7 @@ def test_deadline_abandons_waiting_and_expired(manager: LeaseManager, engine: sa
     """Past the deadline, waiting and expired items end `abandoned` `deadline_exceeded`."""
     group_id, _ = new_group(manager, 4)
     live, expired, retry = manager.claim("w", 3)
-    manager.retry_later(retry.item_id, retry.lease_token, "source_unavailable")
+    manager.retry_later(retry, "source_unavailable")
     expire_leases(engine, [expired.item_id])
     expire_deadline(engine, group_id)
     assert manager.reap() == ReapResult(retried=0, failed=0, abandoned=3)
@@ -99,7 +97,7 @@ def test_cancel_abandons_waiting_then_reaper_the_rest(
     summary = manager.group(group_id)
     assert summary.cancel_requested
     assert (summary.counts[State.ABANDONED], summary.counts[State.IN_PROGRESS]) == (4, 1)
-    assert manager.heartbeat(held.item_id, held.lease_token).stop_reason == "cancelled"
+    assert manager.heartbeat(held).stop_reason is StopReason.CANCELLED
     expire_leases(engine)
     assert manager.reap() == ReapResult(retried=0, failed=0, abandoned=1)
     assert manager.group(group_id).failures == {"cancelled": 5}

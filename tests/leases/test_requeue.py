@@ -13,7 +13,7 @@ def test_give_back_does_not_count_the_attempt(manager: LeaseManager) -> None:
     """A given-back item is queued with its attempt number taken back, logged `interrupted`."""
     group_id, ids = new_group(manager, 1, max_attempts=1)
     (claim,) = manager.claim("w", 1)
-    manager.give_back(claim.item_id, claim.lease_token)
+    manager.give_back(claim)
     item = manager.item(ids[0])
     assert item is not None
     assert (item.state, item.attempt, item.error_category) == (State.QUEUED, 0, None)
@@ -28,12 +28,12 @@ def test_give_back_never_fails_even_at_the_cap(manager: LeaseManager) -> None:
     group_id, _ = new_group(manager, 1, max_attempts=1)
     for _ in range(3):
         (claim,) = manager.claim("w", 1)
-        manager.give_back(claim.item_id, claim.lease_token)
+        manager.give_back(claim)
     summary = manager.group(group_id)
     assert summary.counts[State.QUEUED] == 1
     assert summary.counts[State.FAILED] == 0
     (claim,) = manager.claim("w", 1)
-    manager.complete(claim.item_id, claim.lease_token)
+    manager.complete(claim)
     assert manager.group(group_id).counts[State.SUCCEEDED] == 1
 
 
@@ -43,7 +43,7 @@ def test_requeue_gives_fresh_budget_and_keeps_numbering(
     """A requeued exhausted item gets max_attempts more attempts numbered after the old ones."""
     group_id, ids = new_group(manager, 2, max_attempts=1)
     first, second = manager.claim("w", 2)
-    manager.fail(first.item_id, first.lease_token, "invalid_image")
+    manager.fail(first, "invalid_image")
     expire_leases(engine)
     manager.reap()
     assert manager.group(group_id).counts[State.FAILED] == 2
@@ -64,9 +64,9 @@ def test_requeue_selects_states(manager: LeaseManager) -> None:
     """Only the named states move; succeeded items are never requeued."""
     group_id, _ = new_group(manager, 3)
     a, b, c = manager.claim("w", 3)
-    manager.fail(a.item_id, a.lease_token, "invalid_image")
-    manager.abandon(b.item_id, b.lease_token)
-    manager.complete(c.item_id, c.lease_token)
+    manager.fail(a, "invalid_image")
+    manager.abandon(b)
+    manager.complete(c)
     assert manager.requeue(group_id, states=[State.ABANDONED]) == 1
     counts = manager.group(group_id).counts
     assert (counts[State.QUEUED], counts[State.FAILED], counts[State.SUCCEEDED]) == (1, 1, 1)

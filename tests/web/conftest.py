@@ -136,7 +136,7 @@ def process(live: LiveServer, batch_id: str) -> dict[str, Any]:
         store,
         WorkerOptions(
             concurrency=2,
-            group_ids=[batch_id],
+            batch_ids=[batch_id],
             reaper_interval_seconds=1.0,
             idle_sleep_seconds=0.02,
         ),

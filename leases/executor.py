@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.sql import Executable
 
 from leases.engine import READ_ONLY_OPTION, configure_sqlite
-from leases.errors import DatabaseUnavailable
+from leases.errors import ConstraintViolation, DatabaseUnavailable
 
 # SQLite reports lock waits that outlasted the busy timeout with these OperationalError messages;
 # its other OperationalErrors (missing table, syntax) are programming errors, not outages.
@@ -32,7 +32,7 @@ def _is_transient(exc: sa.exc.DBAPIError, dialect_name: str) -> bool:
     return True
 
 
-class Store:
+class Executor:
     """Executes `leases.queries` statements on an engine, translating transient failures."""
 
     def __init__(self, engine: sa.Engine) -> None:
@@ -42,9 +42,12 @@ class Store:
 
     @contextmanager
     def translate_errors(self) -> Iterator[None]:
-        """Raise transient driver failures as `DatabaseUnavailable` (chained)."""
+        """Raise transient driver failures as `DatabaseUnavailable` and constraint violations as
+        `ConstraintViolation` (chained), so callers never need the driver's exceptions."""
         try:
             yield
+        except sa.exc.IntegrityError as exc:
+            raise ConstraintViolation(f"constraint violated: {type(exc.orig).__name__}") from exc
         except sa.exc.DBAPIError as exc:
             if _is_transient(exc, self.dialect_name):
                 raise DatabaseUnavailable(

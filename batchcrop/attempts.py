@@ -1,0 +1,123 @@
+"""How an attempt ends: the one door every ending goes through (docs/design.md §3).
+
+The worker decides *which* ending an attempt gets from what it raised; `Attempts` makes the
+fenced transition and says how it went as an `Outcome`. A lost lease and a database outage are
+outcomes too, never exceptions past this point, and never confused with each other: after a lost
+lease someone else owns the item; after an outage the lease simply runs out and the reaper
+retries the item (nothing of this attempt was committed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from batchcrop import queries
+from batchcrop.errors import Category
+from leases import Claim, DatabaseUnavailable, LeaseLost, LeaseManager, State
+
+
+class Outcome(StrEnum):
+    """How one attempt ended: a metric label and a log field."""
+
+    SUCCEEDED = State.SUCCEEDED.value
+    FAILED = State.FAILED.value
+    RETRYABLE = State.RETRYABLE.value
+    ABANDONED = State.ABANDONED.value
+    GIVEN_BACK = "given_back"
+    LEASE_LOST = "lease_lost"
+    DATABASE_UNAVAILABLE = "database_unavailable"
+
+
+@dataclass(frozen=True)
+class ManifestRow:
+    """One stored derivative of an item, as the manifest records it (and the item document
+    shows it); `crop_box` is (left, top, right, bottom) in upright source pixels."""
+
+    ratio: str
+    key: str
+    width: int
+    height: int
+    bytes: int
+    sha256: str
+    crop_box: tuple[int, int, int, int]
+
+
+class Attempts:
+    """Every ending of a claimed attempt, each one fenced transition (thread-safe)."""
+
+    def __init__(self, leases: LeaseManager) -> None:
+        self.leases = leases
+
+    def succeed(self, claim: Claim, manifest: Sequence[ManifestRow]) -> Outcome:
+        """C: write the manifest and move the item to `succeeded` in one fenced transaction.
+
+        The fenced transition goes first: a stale holder fails its predicate before it writes a
+        single manifest row, and the transaction rolls back whole.
+        """
+
+        def commit() -> Outcome:
+            rows = [_manifest_values(claim, row) for row in manifest]
+            with self.leases.transaction() as conn:
+                self.leases.complete(claim, conn=conn)
+                statement, params = queries.insert_derivatives(rows)
+                conn.execute(statement, list(params))
+            return Outcome.SUCCEEDED
+
+        return _fenced(commit)
+
+    def fail(self, claim: Claim, category: Category) -> Outcome:
+        """D: `failed` with a permanent error category."""
+
+        def fail() -> Outcome:
+            self.leases.fail(claim, category.value)
+            return Outcome.FAILED
+
+        return _fenced(fail)
+
+    def retry(self, claim: Claim, category: Category) -> Outcome:
+        """E: `retryable` after a backoff, or `failed` `attempts_exhausted` at the cap."""
+        return _fenced(lambda: Outcome(self.leases.retry_later(claim, category.value).value))
+
+    def give_back(self, claim: Claim) -> Outcome:
+        """F: back to `queued`, the attempt not counted (shutdown)."""
+
+        def give_back() -> Outcome:
+            self.leases.give_back(claim)
+            return Outcome.GIVEN_BACK
+
+        return _fenced(give_back)
+
+    def abandon(self, claim: Claim, category: Category) -> Outcome:
+        """I: `abandoned`, because the batch was cancelled or is past its deadline."""
+
+        def abandon() -> Outcome:
+            self.leases.abandon(claim, category.value)
+            return Outcome.ABANDONED
+
+        return _fenced(abandon)
+
+
+def _fenced(transition: Callable[[], Outcome]) -> Outcome:
+    """Run one ending; a lost lease or an outage is its outcome (nothing was committed)."""
+    try:
+        return transition()
+    except LeaseLost:
+        return Outcome.LEASE_LOST
+    except DatabaseUnavailable:
+        return Outcome.DATABASE_UNAVAILABLE
+
+
+def _manifest_values(claim: Claim, row: ManifestRow) -> dict[str, object]:
+    return {
+        "item_id": claim.item_id,
+        "batch_id": claim.group_id,
+        "ratio": row.ratio,
+        "key": row.key,
+        "width": row.width,
+        "height": row.height,
+        "bytes": row.bytes,
+        "sha256": row.sha256,
+        "crop_box": ",".join(str(v) for v in row.crop_box),
+    }

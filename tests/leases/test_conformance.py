@@ -1,0 +1,336 @@
+"""One conformance suite for both drivers: every transition A to J, run on SQLite and on PostgreSQL,
+leaves the same item row, the same event rows and the same counters (docs/design.md §3).
+
+The dialects reach the database by different paths — PostgreSQL moves, logs and counts in one
+statement (`leases.pgqueries`), SQLite moves and then records beside it (`leases.transitions`),
+and their claims differ too — so each scenario's outcome is written once, here, and both
+dialects must produce exactly it. After every scenario the counters must also equal a recount of
+the item rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pytest
+import sqlalchemy as sa
+
+from leases import Claim, LeaseManager, State, StopReason
+from tests.leases.conftest import (
+    ManagerFactory,
+    expire_deadline,
+    expire_leases,
+    make_due,
+    new_group,
+)
+
+# (item index, attempt, from, to, reason, has worker id, has lease token, own correlation id)
+Event = tuple[int, int, str | None, str, str | None, bool, bool, bool]
+
+
+@dataclass
+class World:
+    """One group and what a scenario did to it."""
+
+    manager: LeaseManager
+    engine: sa.Engine
+    group_id: str
+    ids: list[str]
+    claims: list[Claim] = field(default_factory=list)
+
+    def claim(self, n: int = 1) -> list[Claim]:
+        claimed = self.manager.claim("w", n, group_ids=[self.group_id])
+        self.claims.extend(claimed)
+        return claimed
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Steps on a fresh group of `items` items, and the rows they must leave."""
+
+    items: int
+    max_attempts: int
+    steps: Callable[[World], None]
+    events: list[Event]
+    final: list[tuple[str, int, str | None]]
+    failures: dict[str, int] = field(default_factory=dict)
+
+
+CREATED: Event = (0, 0, None, "queued", None, False, False, True)
+CLAIMED: Event = (0, 1, "queued", "in_progress", None, True, True, False)
+
+
+def _claim(w: World) -> None:
+    w.claim()
+
+
+def _heartbeat(w: World) -> None:
+    (claim,) = w.claim()
+    reply = w.manager.heartbeat(claim)
+    assert reply.stop_reason is None
+    assert reply.lease_expires_at >= claim.lease_expires_at
+
+
+def _heartbeat_after_cancel(w: World) -> None:
+    (claim,) = w.claim()
+    w.manager.cancel(w.group_id)
+    assert StopReason.CANCELLED is w.manager.heartbeat(claim).stop_reason
+    assert StopReason.CANCELLED is w.manager.check(claim)
+
+
+def _complete(w: World) -> None:
+    (claim,) = w.claim()
+    w.manager.complete(claim)
+
+
+def _fail(w: World) -> None:
+    (claim,) = w.claim()
+    w.manager.fail(claim, "invalid_image")
+
+
+def _retry(w: World) -> None:
+    (claim,) = w.claim()
+    assert State.RETRYABLE is w.manager.retry_later(claim, "storage_unavailable")
+
+
+def _retry_then_claim_again(w: World) -> None:
+    _retry(w)
+    make_due(w.engine)
+    w.claim()
+
+
+def _retry_at_cap(w: World) -> None:
+    (claim,) = w.claim()
+    assert State.FAILED is w.manager.retry_later(claim, "storage_unavailable")
+
+
+def _give_back(w: World) -> None:
+    (claim,) = w.claim()
+    w.manager.give_back(claim)
+
+
+def _reap_expired(w: World) -> None:
+    w.claim()
+    expire_leases(w.engine)
+    w.manager.reap()
+
+
+def _reap_closed_group(w: World) -> None:
+    w.claim()
+    expire_leases(w.engine)
+    expire_deadline(w.engine, w.group_id)
+    w.manager.reap()
+
+
+def _cancel(w: World) -> None:
+    w.manager.cancel(w.group_id)
+
+
+def _abandon(w: World) -> None:
+    (claim,) = w.claim()
+    w.manager.abandon(claim, "deadline_exceeded")
+
+
+def _requeue(w: World) -> None:
+    _fail(w)
+    assert w.manager.requeue(w.group_id) == 1
+
+
+SCENARIOS = {
+    "A claim": Scenario(1, 3, _claim, [CREATED, CLAIMED], [("in_progress", 1, None)]),
+    "A claim of a due retryable item": Scenario(
+        1,
+        3,
+        _retry_then_claim_again,
+        [
+            CREATED,
+            CLAIMED,
+            (0, 1, "in_progress", "retryable", "storage_unavailable", True, True, False),
+            (0, 2, "retryable", "in_progress", None, True, True, False),
+        ],
+        [("in_progress", 2, None)],
+    ),
+    "B heartbeat": Scenario(1, 3, _heartbeat, [CREATED, CLAIMED], [("in_progress", 1, None)]),
+    "B heartbeat told to stop": Scenario(
+        2,
+        3,
+        _heartbeat_after_cancel,
+        [
+            CREATED,
+            (1, 0, None, "queued", None, False, False, True),
+            CLAIMED,
+            (1, 0, "queued", "abandoned", "cancelled", False, False, True),
+        ],
+        [("in_progress", 1, None), ("abandoned", 0, "cancelled")],
+        {"cancelled": 1},
+    ),
+    "C complete": Scenario(
+        1,
+        3,
+        _complete,
+        [CREATED, CLAIMED, (0, 1, "in_progress", "succeeded", None, True, True, False)],
+        [("succeeded", 1, None)],
+    ),
+    "D fail": Scenario(
+        1,
+        3,
+        _fail,
+        [CREATED, CLAIMED, (0, 1, "in_progress", "failed", "invalid_image", True, True, False)],
+        [("failed", 1, "invalid_image")],
+        {"invalid_image": 1},
+    ),
+    "E retry": Scenario(
+        1,
+        3,
+        _retry,
+        [
+            CREATED,
+            CLAIMED,
+            (0, 1, "in_progress", "retryable", "storage_unavailable", True, True, False),
+        ],
+        [("retryable", 1, "storage_unavailable")],
+    ),
+    "E retry at the attempts cap": Scenario(
+        1,
+        1,
+        _retry_at_cap,
+        [
+            CREATED,
+            CLAIMED,
+            (0, 1, "in_progress", "failed", "attempts_exhausted", True, True, False),
+        ],
+        [("failed", 1, "attempts_exhausted")],
+        {"attempts_exhausted": 1},
+    ),
+    "F give back": Scenario(
+        1,
+        3,
+        _give_back,
+        [CREATED, CLAIMED, (0, 1, "in_progress", "queued", "interrupted", True, True, False)],
+        [("queued", 0, None)],
+    ),
+    "G reap an expired lease": Scenario(
+        1,
+        3,
+        _reap_expired,
+        [
+            CREATED,
+            CLAIMED,
+            (0, 1, "in_progress", "retryable", "lease_expired", True, True, True),
+        ],
+        [("retryable", 1, "lease_expired")],
+    ),
+    "G reap an expired lease at the cap": Scenario(
+        1,
+        1,
+        _reap_expired,
+        [
+            CREATED,
+            CLAIMED,
+            (0, 1, "in_progress", "failed", "attempts_exhausted", True, True, True),
+        ],
+        [("failed", 1, "attempts_exhausted")],
+        {"attempts_exhausted": 1},
+    ),
+    "G and H reap a group past its deadline": Scenario(
+        2,
+        3,
+        _reap_closed_group,
+        [
+            CREATED,
+            (1, 0, None, "queued", None, False, False, True),
+            CLAIMED,
+            (1, 0, "queued", "abandoned", "deadline_exceeded", False, False, True),
+            (0, 1, "in_progress", "abandoned", "deadline_exceeded", True, True, True),
+        ],
+        [("abandoned", 1, "deadline_exceeded"), ("abandoned", 0, "deadline_exceeded")],
+        {"deadline_exceeded": 2},
+    ),
+    "H cancel": Scenario(
+        1,
+        3,
+        _cancel,
+        [CREATED, (0, 0, "queued", "abandoned", "cancelled", False, False, True)],
+        [("abandoned", 0, "cancelled")],
+        {"cancelled": 1},
+    ),
+    "I abandon": Scenario(
+        1,
+        3,
+        _abandon,
+        [
+            CREATED,
+            CLAIMED,
+            (0, 1, "in_progress", "abandoned", "deadline_exceeded", True, True, False),
+        ],
+        [("abandoned", 1, "deadline_exceeded")],
+        {"deadline_exceeded": 1},
+    ),
+    "J requeue": Scenario(
+        1,
+        3,
+        _requeue,
+        [
+            CREATED,
+            CLAIMED,
+            (0, 1, "in_progress", "failed", "invalid_image", True, True, False),
+            (0, 1, "failed", "queued", None, False, False, True),
+        ],
+        [("queued", 1, None)],
+    ),
+}
+
+
+def _events(w: World) -> list[Event]:
+    """The group's event log, oldest first, with ids reduced to facts both dialects share."""
+    index = {item_id: n for n, item_id in enumerate(w.ids)}
+    claimed = {(c.item_id, c.attempt): c.correlation_id for c in w.claims}
+    rows = w.manager.events(w.group_id, limit=1000)
+    return [
+        (
+            index[e.item_id],
+            e.attempt,
+            None if e.from_state is None else e.from_state.value,
+            e.to_state.value,
+            e.reason,
+            e.worker_id is not None,
+            e.lease_token is not None,
+            e.correlation_id != claimed.get((e.item_id, e.attempt)),
+        )
+        for e in rows
+    ]
+
+
+def _recount(engine: sa.Engine, group_id: str) -> dict[str, int]:
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.text("SELECT state, count(*) FROM lease_items WHERE group_id = :g GROUP BY state"),
+            {"g": group_id},
+        ).all()
+    return {str(state): int(n) for state, n in rows}
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_transition_leaves_the_same_rows_on_every_dialect(
+    make_manager: ManagerFactory, engine: sa.Engine, name: str
+) -> None:
+    """Each transition's item rows, events and counters are exactly the ones written here."""
+    scenario = SCENARIOS[name]
+    manager = make_manager()
+    group_id, ids = new_group(manager, scenario.items, max_attempts=scenario.max_attempts)
+    world = World(manager, engine, group_id, ids)
+
+    scenario.steps(world)
+
+    finals = []
+    for item_id in ids:
+        item = manager.item(item_id)
+        assert item is not None
+        finals.append((item.state.value, item.attempt, item.error_category))
+    assert scenario.final == finals
+    assert scenario.events == _events(world)
+    summary = manager.group(group_id)
+    counted = {state.value: n for state, n in summary.counts.items() if n}
+    assert _recount(engine, group_id) == counted
+    assert scenario.failures == summary.failures
