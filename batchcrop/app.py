@@ -9,6 +9,7 @@ import sqlalchemy as sa
 from batchcrop import migrations
 from batchcrop.attempts import Attempts
 from batchcrop.batches import BatchService
+from batchcrop.crop import IMAGE_SUFFIXES
 from batchcrop.metrics import Metrics
 from batchcrop.settings import Settings
 from batchcrop.worker import Worker, WorkerOptions
@@ -49,7 +50,7 @@ class App:
     def source_reader(self, *, trusted: bool) -> SourceReader:
         """Sources: the CLI trusts its operator; the API confines to the configured roots."""
         roots = None if trusted else list(self.settings.source_roots)
-        return SourceReader(roots, s3=self.s3_settings())
+        return SourceReader(roots, s3=self.s3_settings(), suffixes=IMAGE_SUFFIXES)
 
     def upgrade(self) -> None:
         """Create or migrate every table (lease engine first, then ours)."""

@@ -10,10 +10,10 @@ retries the item (nothing of this attempt was committed).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from enum import StrEnum
 
 from batchcrop import queries
+from batchcrop.documents import Derivative
 from batchcrop.errors import Category
 from leases import Claim, DatabaseUnavailable, LeaseLost, LeaseManager, State
 
@@ -30,27 +30,13 @@ class Outcome(StrEnum):
     DATABASE_UNAVAILABLE = "database_unavailable"
 
 
-@dataclass(frozen=True)
-class ManifestRow:
-    """One stored derivative of an item, as the manifest records it (and the item document
-    shows it); `crop_box` is (left, top, right, bottom) in upright source pixels."""
-
-    ratio: str
-    key: str
-    width: int
-    height: int
-    bytes: int
-    sha256: str
-    crop_box: tuple[int, int, int, int]
-
-
 class Attempts:
     """Every ending of a claimed attempt, each one fenced transition (thread-safe)."""
 
     def __init__(self, leases: LeaseManager) -> None:
         self.leases = leases
 
-    def succeed(self, claim: Claim, manifest: Sequence[ManifestRow]) -> Outcome:
+    def succeed(self, claim: Claim, manifest: Sequence[Derivative]) -> Outcome:
         """C: write the manifest and move the item to `succeeded` in one fenced transaction.
 
         The fenced transition goes first: a stale holder fails its predicate before it writes a
@@ -109,7 +95,7 @@ def _fenced(transition: Callable[[], Outcome]) -> Outcome:
         return Outcome.DATABASE_UNAVAILABLE
 
 
-def _manifest_values(claim: Claim, row: ManifestRow) -> dict[str, object]:
+def _manifest_values(claim: Claim, row: Derivative) -> dict[str, object]:
     return {
         "item_id": claim.item_id,
         "batch_id": claim.group_id,

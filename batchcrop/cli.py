@@ -21,8 +21,17 @@ from batchcrop.batches import (
 from batchcrop.crop.spec import MAX_SIDE_PX_DEFAULT, QUALITY_DEFAULT, RATIOS_DEFAULT
 from batchcrop.exit_codes import Exit
 from batchcrop.logs import configure as configure_logs
-from batchcrop.settings import DEADLINE_SECONDS, MAX_ATTEMPTS, SettingsError
-from leases import REQUEUEABLE, DatabaseUnavailable, State
+from batchcrop.settings import (
+    CONCURRENCY,
+    DATABASE_URL,
+    DEADLINE_SECONDS,
+    MAX_ATTEMPTS,
+    MAX_SOURCE_BYTES,
+    REAPER_INTERVAL_SECONDS,
+    SHUTDOWN_GRACE_SECONDS,
+    SettingsError,
+)
+from leases import LEASE_SECONDS, MAX_ATTEMPT_SECONDS, REQUEUEABLE, DatabaseUnavailable, State
 from storage import (
     ConditionalWritesUnsupported,
     ObjectNotFound,
@@ -39,22 +48,25 @@ def _database_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--database-url",
         metavar="URL",
-        help="BATCHCROP_DATABASE_URL (default sqlite:///batchcrop.db)",
+        help=f"BATCHCROP_DATABASE_URL (default {DATABASE_URL})",
     )
     g.add_argument(
-        "--lease-seconds", type=float, metavar="S", help="BATCHCROP_LEASE_SECONDS (default 900)"
+        "--lease-seconds",
+        type=float,
+        metavar="S",
+        help=f"BATCHCROP_LEASE_SECONDS (default {LEASE_SECONDS:g})",
     )
     g.add_argument(
         "--max-attempt-seconds",
         type=float,
         metavar="S",
-        help="BATCHCROP_MAX_ATTEMPT_SECONDS (default 600)",
+        help=f"BATCHCROP_MAX_ATTEMPT_SECONDS (default {MAX_ATTEMPT_SECONDS:g})",
     )
     g.add_argument(
         "--reaper-interval-seconds",
         type=float,
         metavar="S",
-        help="BATCHCROP_REAPER_INTERVAL_SECONDS (default 30)",
+        help=f"BATCHCROP_REAPER_INTERVAL_SECONDS (default {REAPER_INTERVAL_SECONDS:g})",
     )
 
 
@@ -78,7 +90,7 @@ def _store_flags(p: argparse.ArgumentParser, *, with_store: bool = True) -> None
         "--max-source-bytes",
         type=int,
         metavar="N",
-        help="BATCHCROP_MAX_SOURCE_BYTES (default 100 MiB)",
+        help=f"BATCHCROP_MAX_SOURCE_BYTES (default {MAX_SOURCE_BYTES // 2**20} MiB)",
     )
 
 
@@ -131,7 +143,11 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table
         "--out", metavar="DIR", help="store derivatives in this folder (same as --store file://DIR)"
     )
     p.add_argument(
-        "--workers", type=int, default=2, metavar="N", help="concurrent items (default 2)"
+        "--workers",
+        type=int,
+        default=CONCURRENCY,
+        metavar="N",
+        help=f"concurrent items (default {CONCURRENCY})",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     _render_flags(p)
@@ -158,7 +174,11 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table
 
     p = sub.add_parser("worker", help="long-running worker claiming from every open batch")
     p.add_argument(
-        "--concurrency", type=int, default=2, metavar="N", help="items at once (default 2)"
+        "--concurrency",
+        type=int,
+        default=CONCURRENCY,
+        metavar="N",
+        help=f"items at once (default {CONCURRENCY})",
     )
     p.add_argument(
         "--batch", action="append", dest="batch_ids", metavar="ID", help="only these batches"
@@ -169,9 +189,10 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table
     p.add_argument(
         "--shutdown-grace-seconds",
         type=float,
-        default=30.0,
+        default=SHUTDOWN_GRACE_SECONDS,
         metavar="S",
-        help="on SIGTERM, time to finish held items before giving them back (default 30)",
+        help="on SIGTERM, time to finish held items before giving them back "
+        f"(default {SHUTDOWN_GRACE_SECONDS:g})",
     )
     _database_flags(p)
     _store_flags(p)

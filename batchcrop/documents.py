@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -86,17 +86,26 @@ def status_document(
     }
 
 
+@dataclass(frozen=True)
+class Derivative:
+    """One stored derivative of an item: a manifest row, and an entry of the item document's
+    `derivatives` (the API documents it from this class). `crop_box` is (left, top, right,
+    bottom) in source pixels after EXIF orientation."""
+
+    ratio: str
+    key: str
+    width: int
+    height: int
+    bytes: int
+    sha256: str
+    crop_box: tuple[int, int, int, int]
+
+
 def derivative_document(row: Mapping[str, Any]) -> dict[str, Any]:
-    """One manifest row as the item document shows it."""
-    return {
-        "ratio": row["ratio"],
-        "key": row["key"],
-        "width": row["width"],
-        "height": row["height"],
-        "bytes": row["bytes"],
-        "sha256": row["sha256"],
-        "crop_box": [int(v) for v in str(row["crop_box"]).split(",")],
-    }
+    """One manifest row (crop box stored as `l,t,r,b` text) as the item document shows it."""
+    document = {f.name: row[f.name] for f in fields(Derivative)}
+    document["crop_box"] = [int(v) for v in str(row["crop_box"]).split(",")]
+    return document
 
 
 def item_document(item: ItemRow, derivatives: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -21,7 +21,7 @@ class Metrics:
         )
         self.lease_expirations = Counter(
             "batchcrop_lease_expirations",
-            "Expired leases the reaper turned into retryable, failed or abandoned items.",
+            "Expired leases the reaper turned into retryable or failed items.",
             registry=self.registry,
         )
         self.retryable_failures = Counter(

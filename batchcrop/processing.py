@@ -12,14 +12,14 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from batchcrop.attempts import ManifestRow
 from batchcrop.crop import RenderSpec, Rendition, render, variant_of
+from batchcrop.documents import Derivative
 from batchcrop.errors import Category, PermanentItemError, TransientItemError
 from batchcrop.logs import log_event
 from leases import Claim, Heartbeater, LeaseManager, StopReason
 from storage import (
     AccessDenied,
-    DerivativeConflict,
+    ObjectConflict,
     ObjectNotFound,
     ObjectStore,
     ObjectTooLarge,
@@ -82,7 +82,7 @@ def store_rendition(store: ObjectStore, key: str, rendition: Rendition) -> None:
             content_type=DERIVATIVE_CONTENT_TYPE,
             metadata={"ratio": str(rendition.ratio)},
         )
-    except DerivativeConflict as exc:
+    except ObjectConflict as exc:
         raise PermanentItemError(str(exc), category=Category.DERIVATIVE_CONFLICT) from exc
     except AccessDenied as exc:
         raise PermanentItemError(str(exc), category=Category.STORAGE_ACCESS_DENIED) from exc
@@ -103,7 +103,7 @@ class Attempt:
     give_back_now: threading.Event
     on_stage: Callable[[str], None] = lambda stage: None
 
-    def run(self, heartbeat: Heartbeater) -> list[ManifestRow]:
+    def run(self, heartbeat: Heartbeater) -> list[Derivative]:
         """Read, crop, store; return the manifest to commit. Raises LeaseLost, Interruption or
         ItemError (and DatabaseUnavailable from a lease check)."""
         claim = self.claim
@@ -121,7 +121,7 @@ class Attempt:
             ratios=len(renditions),
         )
         variant = variant_of(self.spec)
-        manifest: list[ManifestRow] = []
+        manifest: list[Derivative] = []
         for rendition in renditions:
             self.checkpoint(heartbeat)
             key = derivative_key(source_sha256, rendition, variant)
@@ -135,7 +135,7 @@ class Attempt:
                 bytes=len(rendition.data),
             )
             manifest.append(
-                ManifestRow(
+                Derivative(
                     ratio=str(rendition.ratio),
                     key=key,
                     width=rendition.width,

@@ -11,10 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from leases import LEASE_SECONDS, MAX_ATTEMPT_SECONDS
+
 DATABASE_URL = "sqlite:///batchcrop.db"
 STORE_URL = "file://./derivatives"
-LEASE_SECONDS = 900.0
-MAX_ATTEMPT_SECONDS = 600.0
 REAPER_INTERVAL_SECONDS = 30.0
 DEADLINE_SECONDS = 24 * 3600.0
 DEADLINE_SECONDS_MAX = 30 * 24 * 3600.0
@@ -25,6 +25,8 @@ MAX_ATTEMPTS_MAX = 100
 MAX_SOURCE_BYTES = 100 * 1024 * 1024
 S3_REQUEST_CHECKSUM = "when_supported"
 SHUTDOWN_GRACE_SECONDS = 30.0
+CONCURRENCY = 2
+"""Items a worker (or `batchcrop run`) processes at once."""
 DURATION_SECONDS_MAX = 10 * 365 * 86400.0
 """The longest duration (deadline, lease, interval) accepted: its milliseconds fit the BIGINT
 times the database stores, with centuries to spare."""

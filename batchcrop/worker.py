@@ -17,13 +17,15 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from batchcrop.attempts import Attempts, ManifestRow, Outcome
+from batchcrop.attempts import Attempts, Outcome
 from batchcrop.batches import BatchService
 from batchcrop.crop import RenderSpec
+from batchcrop.documents import Derivative
 from batchcrop.errors import Category, ItemError, PermanentItemError, TransientItemError
 from batchcrop.logs import log_event
 from batchcrop.metrics import Metrics
 from batchcrop.processing import Attempt, GiveBack, Interruption
+from batchcrop.settings import CONCURRENCY, MAX_SOURCE_BYTES, REAPER_INTERVAL_SECONDS
 from leases import Claim, DatabaseUnavailable, Heartbeater, LeaseLost, LeaseManager
 from storage import ObjectStore, SourceReader
 
@@ -75,11 +77,11 @@ def default_worker_id() -> str:
 class WorkerOptions:
     """How one worker process runs."""
 
-    concurrency: int = 2
+    concurrency: int = CONCURRENCY
     batch_ids: Sequence[str] | None = None
-    reaper_interval_seconds: float = 30.0
+    reaper_interval_seconds: float = REAPER_INTERVAL_SECONDS
     idle_sleep_seconds: float = IDLE_SLEEP_SECONDS
-    max_source_bytes: int = 100 * 1024 * 1024
+    max_source_bytes: int = MAX_SOURCE_BYTES
     worker_id: str = ""
 
 
@@ -261,7 +263,7 @@ class Worker:
         self._account(claim, outcome, cause, retried=retried)
         return outcome
 
-    def _run(self, claim: Claim, heartbeat: Heartbeater) -> list[ManifestRow]:
+    def _run(self, claim: Claim, heartbeat: Heartbeater) -> list[Derivative]:
         attempt = Attempt(
             claim=claim,
             leases=self.leases,

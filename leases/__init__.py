@@ -16,7 +16,7 @@ from leases.errors import (
     RequeueNeedsDeadline,
 )
 from leases.heartbeat import Heartbeater
-from leases.manager import LeaseManager
+from leases.manager import LEASE_SECONDS, MAX_ATTEMPT_SECONDS, LeaseManager
 from leases.migrate import upgrade
 from leases.models import (
     REQUEUEABLE,
@@ -34,6 +34,8 @@ from leases.models import (
 )
 
 __all__ = [
+    "LEASE_SECONDS",
+    "MAX_ATTEMPT_SECONDS",
     "REQUEUEABLE",
     "TERMINAL",
     "UNFINISHED",

@@ -9,9 +9,9 @@ rooted at `StorageError`; only `StorageUnavailable` is transient.
 from storage.errors import (
     AccessDenied,
     ConditionalWritesUnsupported,
-    DerivativeConflict,
     InvalidKey,
     InvalidStoreUrl,
+    ObjectConflict,
     ObjectNotFound,
     ObjectTooLarge,
     SourceNotAllowed,
@@ -21,17 +21,16 @@ from storage.errors import (
 from storage.local import LocalStore
 from storage.port import ObjectInfo, ObjectStore, PutResult
 from storage.s3 import S3Settings, S3Store
-from storage.sources import IMAGE_EXTENSIONS, SourceReader
+from storage.sources import SourceReader
 from storage.urls import open_store
 
 __all__ = [
-    "IMAGE_EXTENSIONS",
     "AccessDenied",
     "ConditionalWritesUnsupported",
-    "DerivativeConflict",
     "InvalidKey",
     "InvalidStoreUrl",
     "LocalStore",
+    "ObjectConflict",
     "ObjectInfo",
     "ObjectNotFound",
     "ObjectStore",

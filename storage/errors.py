@@ -24,7 +24,7 @@ class AccessDenied(StorageError):
     """Permanent: the credentials or file permissions do not allow the operation."""
 
 
-class DerivativeConflict(StorageError):
+class ObjectConflict(StorageError):
     """Permanent: *different* content already exists under the key; it is never replaced."""
 
 

@@ -33,8 +33,8 @@ from typing import BinaryIO
 from storage.errors import (
     AccessDenied,
     ConditionalWritesUnsupported,
-    DerivativeConflict,
     InvalidKey,
+    ObjectConflict,
     ObjectNotFound,
     ObjectTooLarge,
     StorageError,
@@ -170,7 +170,7 @@ class LocalStore:
                 os.close(parent_fd)
         if existing == digest:
             return PutResult(key=key, created=False, sha256=digest)
-        raise DerivativeConflict(
+        raise ObjectConflict(
             f"{self.url}/{key} holds different content (sha256 {existing}, ours {digest})"
         )
 

@@ -72,7 +72,7 @@ class ObjectStore(Protocol):
     ) -> PutResult:
         """Store `data` unless the key exists; equal content ⇒ `created=False`, else conflict.
 
-        Raises `DerivativeConflict` when different content is already stored: never overwrites.
+        Raises `ObjectConflict` when different content is already stored: never overwrites.
         """
         ...
 

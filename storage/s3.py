@@ -3,7 +3,7 @@
 Put-if-absent is ONE `PutObject` with `If-None-Match: *` carrying the content's sha256 in user
 metadata. A 412 means the key is taken — possibly by our *own* first attempt whose response was
 lost and which botocore retried — so a 412 is resolved by `head_object` and a sha256 comparison:
-equal ⇒ success (`created=False`), different ⇒ `DerivativeConflict`. We never overwrite. AWS may
+equal ⇒ success (`created=False`), different ⇒ `ObjectConflict`. We never overwrite. AWS may
 answer 409 ConditionalRequestConflict to concurrent conditional writes; that is retried a bounded
 number of times. Multipart uploads, `upload_file` and CopyObject are avoided on purpose: s3transfer
 rejects `IfNoneMatch`, and Ceph RGW ignores conditions on multipart completion and copies.
@@ -23,7 +23,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_rand
 
 from storage.errors import (
     ConditionalWritesUnsupported,
-    DerivativeConflict,
+    ObjectConflict,
     ObjectNotFound,
     ObjectTooLarge,
     StorageUnavailable,
@@ -251,7 +251,7 @@ class S3Store:
             raise StorageUnavailable(f"{self.url}/{key} changed while being written") from exc
         if existing.sha256 == digest:
             return PutResult(key=key, created=False, sha256=digest)
-        raise DerivativeConflict(
+        raise ObjectConflict(
             f"{self.url}/{key} holds different content "
             f"(sha256 {existing.sha256 or 'unknown'}, ours {digest})"
         )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 
 from storage.errors import (
@@ -24,16 +24,6 @@ from storage.port import validate_key
 from storage.s3 import S3Settings, S3Store
 from storage.urls import FILE_SCHEME, S3_SCHEME, split_s3_url
 
-IMAGE_EXTENSIONS: frozenset[str] = frozenset(
-    {".jpg", ".jpeg", ".png", ".gif", ".webp", ".tif", ".tiff", ".bmp"}
-)
-"""Lower-case suffixes a folder or prefix expands to; matched case-insensitively."""
-
-
-def is_image_name(name: str) -> bool:
-    """True if `name` ends with one of `IMAGE_EXTENSIONS`, in any case."""
-    return os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
-
 
 def _hidden(relative_key: str) -> bool:
     """True if any segment of the path starts with "." (dot-files and dot-folders)."""
@@ -43,11 +33,20 @@ def _hidden(relative_key: str) -> bool:
 class SourceReader:
     """Normalises, expands and reads sources; thread-safe; one S3 client shared lazily."""
 
-    def __init__(self, roots: Sequence[str] | None = None, *, s3: S3Settings | None = None) -> None:
+    def __init__(
+        self,
+        roots: Sequence[str] | None = None,
+        *,
+        s3: S3Settings | None = None,
+        suffixes: Collection[str] | None = None,
+    ) -> None:
         """`roots=None` trusts every source (the CLI); `[]` allows nothing (the API default).
 
         Root entries are local folders (resolved now, symlinks included) and `s3://bucket[/prefix]`.
+        `suffixes` (e.g. `{".jpg"}`, matched case-insensitively) limits what a folder or prefix
+        expands to; None expands to every file.
         """
+        self._suffixes = None if suffixes is None else frozenset(s.lower() for s in suffixes)
         self._s3_settings = s3 or S3Settings()
         self._client: object | None = None
         self._client_lock = threading.Lock()
@@ -85,7 +84,8 @@ class SourceReader:
         return str(path)
 
     def expand(self, source: str) -> list[str]:
-        """A folder or s3 prefix ⇒ its image files (recursively, no dot entries), sorted.
+        """A folder or s3 prefix ⇒ its files of the wanted suffixes (recursively, no dot
+        entries), sorted.
 
         A file named explicitly is one item whatever its extension. `ObjectNotFound` when the
         source does not exist (an s3 prefix with no object at all counts as missing).
@@ -148,12 +148,16 @@ class SourceReader:
             raise SourceNotAllowed(f"source outside the allowed roots: s3://{bucket}/{key}")
         return bucket, key
 
+    def _wanted(self, name: str) -> bool:
+        """True if a folder or prefix expands to the file `name` (its suffix, in any case)."""
+        return self._suffixes is None or os.path.splitext(name)[1].lower() in self._suffixes
+
     def _expand_folder(self, folder: Path) -> Iterator[str]:
         for current, folders, files in os.walk(folder, onerror=None):
             # Pruning in place stops os.walk from descending into dot-folders.
             folders[:] = [name for name in folders if not name.startswith(".")]
             for name in files:
-                if name.startswith(".") or not is_image_name(name):
+                if name.startswith(".") or not self._wanted(name):
                     continue
                 try:
                     yield self.normalize(os.path.join(current, name))
@@ -176,7 +180,7 @@ class SourceReader:
         for info in store.list(prefix):
             found_any = True
             relative = info.key[len(prefix) :]
-            if not _hidden(relative) and is_image_name(relative):
+            if not _hidden(relative) and self._wanted(relative):
                 items.append(f"{S3_SCHEME}{bucket}/{info.key}")
         if not found_any:
             raise ObjectNotFound(f"source not found: {normalized}")

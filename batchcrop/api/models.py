@@ -23,6 +23,7 @@ from batchcrop.crop.spec import (
     RATIOS_DEFAULT,
     RATIOS_MAX_COUNT,
 )
+from batchcrop.documents import Derivative
 from batchcrop.settings import (
     DEADLINE_SECONDS,
     DEADLINE_SECONDS_MAX,
@@ -156,18 +157,6 @@ class BatchPage(BaseModel):
     next_cursor: str | None
 
 
-class DerivativeDocument(BaseModel):
-    """One stored derivative; `crop_box` is [left, top, right, bottom] in source pixels."""
-
-    ratio: str
-    key: str
-    width: int
-    height: int
-    bytes: int
-    sha256: str
-    crop_box: list[int]
-
-
 class ItemDocument(BaseModel):
     """The item document (docs/design.md §7)."""
 
@@ -179,7 +168,7 @@ class ItemDocument(BaseModel):
     attempt: int
     error_category: str | None
     updated_at: str
-    derivatives: list[DerivativeDocument]
+    derivatives: list[Derivative]
 
 
 class ItemPage(BaseModel):

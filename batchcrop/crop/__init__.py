@@ -4,7 +4,7 @@ Pure functions, no storage and no database. See `render` for the pipeline and
 `docs/adr/0003-saliency-window-crop.md` for how windows are chosen.
 """
 
-from batchcrop.crop.decode import MAX_SOURCE_PIXELS
+from batchcrop.crop.decode import IMAGE_SUFFIXES, MAX_SOURCE_PIXELS
 from batchcrop.crop.errors import CropError, ImageTooLarge, InvalidImage, UnsupportedImage
 from batchcrop.crop.render import render
 from batchcrop.crop.spec import RATIOS_DEFAULT, Ratio, RenderSpec, Rendition, SpecError
@@ -12,6 +12,7 @@ from batchcrop.crop.variant import ALGORITHM_VERSION, variant_of
 
 __all__ = [
     "ALGORITHM_VERSION",
+    "IMAGE_SUFFIXES",
     "MAX_SOURCE_PIXELS",
     "RATIOS_DEFAULT",
     "CropError",

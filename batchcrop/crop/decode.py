@@ -22,6 +22,10 @@ from PIL import ExifTags, Image, UnidentifiedImageError
 from batchcrop.crop.colour import to_rgb
 from batchcrop.crop.errors import ImageTooLarge, InvalidImage, UnsupportedImage
 
+IMAGE_SUFFIXES: frozenset[str] = frozenset(
+    {".jpg", ".jpeg", ".png", ".gif", ".webp", ".tif", ".tiff", ".bmp"}
+)
+"""File name suffixes (lower case; matched in any case) a source folder or prefix expands to."""
 MAX_SOURCE_PIXELS = 80_000_000
 """Default pixel-count limit. It stays below Pillow's own bomb warning threshold (89.5 MP), so the
 limit callers see is ours; Pillow's hard DecompressionBombError (179 MP) is mapped as well.

@@ -10,9 +10,10 @@ import pytest
 import sqlalchemy as sa
 
 from batchcrop.app import App
-from batchcrop.attempts import Attempts, ManifestRow, Outcome
+from batchcrop.attempts import Attempts, Outcome
 from batchcrop.batches import BatchRequest, ItemRequest
 from batchcrop.crop import Ratio, RenderSpec
+from batchcrop.documents import Derivative
 from batchcrop.errors import Category
 from batchcrop.worker import WorkerOptions
 from storage import LocalStore
@@ -89,7 +90,7 @@ def test_a_superseded_claim_ends_lease_lost_whatever_the_ending(app: App, tmp_pa
     (claim,) = app.leases.claim("w", 1, group_ids=[batch_id])
     stale = dataclasses.replace(claim, lease_token="0" * 32)
     attempts = Attempts(app.leases)
-    row = ManifestRow("1:1", "k", 1, 1, 1, "0" * 64, (0, 0, 1, 1))
+    row = Derivative("1:1", "k", 1, 1, 1, "0" * 64, (0, 0, 1, 1))
     endings = {
         "succeed": attempts.succeed(stale, [row]),
         "fail": attempts.fail(stale, Category.INVALID_IMAGE),
@@ -109,7 +110,7 @@ def test_each_ending_moves_the_item_and_names_its_outcome(app: App, tmp_path: Pa
     batch_id = _submit(app, tmp_path, n=5)
     claims = app.leases.claim("w", 5, group_ids=[batch_id])
     attempts = Attempts(app.leases)
-    row = ManifestRow("1:1", "k", 1, 1, 1, "0" * 64, (0, 0, 1, 1))
+    row = Derivative("1:1", "k", 1, 1, 1, "0" * 64, (0, 0, 1, 1))
     outcomes = [
         attempts.succeed(claims[0], [row]),
         attempts.fail(claims[1], Category.INVALID_IMAGE),

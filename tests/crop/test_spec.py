@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from batchcrop.crop import ALGORITHM_VERSION, Ratio, RenderSpec, SpecError, variant_of
+from batchcrop.crop import (
+    ALGORITHM_VERSION,
+    IMAGE_SUFFIXES,
+    Ratio,
+    RenderSpec,
+    SpecError,
+    variant_of,
+)
 
 SQUARE = (Ratio(1, 1),)
 
@@ -128,3 +135,9 @@ def test_from_input_names_the_bad_field(values: dict[str, object], field: str) -
     with pytest.raises(SpecError) as caught:
         RenderSpec.from_input(values)
     assert field == caught.value.field
+
+
+def test_image_suffixes_are_the_contracts_eight() -> None:
+    """Source folders and prefixes expand to the contract's eight lower-case image suffixes."""
+    expected = {".jpg", ".jpeg", ".png", ".gif", ".webp", ".tif", ".tiff", ".bmp"}
+    assert expected == IMAGE_SUFFIXES

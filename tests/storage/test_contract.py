@@ -9,8 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from storage import (
-    DerivativeConflict,
     InvalidKey,
+    ObjectConflict,
     ObjectNotFound,
     ObjectStore,
     ObjectTooLarge,
@@ -57,9 +57,9 @@ def test_identical_retry_is_not_created(store: ObjectStore) -> None:
 
 
 def test_conflicting_retry_raises_and_keeps_object(store: ObjectStore) -> None:
-    """Different bytes under a taken key raise DerivativeConflict and never overwrite."""
+    """Different bytes under a taken key raise ObjectConflict and never overwrite."""
     store.put_if_absent("k.jpg", b"first")
-    with pytest.raises(DerivativeConflict):
+    with pytest.raises(ObjectConflict):
         store.put_if_absent("k.jpg", b"second")
     assert store.get("k.jpg") == b"first"
 
@@ -187,7 +187,7 @@ def test_concurrent_different_writers_never_overwrite(race_store: ObjectStore) -
         barrier.wait()
         try:
             race_store.put_if_absent("race/contested.bin", bodies[index])
-        except DerivativeConflict:
+        except ObjectConflict:
             return None
         return bodies[index]
 

@@ -12,7 +12,7 @@ from botocore.stub import Stubber
 from storage import (
     AccessDenied,
     ConditionalWritesUnsupported,
-    DerivativeConflict,
+    ObjectConflict,
     ObjectNotFound,
     ObjectTooLarge,
     S3Settings,
@@ -55,11 +55,11 @@ def test_lost_response_412_is_our_own_write(s3_factory: StoreFactory) -> None:
 
 
 def test_lost_response_after_foreign_write_is_a_conflict(s3_factory: StoreFactory) -> None:
-    """A 412 from someone else's different object stays a DerivativeConflict after a retry."""
+    """A 412 from someone else's different object stays a ObjectConflict after a retry."""
     store = s3_factory()
     store.put_if_absent("taken.jpg", b"theirs")
     drop_first_response(store.client, "PutObject")
-    with pytest.raises(DerivativeConflict):
+    with pytest.raises(ObjectConflict):
         store.put_if_absent("taken.jpg", b"ours")
     assert store.get("taken.jpg") == b"theirs"
 

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from storage import (
-    IMAGE_EXTENSIONS,
     ObjectNotFound,
     ObjectTooLarge,
     S3Settings,
@@ -16,6 +15,8 @@ from storage import (
     SourceReader,
 )
 
+# What the tests ask a folder to expand to (the application passes its image suffixes).
+IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".webp", ".tif", ".tiff", ".bmp"})
 LOCAL_TREE = {
     "a.jpg": b"a",
     "B.PNG": b"b",
@@ -55,10 +56,14 @@ def s3_sources(moto_s3: S3Store) -> str:
     return moto_s3.bucket
 
 
-def test_image_extensions_are_lower_case() -> None:
-    """The published extension set is the contract's eight lower-case suffixes."""
-    expected = {".jpg", ".jpeg", ".png", ".gif", ".webp", ".tif", ".tiff", ".bmp"}
-    assert expected == IMAGE_EXTENSIONS
+def test_without_suffixes_a_folder_expands_to_every_visible_file(tree: Path) -> None:
+    """The reader itself knows no file types: with no suffixes every non-dot file is a source."""
+    visible = sorted(
+        str(tree / name)
+        for name in LOCAL_TREE
+        if not any(p.startswith(".") for p in name.split("/"))
+    )
+    assert visible == SourceReader().expand(str(tree))
 
 
 def test_expand_local_folder(tree: Path) -> None:
@@ -67,12 +72,12 @@ def test_expand_local_folder(tree: Path) -> None:
         str(tree / name)
         for name in ("B.PNG", "a.jpg", "sub/c.webp", "sub/deeper/e.TIFF", "sub/deeper/f.Bmp")
     ]
-    assert expected == SourceReader().expand(str(tree))
+    assert expected == SourceReader(suffixes=IMAGE_SUFFIXES).expand(str(tree))
 
 
 def test_expand_named_file_is_one_item(tree: Path) -> None:
     """A file named explicitly is one item whatever its extension or dot."""
-    reader = SourceReader()
+    reader = SourceReader(suffixes=IMAGE_SUFFIXES)
     assert [str(tree / "notes.txt")] == reader.expand(str(tree / "notes.txt"))
     assert [str(tree / ".hidden.jpg")] == reader.expand(str(tree / ".hidden.jpg"))
 
@@ -80,7 +85,7 @@ def test_expand_named_file_is_one_item(tree: Path) -> None:
 def test_expand_missing_is_not_found(tmp_path: Path) -> None:
     """A source that does not exist raises ObjectNotFound."""
     with pytest.raises(ObjectNotFound):
-        SourceReader().expand(str(tmp_path / "nope"))
+        SourceReader(suffixes=IMAGE_SUFFIXES).expand(str(tmp_path / "nope"))
 
 
 def test_normalize_resolves_relative_and_symlinks(
@@ -89,7 +94,7 @@ def test_normalize_resolves_relative_and_symlinks(
     """Relative paths become absolute and symlinks are resolved."""
     monkeypatch.chdir(tree)
     (tree / "alias.jpg").symlink_to(tree / "a.jpg")
-    reader = SourceReader()
+    reader = SourceReader(suffixes=IMAGE_SUFFIXES)
     assert str(tree / "a.jpg") == reader.normalize("sub/../a.jpg")
     assert str(tree / "a.jpg") == reader.normalize("alias.jpg")
 
@@ -101,7 +106,7 @@ def test_roots_confine_local_sources(tree: Path, tmp_path: Path) -> None:
     sibling = tmp_path / "sources-private"
     sibling.mkdir()
     (tree / "escape.jpg").symlink_to(outside)
-    reader = SourceReader([str(tree)])
+    reader = SourceReader([str(tree)], suffixes=IMAGE_SUFFIXES)
     assert str(tree / "a.jpg") == reader.normalize(str(tree / "a.jpg"))
     for source in (str(outside), f"{tree}/../outside.jpg", str(tree / "escape.jpg"), str(sibling)):
         with pytest.raises(SourceNotAllowed):
@@ -112,18 +117,18 @@ def test_roots_confine_local_sources(tree: Path, tmp_path: Path) -> None:
 def test_empty_roots_allow_nothing(tree: Path) -> None:
     """roots=[] (the API default) refuses every source."""
     with pytest.raises(SourceNotAllowed):
-        SourceReader([]).read(str(tree / "a.jpg"), max_bytes=100)
+        SourceReader([], suffixes=IMAGE_SUFFIXES).read(str(tree / "a.jpg"), max_bytes=100)
 
 
 def test_unsupported_scheme_is_refused() -> None:
     """URLs other than s3:// and file:// are not sources."""
     with pytest.raises(SourceNotAllowed):
-        SourceReader().normalize("https://example.com/a.jpg")
+        SourceReader(suffixes=IMAGE_SUFFIXES).normalize("https://example.com/a.jpg")
 
 
 def test_read_local(tree: Path) -> None:
     """read returns the bytes, refuses larger files and reports missing ones and folders."""
-    reader = SourceReader()
+    reader = SourceReader(suffixes=IMAGE_SUFFIXES)
     assert reader.read(str(tree / "a.jpg"), max_bytes=1) == b"a"
     with pytest.raises(ObjectTooLarge):
         reader.read(str(tree / "notes.txt"), max_bytes=3)
@@ -135,7 +140,7 @@ def test_read_local(tree: Path) -> None:
 
 def test_expand_s3_prefix(s3_sources: str) -> None:
     """An s3 prefix expands to its images, skipping dot entries, markers and sibling prefixes."""
-    reader = SourceReader(s3=S3Settings(region="us-east-1"))
+    reader = SourceReader(s3=S3Settings(region="us-east-1"), suffixes=IMAGE_SUFFIXES)
     expected = [f"s3://{s3_sources}/photos/a.jpg", f"s3://{s3_sources}/photos/sub/b.PNG"]
     assert expected == reader.expand(f"s3://{s3_sources}/photos")
     assert expected == reader.expand(f"s3://{s3_sources}/photos/")
@@ -143,7 +148,7 @@ def test_expand_s3_prefix(s3_sources: str) -> None:
 
 def test_expand_s3_named_object_and_missing(s3_sources: str) -> None:
     """A named s3 object is one item; a prefix with no object raises ObjectNotFound."""
-    reader = SourceReader(s3=S3Settings(region="us-east-1"))
+    reader = SourceReader(s3=S3Settings(region="us-east-1"), suffixes=IMAGE_SUFFIXES)
     named = f"s3://{s3_sources}/photos/readme.txt"
     assert [named] == reader.expand(named)
     with pytest.raises(ObjectNotFound):
@@ -152,7 +157,7 @@ def test_expand_s3_named_object_and_missing(s3_sources: str) -> None:
 
 def test_read_s3(s3_sources: str) -> None:
     """read fetches s3 objects and enforces max_bytes and existence."""
-    reader = SourceReader(s3=S3Settings(region="us-east-1"))
+    reader = SourceReader(s3=S3Settings(region="us-east-1"), suffixes=IMAGE_SUFFIXES)
     assert reader.read(f"s3://{s3_sources}/photos/a.jpg", max_bytes=1) == b"a"
     with pytest.raises(ObjectTooLarge):
         reader.read(f"s3://{s3_sources}/photos/readme.txt", max_bytes=3)
@@ -162,7 +167,9 @@ def test_read_s3(s3_sources: str) -> None:
 
 def test_roots_confine_s3_sources(s3_sources: str) -> None:
     """An s3 root allows its own prefix only: not siblings, other buckets or dot segments."""
-    reader = SourceReader([f"s3://{s3_sources}/photos"], s3=S3Settings(region="us-east-1"))
+    reader = SourceReader(
+        [f"s3://{s3_sources}/photos"], s3=S3Settings(region="us-east-1"), suffixes=IMAGE_SUFFIXES
+    )
     allowed = f"s3://{s3_sources}/photos/a.jpg"
     assert allowed == reader.normalize(allowed)
     refused = [
@@ -179,6 +186,10 @@ def test_roots_confine_s3_sources(s3_sources: str) -> None:
 
 def test_mixed_roots(tree: Path, s3_sources: str) -> None:
     """Local and s3 roots can be combined; each confines its own kind of source."""
-    reader = SourceReader([str(tree), f"s3://{s3_sources}"], s3=S3Settings(region="us-east-1"))
+    reader = SourceReader(
+        [str(tree), f"s3://{s3_sources}"],
+        s3=S3Settings(region="us-east-1"),
+        suffixes=IMAGE_SUFFIXES,
+    )
     assert reader.read(str(tree / "a.jpg"), max_bytes=10) == b"a"
     assert reader.read(f"s3://{s3_sources}/photos/a.jpg", max_bytes=10) == b"a"
