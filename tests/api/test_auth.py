@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable
 
@@ -20,6 +21,8 @@ ENDPOINTS = [
     ("GET", "/v1/batches/{id}/events"),
     ("POST", "/v1/batches/{id}/cancel"),
     ("POST", "/v1/batches/{id}/requeue"),
+    ("GET", "/v1/batches/{id}/items/{id}/source-thumbnail"),
+    ("GET", "/v1/batches/{id}/items/{id}/derivatives/1x1"),
     ("GET", "/metrics"),
     ("GET", "/v1/meta"),
     ("GET", "/openapi.json"),
@@ -58,6 +61,19 @@ def test_every_endpoint_but_healthz_needs_the_token(
         assert response.headers["www-authenticate"].startswith("Bearer")
         assert TOKEN not in response.text
     assert secured.client.get("/healthz", headers=headers).status_code == 200
+
+
+def test_the_list_above_is_every_documented_endpoint(secured: LiveServer) -> None:
+    """Every operation the OpenAPI document lists (but `/healthz`) is in `ENDPOINTS`, so a new
+    route cannot escape the token check unnoticed."""
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    paths = secured.client.get("/openapi.json", headers=auth).json()["paths"]
+    documented = {
+        (method.upper(), re.sub(r"\{(batch_id|item_id)\}", "{id}", path).replace("{ratio}", "1x1"))
+        for path, operations in paths.items()
+        for method in operations
+    }
+    assert documented - {("GET", "/healthz")} == set(ENDPOINTS) - {("GET", "/openapi.json")}
 
 
 def test_right_token_opens_every_endpoint(secured: LiveServer, sources: list[str]) -> None:

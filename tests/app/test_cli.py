@@ -382,7 +382,18 @@ def test_ctrl_c_on_run_gives_back_exits_130_and_resumes(cli: Cli, tmp_path: Path
     wait_for((tmp_path / "d" / "derivatives").exists, "the first derivative")
     proc.send_signal(signal.SIGINT)
     assert proc.wait(30) == 130
+    (interrupted,) = cli.json("batches")["batches"]
+    assert interrupted["counts"]["in_progress"] == 0  # given back, not left to the reaper
+    given_back = [
+        e
+        for e in cli.json("events", interrupted["id"])["events"]
+        if (e["from_state"], e["to_state"], e["reason"]) == ("in_progress", "queued", "interrupted")
+    ]
+    assert len(given_back) == 1  # one slot, one held item
     finished = cli(*args, "--json")
     assert finished.returncode == 0, finished.stderr
     document = json.loads(finished.stdout)
     assert document["counts"]["succeeded"] == 6
+    assert document["id"] == interrupted["id"]
+    attempts = [i["attempt"] for i in cli.json("items", document["id"])["items"]]
+    assert attempts == [1] * 6  # the given-back attempt was not counted

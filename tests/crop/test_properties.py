@@ -45,7 +45,10 @@ def test_every_output_has_its_ratio_and_fits(
         left, top, right, bottom = rendition.crop_box
         assert 0 <= left < right <= width
         assert 0 <= top < bottom <= height
-        assert (right - left, bottom - top) == window_size(rendition.ratio, width, height)
+        win_w, win_h = right - left, bottom - top
+        # The largest window of its ratio: it spans the source's full width or full height.
+        assert win_w == width or win_h == height
+        assert within_one_pixel(win_w, win_h, rendition.ratio.w, rendition.ratio.h)
         assert (rendition.width, rendition.height) == decode(rendition.data).size
         assert max(rendition.width, rendition.height) <= spec.max_side
         assert rendition.width <= right - left
@@ -53,6 +56,45 @@ def test_every_output_has_its_ratio_and_fits(
         assert within_one_pixel(
             rendition.width, rendition.height, rendition.ratio.w, rendition.ratio.h
         )
+
+
+@st.composite
+def subjects(draw: st.DrawFn) -> tuple[int, int, tuple[int, int, int, int], Ratio]:
+    """A source size, a subject box in it, and a ratio whose largest window can hold the
+    subject with room to spare (so where the window goes is the only question)."""
+    width, height = draw(st.integers(240, 720)), draw(st.integers(240, 720))
+    ratio = draw(ratios.filter(lambda r: 1 / 4 <= r.aspect <= 4))
+    if width * ratio.h >= height * ratio.w:
+        win_w, win_h = height * ratio.w // ratio.h, height
+    else:
+        win_w, win_h = width, width * ratio.h // ratio.w
+    side = draw(st.integers(max(12, min(win_w, win_h) // 8), max(12, min(win_w, win_h) // 3)))
+    left = draw(st.integers(0, width - side))
+    top = draw(st.integers(0, height - side))
+    return width, height, (left, top, left + side, top + side), ratio
+
+
+# How far (in source pixels, as a share of the longer side) a window edge may cut into the
+# subject: saliency is computed on a copy of at most 192 px, so one of its cells spans this much.
+PLACEMENT_SLACK = 1 / 96
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=subjects())
+def test_the_window_goes_where_the_subject_is(
+    case: tuple[int, int, tuple[int, int, int, int], Ratio],
+) -> None:
+    """A lone subject on a quiet background, anywhere, lies inside every window that can hold it
+    (up to the saliency map's resolution)."""
+    width, height, subject, ratio = case
+    data = encode(scene(width, height, subject), "PNG")
+    (rendition,) = render(data, RenderSpec(ratios=(ratio,), max_side=128))
+    left, top, right, bottom = rendition.crop_box
+    slack = PLACEMENT_SLACK * max(width, height)
+    assert left <= subject[0] + slack
+    assert top <= subject[1] + slack
+    assert right >= subject[2] - slack
+    assert bottom >= subject[3] - slack
 
 
 @settings(max_examples=300, deadline=None)

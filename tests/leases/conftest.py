@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -131,4 +132,76 @@ def event_count(engine: sa.Engine, to_state: str) -> int:
             conn.execute(
                 sa.text("SELECT count(*) FROM lease_events WHERE to_state = :s"), {"s": to_state}
             ).scalar_one()
+        )
+
+
+# A moment well inside the range every dialect converts exactly (2023-11-14T22:13:20Z).
+FROZEN_EPOCH_MS = 1_700_000_000_000
+JULIAN_DAY_OF_EPOCH = 2440587.5
+MS_PER_DAY = 86_400_000.0
+
+
+class FrozenClock:
+    """The database clock of one engine, held at a moment the test chooses (epoch ms).
+
+    Statements read time only through `leases.sqlfuncs.db_now_ms`, which calls
+    `statement_timestamp()` on PostgreSQL and `julianday('now')` on SQLite; both are shadowed
+    here on every new connection (a function of the same name earlier on PostgreSQL's
+    `search_path`; an application-defined SQLite function), so a test can put "now" exactly on
+    a boundary instead of sleeping near it.
+    """
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self.engine = engine
+        self.ms = FROZEN_EPOCH_MS
+        if engine.dialect.name == "postgresql":
+            with engine.begin() as conn:
+                conn.execute(sa.text("CREATE SCHEMA test_clock"))
+                conn.execute(sa.text("CREATE TABLE test_clock.frozen (ms BIGINT NOT NULL)"))
+                conn.execute(sa.text("INSERT INTO test_clock.frozen VALUES (:ms)"), {"ms": self.ms})
+                conn.execute(
+                    sa.text(
+                        "CREATE FUNCTION test_clock.statement_timestamp() RETURNS timestamptz "
+                        "LANGUAGE sql STABLE AS "
+                        "$$ SELECT to_timestamp(ms / 1000.0) FROM test_clock.frozen $$"
+                    )
+                )
+        sa.event.listen(engine, "connect", self._on_connect)
+        engine.dispose()  # pooled connections predate the listener
+
+    def _on_connect(self, dbapi_conn: Any, record: Any) -> None:
+        if self.engine.dialect.name == "postgresql":
+            # Outside a transaction, so that the pool's rollback on check-in cannot undo it.
+            autocommit = dbapi_conn.autocommit
+            dbapi_conn.autocommit = True
+            dbapi_conn.execute("SET search_path = test_clock, public, pg_catalog")
+            dbapi_conn.autocommit = autocommit
+        else:
+            dbapi_conn.create_function("julianday", 1, self._julianday)
+
+    def _julianday(self, argument: str) -> float | None:
+        if argument != "now":
+            return None
+        return JULIAN_DAY_OF_EPOCH + self.ms / MS_PER_DAY
+
+    def set(self, ms: int) -> None:
+        """Hold the clock at `ms` (epoch milliseconds) from the next statement on."""
+        self.ms = ms
+        if self.engine.dialect.name == "postgresql":
+            with self.engine.begin() as conn:
+                conn.execute(sa.text("UPDATE test_clock.frozen SET ms = :ms"), {"ms": ms})
+
+
+@pytest.fixture
+def clock(engine: sa.Engine) -> FrozenClock:
+    """The test engine's database clock, frozen at `FROZEN_EPOCH_MS` until moved with `set`."""
+    return FrozenClock(engine)
+
+
+def set_column(engine: sa.Engine, table: str, column: str, ms: int, **where: str) -> None:
+    """Write a time column (epoch ms) of the rows matching `where` (column = value, ANDed)."""
+    condition = " AND ".join(f"{name} = :{name}" for name in where) or "1 = 1"
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(f"UPDATE {table} SET {column} = :ms WHERE {condition}"), {"ms": ms, **where}
         )

@@ -150,3 +150,20 @@ def test_reclaimed_after_expiry_gets_next_attempt(manager: LeaseManager, engine:
     (second,) = manager.claim("b", 1)
     assert (second.item_id, second.attempt) == (ids[0], 2)
     assert second.lease_token != first.lease_token
+
+
+def test_no_claim_in_a_group_whose_cancel_flag_is_set(
+    manager: LeaseManager, engine: sa.Engine
+) -> None:
+    """Between `cancel` setting the flag and abandoning the queued items (two transactions), a
+    claim must not take any of them: the claim itself refuses cancelled groups."""
+    cancelled, _ = new_group(manager, 2)
+    _, open_ids = new_group(manager, 1)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE lease_groups SET cancel_requested = :t WHERE id = :g"),
+            {"t": True, "g": cancelled},
+        )
+    claims = manager.claim("w", 5)
+    assert open_ids == [c.item_id for c in claims]
+    assert manager.group(cancelled).counts[State.QUEUED] == 2
