@@ -12,8 +12,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import sqlalchemy as sa
-
 from batchcrop import queries
 from batchcrop.crop import RenderSpec
 from batchcrop.documents import (
@@ -27,6 +25,7 @@ from batchcrop.errors import BatchcropError
 from batchcrop.settings import DEADLINE_SECONDS_MAX, MAX_ATTEMPTS_MAX
 from leases import (
     REQUEUEABLE,
+    ConstraintViolation,
     GroupSummary,
     LeaseManager,
     NewItem,
@@ -86,7 +85,7 @@ class BatchRequest:
         """
         body = {
             "items": [[i.source, i.ref] for i in self.items],
-            **self.spec.to_record(),
+            **self.spec.fingerprinted(),
             "deadline_seconds": self.deadline_seconds,
             "max_attempts": self.max_attempts,
         }
@@ -150,7 +149,7 @@ class BatchService:
                     max_attempts=request.max_attempts,
                     items=items,
                 )
-        except sa.exc.IntegrityError:
+        except ConstraintViolation:
             # Two submissions raced on one idempotency key: the loser returns the winner's batch.
             if idempotency_key is None:
                 raise

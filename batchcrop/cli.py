@@ -25,13 +25,21 @@ from batchcrop.settings import (
     CONCURRENCY,
     DATABASE_URL,
     DEADLINE_SECONDS,
+    DEADLINE_SECONDS_MAX,
     MAX_ATTEMPTS,
     MAX_SOURCE_BYTES,
     REAPER_INTERVAL_SECONDS,
     SHUTDOWN_GRACE_SECONDS,
     SettingsError,
 )
-from leases import LEASE_SECONDS, MAX_ATTEMPT_SECONDS, REQUEUEABLE, DatabaseUnavailable, State
+from leases import (
+    LEASE_SECONDS,
+    MAX_ATTEMPT_SECONDS,
+    REQUEUEABLE,
+    DatabaseUnavailable,
+    SchemaMissing,
+    State,
+)
 from storage import (
     ConditionalWritesUnsupported,
     ObjectNotFound,
@@ -106,8 +114,11 @@ def _render_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--quality", type=int, help=f"JPEG quality 1-100 (default {QUALITY_DEFAULT})")
     g.add_argument(
         "--deadline",
-        default=f"{round(DEADLINE_SECONDS / 3600)}h",
-        help="batch deadline from now, e.g. 90m, 2h, 1d (default 24h, at most 30d)",
+        default=f"{DEADLINE_SECONDS / 3600:g}h",
+        help=(
+            "batch deadline from now, e.g. 90m, 2h, 1d "
+            f"(default {DEADLINE_SECONDS / 3600:g}h, at most {DEADLINE_SECONDS_MAX / 86400:g}d)"
+        ),
     )
     g.add_argument(
         "--max-attempts",
@@ -293,7 +304,7 @@ ERRORS: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], Exit]
         Exit.USAGE,
     ),
     (NoSuchBatch, Exit.NO_SUCH_BATCH),
-    (DatabaseUnavailable, Exit.DATABASE_UNREACHABLE),
+    ((DatabaseUnavailable, SchemaMissing), Exit.DATABASE_UNREACHABLE),
     (ObjectNotFound, Exit.USAGE),
     ((StorageUnavailable, ConditionalWritesUnsupported, StorageError), Exit.STORE_UNREACHABLE),
 )
@@ -316,6 +327,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise
 
 
+SCHEMA_MISSING_MESSAGE = (
+    "this database has no batchcrop tables: check --database-url (BATCHCROP_DATABASE_URL), "
+    "or create them with `batchcrop db upgrade`"
+)
+
+
 def _message(exc: BaseException) -> str:
+    if isinstance(exc, SchemaMissing):
+        return SCHEMA_MISSING_MESSAGE
     text = str(exc) or type(exc).__name__
     return text.splitlines()[0]

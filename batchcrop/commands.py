@@ -112,8 +112,6 @@ def _csv_items(csv_path: str, reader: SourceReader) -> list[ItemRequest]:
 
 
 def _request(args: argparse.Namespace, reader: SourceReader) -> BatchRequest:
-    if args.max_attempts < 1:
-        raise UsageError("--max-attempts must be at least 1")
     spec = RenderSpec.from_input(vars(args))
     deadline_seconds = parse_duration(args.deadline)
     return BatchRequest(
@@ -138,7 +136,8 @@ def submit(args: argparse.Namespace) -> int:
 
 
 def _run_key(request: BatchRequest, store_url: str) -> str:
-    """Idempotency key of `batchcrop run`: the sources (with size and mtime) and settings."""
+    """Idempotency key of `batchcrop run`: the request (sources, render request, limits), the
+    store, and each local source's size and mtime."""
     digest = hashlib.sha256(request.fingerprint().encode())
     digest.update(store_url.encode())
     for item in request.items:

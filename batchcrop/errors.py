@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from leases import StopReason
+
 
 class Category(StrEnum):
     """Public error categories written on items and events."""
@@ -27,8 +29,9 @@ class Category(StrEnum):
     LEASE_EXPIRED = "lease_expired"
     ATTEMPTS_EXHAUSTED = "attempts_exhausted"
     INTERRUPTED = "interrupted"
-    DEADLINE_EXCEEDED = "deadline_exceeded"
-    CANCELLED = "cancelled"
+    # The lease engine's stop reasons, written as the category of the item they abandon.
+    DEADLINE_EXCEEDED = StopReason.DEADLINE_EXCEEDED.value
+    CANCELLED = StopReason.CANCELLED.value
 
 
 class BatchcropError(Exception):

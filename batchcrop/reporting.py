@@ -13,7 +13,7 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from leases import TERMINAL
+from leases import TERMINAL, State
 
 WATCH_INTERVAL_SECONDS = 2.0
 
@@ -52,7 +52,7 @@ def progress_bar(*, enabled: bool) -> Iterator[Callable[[dict[str, Any]], None]]
             first_done.append(done)
         elapsed = max(time.monotonic() - started, 1e-6)
         rate = (done - first_done[0]) / elapsed
-        bad = document["counts"]["failed"] + document["counts"]["abandoned"]
+        bad = sum(document["counts"][s.value] for s in TERMINAL if s is not State.SUCCEEDED)
         progress.update(
             task,
             total=document["total"],

@@ -260,6 +260,12 @@ class Worker:
         except ItemError as exc:
             cause, retried = exc.category, True
             outcome = self.attempts.retry(claim, cause)
+        except Exception:
+            # Only the commit can get here (`_run` turns its own surprises into ItemErrors): a
+            # bug or an unexpected database error is retried, and the slot lives on.
+            logging.getLogger("batchcrop").debug("internal error at commit", exc_info=True)
+            cause, retried = Category.INTERNAL_ERROR, True
+            outcome = self.attempts.retry(claim, cause)
         self._account(claim, outcome, cause, retried=retried)
         return outcome
 

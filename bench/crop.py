@@ -33,14 +33,15 @@ from PIL import Image, ImageDraw
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from batchcrop.crop import Ratio, RenderSpec, render
+from batchcrop.crop import RATIOS_DEFAULT, Ratio, RenderSpec, render
+from batchcrop.crop.spec import MAX_SIDE_PX_DEFAULT, QUALITY_DEFAULT
 from batchcrop.crop.window import needed_scale, output_size, window_size
 
 WIDTH_PX, HEIGHT_PX = 4000, 3000
-MAX_SIDE_PX = 1200
-QUALITY = 85
+MAX_SIDE_PX = MAX_SIDE_PX_DEFAULT
+QUALITY = QUALITY_DEFAULT
 SOURCE_QUALITY = 90
-RATIOS = tuple(Ratio.parse(text) for text in ("1:1", "4:3", "16:9", "3:4"))
+RATIOS = tuple(Ratio.parse(text) for text in RATIOS_DEFAULT)
 SPEC = RenderSpec(RATIOS, max_side=MAX_SIDE_PX, quality=QUALITY)
 ENGINES = ("ours", "vips", "vips-full", "smartcrop")
 LABELS = {

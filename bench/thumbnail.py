@@ -38,13 +38,14 @@ from PIL import Image, ImageDraw
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from batchcrop.api.media import THUMBNAIL_MAX_SIDE_PX_DEFAULT, thumbnail_jpeg
+from batchcrop.crop import RATIOS_DEFAULT
 
 JPEG_SIZE = (4000, 3000)
 PNG_SIZE = (3000, 2000)
 QUALITY = 80
 EXIF_ORIENTATION_TAG = 0x0112
 SHEET_ITEMS = 25
-SHEET_RATIOS = ["1:1", "4:3", "16:9", "3:4"]
+SHEET_RATIOS = list(RATIOS_DEFAULT)
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless",

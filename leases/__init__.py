@@ -14,6 +14,7 @@ from leases.errors import (
     LeaseLost,
     NoSuchGroup,
     RequeueNeedsDeadline,
+    SchemaMissing,
 )
 from leases.heartbeat import Heartbeater
 from leases.manager import LEASE_SECONDS, MAX_ATTEMPT_SECONDS, LeaseManager
@@ -55,6 +56,7 @@ __all__ = [
     "NoSuchGroup",
     "ReapResult",
     "RequeueNeedsDeadline",
+    "SchemaMissing",
     "State",
     "StopReason",
     "configure_sqlite",

@@ -31,6 +31,11 @@ class ConstraintViolation(LeaseError):
     included), typically a unique key someone else wrote first. The transaction was rolled back."""
 
 
+class SchemaMissing(LeaseError):
+    """A statement named a table the database does not have: the schema was never created
+    there (often a mistyped database URL), or a migration is missing."""
+
+
 class DatabaseUnavailable(LeaseError):
     """A transient database failure (connection refused/reset, restart, lock wait exhausted).
 

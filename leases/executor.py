@@ -14,11 +14,12 @@ import sqlalchemy as sa
 from sqlalchemy.sql import Executable
 
 from leases.engine import READ_ONLY_OPTION, configure_sqlite
-from leases.errors import ConstraintViolation, DatabaseUnavailable
+from leases.errors import ConstraintViolation, DatabaseUnavailable, SchemaMissing
 
 # SQLite reports lock waits that outlasted the busy timeout with these OperationalError messages;
 # its other OperationalErrors (missing table, syntax) are programming errors, not outages.
 SQLITE_TRANSIENT_MARKERS = ("database is locked", "database is busy", "disk i/o error")
+POSTGRES_UNDEFINED_TABLE = "42P01"
 
 
 def _is_transient(exc: sa.exc.DBAPIError, dialect_name: str) -> bool:
@@ -30,6 +31,13 @@ def _is_transient(exc: sa.exc.DBAPIError, dialect_name: str) -> bool:
         message = str(exc.orig).lower()
         return any(marker in message for marker in SQLITE_TRANSIENT_MARKERS)
     return True
+
+
+def _is_missing_table(exc: sa.exc.DBAPIError) -> bool:
+    # PostgreSQL's SQLSTATE 42P01 (undefined_table); SQLite says so in its message.
+    if getattr(exc.orig, "sqlstate", None) == POSTGRES_UNDEFINED_TABLE:
+        return True
+    return str(exc.orig).lower().startswith("no such table")
 
 
 class Executor:
@@ -53,6 +61,8 @@ class Executor:
                 raise DatabaseUnavailable(
                     f"database unavailable: {type(exc.orig).__name__}"
                 ) from exc
+            if _is_missing_table(exc):
+                raise SchemaMissing("the database has no such table") from exc
             raise
         except sa.exc.TimeoutError as exc:
             raise DatabaseUnavailable("database connection pool exhausted") from exc

@@ -274,7 +274,7 @@ class S3Store:
         if not first:
             raise ConditionalWritesUnsupported(
                 f"{self.url} accepted a second If-None-Match: * write to an existing key; "
-                "it would silently overwrite derivatives"
+                "it would silently overwrite objects"
             )
 
     def _delete_quietly(self, full_key: str) -> None:

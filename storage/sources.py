@@ -1,4 +1,4 @@
-"""Reading source images from local paths and `s3://bucket/key`, confined to configured roots.
+"""Reading source files from local paths and `s3://bucket/key`, confined to configured roots.
 
 A `SourceReader` is the one place that decides whether a source may be read: `normalize` refuses
 anything outside the roots *after* resolving symlinks, and `expand`/`read` normalise first.

@@ -46,7 +46,7 @@ to `max_source_bytes` and decode to hundreds of megabytes, and a contact sheet a
 THUMBNAIL_CACHE_SECONDS = 300
 """Browsers may reuse a thumbnail this long; the source may change in place, so not forever."""
 DERIVATIVE_CACHE_SECONDS = 365 * 24 * 3600
-"""Derivative keys name their content (source hash + settings variant): safe to keep."""
+"""Derivative keys name their content (source hash + render variant): safe to keep."""
 STORE_RETRY_AFTER_SECONDS = 5
 RATIO_PATH_PATTERN = r"^[0-9]{1,6}x[0-9]{1,6}$"
 _RATIO_PATH = re.compile(RATIO_PATH_PATTERN)

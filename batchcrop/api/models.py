@@ -51,18 +51,19 @@ def storable_text(text: str) -> str:
     return text
 
 
-def _requeueable(state: State) -> State:
-    if state not in REQUEUEABLE:
-        raise ValueError(f"only {', '.join(REQUEUEABLE_NAMES)} items can be requeued")
-    return state
-
-
 REQUEUEABLE_NAMES = [s.value for s in State if s in REQUEUEABLE]
+
+
+def _requeueable(name: str) -> str:
+    if name not in REQUEUEABLE_NAMES:
+        raise ValueError(f"only {' and '.join(REQUEUEABLE_NAMES)} items can be requeued")
+    return name
+
+
 # The state names come from the lease engine's enum (strict=False: JSON gives them as text).
 StateName = Annotated[State, Field(strict=False)]
 RequeueableState = Annotated[
-    State,
-    Field(strict=False),
+    str,
     AfterValidator(_requeueable),
     WithJsonSchema({"type": "string", "enum": REQUEUEABLE_NAMES}),
 ]
@@ -99,8 +100,8 @@ class BatchBody(_Strict):
     max_attempts: Annotated[int, Field(ge=1, le=MAX_ATTEMPTS_MAX)] = MAX_ATTEMPTS
 
 
-def _requeueable_states() -> list[State]:
-    return [s for s in State if s in REQUEUEABLE]
+def _requeueable_states() -> list[str]:
+    return list(REQUEUEABLE_NAMES)
 
 
 class RequeueBody(_Strict):
@@ -110,24 +111,13 @@ class RequeueBody(_Strict):
     deadline, or the reaper would abandon the requeued items again at once.
     """
 
-    states: Annotated[list[RequeueableState], Field(min_length=1, max_length=2)] = Field(
-        default_factory=_requeueable_states
-    )
+    states: Annotated[
+        list[RequeueableState], Field(min_length=1, max_length=len(REQUEUEABLE_NAMES))
+    ] = Field(default_factory=_requeueable_states)
     item_ids: (
         Annotated[list[UuidText], Field(min_length=1, max_length=REQUEUE_ITEM_IDS_MAX)] | None
     ) = None
     deadline_seconds: Seconds | None = None
-
-
-class Counts(BaseModel):
-    """Items per state; they add up to `total`."""
-
-    queued: int
-    in_progress: int
-    retryable: int
-    succeeded: int
-    failed: int
-    abandoned: int
 
 
 class StatusDocument(BaseModel):
@@ -140,7 +130,10 @@ class StatusDocument(BaseModel):
     max_side: int
     quality: int
     total: int
-    counts: Counts
+    counts: Annotated[
+        dict[StateName, int],
+        Field(description="items per state, every state present; they add up to `total`"),
+    ]
     failures: dict[str, int]
     created_at: str
     updated_at: str

@@ -102,7 +102,7 @@ def batch_router(app: App) -> APIRouter:
     def list_items(
         batch_id: str,
         state: Annotated[
-            list[models.StateName] | None, Query(max_length=6, description="repeatable")
+            list[models.StateName] | None, Query(max_length=len(State), description="repeatable")
         ] = None,
         cursor: Cursor = None,
         limit: Limit = PAGE_LIMIT_DEFAULT,

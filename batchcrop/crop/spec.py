@@ -22,6 +22,8 @@ QUALITY_DEFAULT = 85
 QUALITY_MIN = 1
 QUALITY_MAX = 100
 RATIOS_DEFAULT = ("1:1", "4:3", "16:9", "3:4")
+FINGERPRINTED_ALWAYS = ("ratios", "max_side", "quality")
+"""The first release's fields: idempotency fingerprints always hash them (see `fingerprinted`)."""
 
 _RATIO_PATTERN = re.compile(r"\s*([0-9]+)\s*[:xX]\s*([0-9]+)\s*")
 
@@ -125,6 +127,20 @@ class RenderSpec:
         record: dict[str, Any] = {name: getattr(self, name) for name in self.field_names()}
         record["ratios"] = [str(r) for r in self.ratios]
         return record
+
+    def fingerprinted(self) -> dict[str, Any]:
+        """The record as idempotency fingerprints hash it.
+
+        A field added after the first release is left out while it holds its default, so a
+        request that does not use it keeps the fingerprint it had before the field existed (an
+        idempotency key in flight across an upgrade still matches its batch).
+        """
+        defaults = {f.name: f.default for f in fields(self)}
+        return {
+            name: value
+            for name, value in self.to_record().items()
+            if name in FINGERPRINTED_ALWAYS or value != defaults[name]
+        }
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> RenderSpec:

@@ -11,13 +11,13 @@ import pytest
 
 from batchcrop.app import App
 from batchcrop.worker import WorkerOptions
+from leases import TERMINAL
 from storage import LocalStore, ObjectStore
 from tests.apps import app_factory
 from tests.s3_fixtures import moto_s3, rgw, rgw_bucket
 
 __all__ = ["moto_s3", "rgw", "rgw_bucket"]  # fixtures shared with the storage tests
 
-TERMINAL = ("succeeded", "failed", "abandoned")
 RUN_TIMEOUT_SECONDS = 90.0
 
 

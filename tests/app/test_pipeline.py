@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -10,8 +11,9 @@ from pathlib import Path
 import boto3
 import pytest
 
+from batchcrop import queries
 from batchcrop.app import App
-from batchcrop.batches import BatchRequest, IdempotencyConflict, ItemRequest
+from batchcrop.batches import BatchRequest, BatchService, IdempotencyConflict, ItemRequest
 from batchcrop.crop import Ratio, RenderSpec
 from batchcrop.worker import WorkerOptions
 from storage import LocalStore, ObjectStore, S3Settings, S3Store
@@ -115,6 +117,66 @@ def test_idempotency_key_returns_the_same_batch_and_refuses_another_request(
         app.batches.submit(_request(sources[:1]), idempotency_key="import-7")
 
 
+def test_a_lost_race_on_an_idempotency_key_returns_the_winners_batch(
+    app: App, tmp_path: Path
+) -> None:
+    """Two submissions of one key that both looked before either wrote: the loser's insert
+    meets the unique key, and it answers with the winner's batch instead of an error."""
+    sources = write_photos(tmp_path / "src", 1)
+    winner, _ = app.batches.submit(_request(sources), idempotency_key="import-8")
+    loser = BatchService(app.leases, poll_margin_seconds=app.poll_margin_seconds)
+    looks: list[str] = []
+    look_up = loser._by_idempotency_key
+
+    def first_look_misses(key: str, fingerprint: str) -> str | None:
+        looks.append(key)
+        return None if len(looks) == 1 else look_up(key, fingerprint)
+
+    loser._by_idempotency_key = first_look_misses  # type: ignore[method-assign]
+    document, created = loser.submit(_request(sources), idempotency_key="import-8")
+    assert (winner["id"], False) == (document["id"], created)
+    assert looks == ["import-8", "import-8"]
+    assert len(app.batches.list_batches()[0]) == 1
+
+
+def test_an_unexpected_error_at_commit_is_retried_and_the_slot_lives_on(
+    app: App, tmp_path: Path
+) -> None:
+    """A commit that fails for a reason nobody planned for (here a manifest row already there
+    breaks the key) retries the item as `internal_error`; the worker is not harmed."""
+    sources = write_photos(tmp_path / "src", 1)
+    status, _ = app.batches.submit(_request(sources))
+    worker = app.worker(LocalStore(tmp_path / "store"), WorkerOptions(batch_ids=[status["id"]]))
+    (claim,) = app.leases.claim("test-worker", 1, group_ids=[status["id"]])
+    with app.leases.transaction() as conn:
+        statement, rows = queries.insert_derivatives(
+            [
+                {
+                    "item_id": claim.item_id,
+                    "batch_id": claim.group_id,
+                    "ratio": "1:1",
+                    "key": "leftover",
+                    "width": 1,
+                    "height": 1,
+                    "bytes": 1,
+                    "sha256": "0" * 64,
+                    "crop_box": "0,0,1,1",
+                }
+            ]
+        )
+        conn.execute(statement, list(rows))
+
+    outcome = worker.process(claim)
+
+    item = app.leases.item(claim.item_id)
+    assert item is not None
+    assert (
+        outcome,
+        item.state,
+        item.error_category,
+    ) == ("retryable", "retryable", "internal_error")
+
+
 def test_an_unreachable_store_makes_items_retryable_not_failed(app: App, tmp_path: Path) -> None:
     """A store outage is transient: attempts end retryable (storage_unavailable), never failed."""
     sources = write_photos(tmp_path / "src", 2)
@@ -183,3 +245,25 @@ def test_with_source_roots_the_worker_confines_reads_again(
         ("failed", "source_not_found"),
     ]
     assert final["failures"] == {"source_not_found": 1}
+
+
+def test_the_fingerprint_hashes_the_canonical_request() -> None:
+    """The idempotency fingerprint is sha256 over the sorted-key JSON of the items, the render
+    request's fields at the top level and the batch limits — the form stored fingerprints were
+    made with, so keys already used keep matching."""
+    request = BatchRequest(
+        items=(ItemRequest(source="/srv/a.jpg", ref="sku-1"),),
+        spec=RenderSpec(ratios=(Ratio(16, 9), Ratio(1, 1)), max_side=640, quality=70),
+        deadline_seconds=3600.0,
+        max_attempts=3,
+    )
+    body = {
+        "items": [["/srv/a.jpg", "sku-1"]],
+        "ratios": ["16:9", "1:1"],
+        "max_side": 640,
+        "quality": 70,
+        "deadline_seconds": 3600.0,
+        "max_attempts": 3,
+    }
+    expected = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+    assert expected == request.fingerprint()

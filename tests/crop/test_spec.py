@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 
 from batchcrop.crop import (
@@ -141,3 +143,22 @@ def test_image_suffixes_are_the_contracts_eight() -> None:
     """Source folders and prefixes expand to the contract's eight lower-case image suffixes."""
     expected = {".jpg", ".jpeg", ".png", ".gif", ".webp", ".tif", ".tiff", ".bmp"}
     assert expected == IMAGE_SUFFIXES
+
+
+@dataclass(frozen=True)
+class _WithFormat(RenderSpec):
+    """The spec as it would be with a render setting added after the first release."""
+
+    output_format: str = "jpeg"
+
+
+def test_a_later_field_at_its_default_leaves_the_fingerprint_alone() -> None:
+    """A field added later is fingerprinted only when a request sets it to something else, so
+    requests that do not use it keep their fingerprints (and idempotency keys) across upgrades;
+    the first release's fields are always fingerprinted."""
+    base = RenderSpec(ratios=SQUARE)
+    assert base.fingerprinted() == {"ratios": ["1:1"], "max_side": 1200, "quality": 85}
+    assert base.fingerprinted() == _WithFormat(ratios=SQUARE).fingerprinted()
+    assert (
+        _WithFormat(ratios=SQUARE, output_format="webp").fingerprinted()["output_format"] == "webp"
+    )

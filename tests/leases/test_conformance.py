@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from leases import Claim, LeaseManager, State, StopReason
 from tests.leases.conftest import (
     ManagerFactory,
+    age_attempts,
     expire_deadline,
     expire_leases,
     make_due,
@@ -77,6 +78,41 @@ def _heartbeat_after_cancel(w: World) -> None:
     w.manager.cancel(w.group_id)
     assert StopReason.CANCELLED is w.manager.heartbeat(claim).stop_reason
     assert StopReason.CANCELLED is w.manager.check(claim)
+
+
+def _heartbeat_past_the_deadline(w: World) -> None:
+    (claim,) = w.claim()
+    expire_deadline(w.engine, w.group_id)
+    assert StopReason.DEADLINE_EXCEEDED is w.manager.heartbeat(claim).stop_reason
+    assert StopReason.DEADLINE_EXCEEDED is w.manager.check(claim)
+
+
+def _heartbeat_of_an_over_long_attempt(w: World) -> None:
+    (claim,) = w.claim()
+    age_attempts(w.engine, w.manager.max_attempt_seconds)
+    assert StopReason.MAX_ATTEMPT_SECONDS is w.manager.heartbeat(claim).stop_reason
+    assert StopReason.MAX_ATTEMPT_SECONDS is w.manager.check(claim)
+
+
+def _due_retryable_before_queued(w: World) -> None:
+    (first,) = w.claim()
+    w.manager.retry_later(first, "storage_unavailable")
+    make_due(w.engine)
+    (again,) = w.claim()
+    assert first.item_id == again.item_id
+
+
+def _cancel_a_held_item(w: World) -> None:
+    (claim,) = w.claim()
+    w.manager.cancel(w.group_id)
+    assert StopReason.CANCELLED is w.manager.heartbeat(claim).stop_reason
+    w.manager.abandon(claim, StopReason.CANCELLED)
+
+
+def _requeue_chosen_items(w: World) -> None:
+    for claim in w.claim(2):
+        w.manager.fail(claim, "invalid_image")
+    assert w.manager.requeue(w.group_id, item_ids=[w.ids[1]]) == 1
 
 
 def _complete(w: World) -> None:
@@ -164,6 +200,55 @@ SCENARIOS = {
         ],
         [("in_progress", 1, None), ("abandoned", 0, "cancelled")],
         {"cancelled": 1},
+    ),
+    "B heartbeat past the deadline": Scenario(
+        1, 3, _heartbeat_past_the_deadline, [CREATED, CLAIMED], [("in_progress", 1, None)]
+    ),
+    "B heartbeat of an over-long attempt": Scenario(
+        1, 3, _heartbeat_of_an_over_long_attempt, [CREATED, CLAIMED], [("in_progress", 1, None)]
+    ),
+    "A due retryable items before queued ones": Scenario(
+        2,
+        3,
+        _due_retryable_before_queued,
+        [
+            CREATED,
+            (1, 0, None, "queued", None, False, False, True),
+            CLAIMED,
+            (0, 1, "in_progress", "retryable", "storage_unavailable", True, True, False),
+            (0, 2, "retryable", "in_progress", None, True, True, False),
+        ],
+        [("in_progress", 2, None), ("queued", 0, None)],
+    ),
+    "H and I cancel with an item held": Scenario(
+        2,
+        3,
+        _cancel_a_held_item,
+        [
+            CREATED,
+            (1, 0, None, "queued", None, False, False, True),
+            CLAIMED,
+            (1, 0, "queued", "abandoned", "cancelled", False, False, True),
+            (0, 1, "in_progress", "abandoned", "cancelled", True, True, False),
+        ],
+        [("abandoned", 1, "cancelled"), ("abandoned", 0, "cancelled")],
+        {"cancelled": 2},
+    ),
+    "J requeue of chosen items": Scenario(
+        2,
+        3,
+        _requeue_chosen_items,
+        [
+            CREATED,
+            (1, 0, None, "queued", None, False, False, True),
+            CLAIMED,
+            (1, 1, "queued", "in_progress", None, True, True, False),
+            (0, 1, "in_progress", "failed", "invalid_image", True, True, False),
+            (1, 1, "in_progress", "failed", "invalid_image", True, True, False),
+            (1, 1, "failed", "queued", None, False, False, True),
+        ],
+        [("failed", 1, "invalid_image"), ("queued", 1, None)],
+        {"invalid_image": 1},
     ),
     "C complete": Scenario(
         1,
@@ -334,3 +419,17 @@ def test_transition_leaves_the_same_rows_on_every_dialect(
     counted = {state.value: n for state, n in summary.counts.items() if n}
     assert _recount(engine, group_id) == counted
     assert scenario.failures == summary.failures
+
+
+def test_claims_interleave_groups_in_the_same_order_on_every_dialect(
+    manager: LeaseManager,
+) -> None:
+    """Queued items are claimed by position across groups: every group's first item before any
+    group's second, the same on both dialects."""
+    first, first_ids = new_group(manager, 3)
+    second, second_ids = new_group(manager, 3)
+    position = {item_id: n for ids in (first_ids, second_ids) for n, item_id in enumerate(ids)}
+    order = [(c.group_id, position[c.item_id]) for _ in range(6) for c in manager.claim("w", 1)]
+    assert [n for _, n in order] == [0, 0, 1, 1, 2, 2]
+    for n in range(3):
+        assert {first, second} == {group for group, at in order if at == n}

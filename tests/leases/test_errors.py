@@ -8,7 +8,14 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from leases import DatabaseUnavailable, LeaseError, LeaseManager, make_engine, upgrade
+from leases import (
+    DatabaseUnavailable,
+    LeaseError,
+    LeaseManager,
+    SchemaMissing,
+    make_engine,
+    upgrade,
+)
 from tests.leases.conftest import new_group
 
 CLOSED_PORT_URL = "postgresql+psycopg://postgres@127.0.0.1:1/none?connect_timeout=2"
@@ -50,8 +57,12 @@ def test_sqlite_lock_beyond_busy_timeout_is_unavailable(sqlite_url: str) -> None
 
 
 def test_programming_errors_are_not_outages(sqlite_url: str) -> None:
-    """A missing schema is a bug, not an outage: the driver error propagates unchanged."""
+    """A missing schema is not an outage (nothing to wait out): it is `SchemaMissing`, with the
+    driver's error chained, so a caller can name the likely mistake."""
     engine = make_engine(sqlite_url)
-    with pytest.raises(sa.exc.OperationalError, match="no such table"):
+    with pytest.raises(SchemaMissing) as caught:
         LeaseManager(engine).claim("w", 1)
+    assert not isinstance(caught.value, DatabaseUnavailable)
+    assert isinstance(caught.value.__cause__, sa.exc.OperationalError)
+    assert "no such table" in str(caught.value.__cause__)
     engine.dispose()

@@ -129,8 +129,7 @@ function problemRow(item) {
 
 async function loadProblems({ append = false } = {}) {
   const query = new URLSearchParams([
-    ["state", "failed"],
-    ["state", "abandoned"],
+    ...[...REQUEUEABLE_STATES].map((state) => ["state", state]),
     ["limit", String(PROBLEMS_PAGE_SIZE)],
   ]);
   if (append && problemsCursor) query.set("cursor", problemsCursor);

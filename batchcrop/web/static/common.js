@@ -8,6 +8,7 @@ const RETRY_AFTER_DEFAULT_SECONDS = 5;
 const LOADING = "Loading…";
 
 // The state vocabulary is the server's (GET /v1/meta), filled in before a page's first load.
+// Every page needs it: `startPage` loads it (once) before the page's own data.
 export const TERMINAL_STATES = new Set();
 export const REQUEUEABLE_STATES = new Set();
 
@@ -204,7 +205,7 @@ export function progressBar(status) {
   for (const span of bar.children) {
     span.style.width = `${(100 * Number(span.dataset.count)) / total}%`;
   }
-  const done = status.counts.succeeded + status.counts.failed + status.counts.abandoned;
+  const done = [...TERMINAL_STATES].reduce((sum, state) => sum + status.counts[state], 0);
   return h(
     "div",
     { class: "progress" },
@@ -255,8 +256,6 @@ export function pollStatus(batchId, onChange, { etag = null, onError = () => {} 
   };
 }
 
-// Runs `load` and handles the token: on 401 the data is hidden and the token form shown; a
-// token entered there is kept in sessionStorage (this tab only) and `load` runs again.
 async function loadMeta() {
   if (TERMINAL_STATES.size) return;
   const meta = await apiJson("/v1/meta");
@@ -264,6 +263,8 @@ async function loadMeta() {
   for (const state of meta.requeueable_states) REQUEUEABLE_STATES.add(state);
 }
 
+// Runs `load` and handles the token: on 401 the data is hidden and the token form shown; a
+// token entered there is kept in sessionStorage (this tab only) and `load` runs again.
 export function startPage(load) {
   const form = byId("token-form");
   const input = byId("token-input");
