@@ -274,13 +274,8 @@ class LeaseManager(Reader):
         with self._db.read() as c:
             closed = self._db.rows(c, queries.closed_groups_with_work())
         for group in closed:
-            reason = (
-                StopReason.CANCELLED if group.cancel_requested else StopReason.DEADLINE_EXCEEDED
-            )
-            for from_state in (State.QUEUED, State.RETRYABLE, State.IN_PROGRESS):
-                stmt = queries.abandon(from_state, reason, MOVE_BATCH_ROWS)
-                source = Source(from_state, None, cid, from_state is State.IN_PROGRESS)
-                moved += self._move_all(stmt, {"p_group_id": group.id}, source)
+            from_states = (State.QUEUED, State.RETRYABLE, State.IN_PROGRESS)
+            moved += self._abandon_closed(group.id, from_states, cid)
         stmt = queries.retry_or_fail_expired(
             MOVE_BATCH_ROWS, base_ms=self._backoff_ms, max_ms=self._backoff_max_ms
         )
@@ -308,10 +303,42 @@ class LeaseManager(Reader):
             if self._db.rowcount(c, group_queries.request_cancel(group_id)) == 0:
                 raise NoSuchGroup(group_id)
         cid = transitions.new_correlation_id()
-        for from_state in (State.QUEUED, State.RETRYABLE):
-            stmt = queries.abandon(from_state, StopReason.CANCELLED, MOVE_BATCH_ROWS)
-            source = Source(from_state, None, cid, attempt_fields=False)
-            self._move_all(stmt, {"p_group_id": group_id}, source)
+        self._abandon_closed(group_id, (State.QUEUED, State.RETRYABLE), cid)
+
+    def _abandon_closed(
+        self, group_id: str, from_states: Sequence[State], cid: str
+    ) -> Counter[str]:
+        """H (and G for expired leases): abandon a closed group's items, batch by batch, until
+        none is left or the group is no longer closed (an operator requeued it)."""
+        moved: Counter[str] = Counter()
+        for from_state in from_states:
+            while True:
+                rows = self._abandon_batch(group_id, from_state, cid)
+                if rows is None:
+                    return moved
+                moved.update(row.state for row in rows)
+                if len(rows) < MOVE_BATCH_ROWS:
+                    break
+        return moved
+
+    def _abandon_batch(
+        self, group_id: str, from_state: State, cid: str
+    ) -> Sequence[sa.Row[Any]] | None:
+        """One batch of abandons, in a transaction holding the group's row lock, so that it and
+        a requeue (which takes the same lock) serialise; None once the group is open again."""
+        with self._db.write() as c:
+            group = self._db.one(c, group_queries.group_row(group_id, lock=True))
+            if group is None:
+                return None
+            if group.cancel_requested:
+                reason = StopReason.CANCELLED
+            elif group.deadline_at <= group.now:
+                reason = StopReason.DEADLINE_EXCEEDED
+            else:
+                return None
+            stmt = queries.abandon(from_state, reason.value, MOVE_BATCH_ROWS)
+            source = Source(from_state, None, cid, attempt_fields=from_state is State.IN_PROGRESS)
+            return self._move(stmt, {"p_group_id": group_id}, source, c)
 
     def requeue(
         self,

@@ -335,12 +335,20 @@ def abandon(from_state: State, reason: str, limit: int) -> Update:
 
     For `in_progress` only expired leases are taken (a live holder is stopped by its heartbeat
     instead). Concurrency: rows are picked with SKIP LOCKED and re-checked by the UPDATE's
-    state predicate, so reapers running at once never move an item twice.
+    state predicate, so reapers running at once never move an item twice; the statement also
+    re-checks that the group is still closed for `reason` (cancelled, or past its deadline), so
+    a requeue that reopened it in the meantime is never undone.
     """
     now = db_now_ms()
+    closed = (
+        groups.c.cancel_requested
+        if reason == StopReason.CANCELLED.value
+        else groups.c.deadline_at <= now
+    )
     where: list[ColumnElement[bool]] = [
         state_is(from_state),
         items.c.group_id == sa.bindparam("p_group_id", type_=sa.String),
+        sa.exists().where(groups.c.id == items.c.group_id, closed),
     ]
     if from_state is State.IN_PROGRESS:
         where.append(items.c.lease_expires_at <= now)

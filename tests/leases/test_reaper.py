@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 import sqlalchemy as sa
 
-from leases import LeaseManager, ReapResult, State, StopReason
+from leases import LeaseManager, ReapResult, State, StopReason, queries
 from tests.leases.conftest import (
     ManagerFactory,
     event_count,
@@ -127,3 +128,25 @@ def test_concurrent_reapers_move_each_item_once(manager: LeaseManager, engine: s
     assert manager.reap() == ReapResult(0, 0, 0)
     assert manager.recount(group_id) == manager.counted(group_id)
     assert manager.recount(cancelled) == manager.counted(cancelled)
+
+
+@pytest.mark.parametrize("reason", ["deadline_exceeded", "cancelled"])
+def test_the_abandon_statement_rechecks_that_the_group_is_closed(
+    manager: LeaseManager, engine: sa.Engine, reason: str
+) -> None:
+    """The abandon statement itself moves nothing in a group that is not (or no longer) closed
+    for its reason, whatever its caller read before; once the group is closed it does."""
+    group_id, _ = new_group(manager, 1)
+    statement = queries.abandon(State.QUEUED, reason, 10)
+    with engine.begin() as conn:
+        assert conn.execute(statement, {"p_group_id": group_id}).all() == []
+    if reason == "cancelled":
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text("UPDATE lease_groups SET cancel_requested = :t WHERE id = :g"),
+                {"t": True, "g": group_id},
+            )
+    else:
+        expire_deadline(engine, group_id)
+    with engine.begin() as conn:
+        assert len(conn.execute(statement, {"p_group_id": group_id}).all()) == 1

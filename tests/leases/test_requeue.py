@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import pytest
 import sqlalchemy as sa
 
 from leases import LeaseManager, NoSuchGroup, RequeueNeedsDeadline, State
+from leases import manager as manager_module
 from tests.leases.conftest import expire_deadline, expire_leases, make_due, new_group
 
 
@@ -111,3 +115,38 @@ def test_unknown_group(manager: LeaseManager) -> None:
     group_id, _ = new_group(manager, 1)
     assert [s.id for s in manager.groups(["nope", group_id])] == [group_id]
     assert manager.item("nope") is None
+
+
+@pytest.mark.parametrize("closer", ["reaper", "cancel"])
+def test_a_requeue_between_two_abandon_batches_is_not_undone(
+    engine: sa.Engine, monkeypatch: pytest.MonkeyPatch, closer: str
+) -> None:
+    """An operator's requeue landing between two batches of a reaper pass (deadline) or of a
+    cancel is final: the later batches see the group open again and abandon nothing more."""
+    monkeypatch.setattr(manager_module, "MOVE_BATCH_ROWS", 1)
+    operator = LeaseManager(engine)
+    requeued: list[int] = []
+
+    class RequeueMidway(LeaseManager):
+        """Runs the operator's requeue right after its first abandon batch commits."""
+
+        def _abandon_batch(
+            self, group_id: str, from_state: State, cid: str
+        ) -> Sequence[sa.Row[Any]] | None:
+            rows = super()._abandon_batch(group_id, from_state, cid)
+            if not requeued:
+                requeued.append(operator.requeue(group_id, deadline_seconds=3600.0))
+            return rows
+
+    closing = RequeueMidway(engine)
+    group_id, ids = new_group(operator, 3)
+    if closer == "reaper":
+        expire_deadline(engine, group_id)
+        closing.reap()
+    else:
+        closing.cancel(group_id)
+
+    assert requeued == [1]  # the first batch abandoned one item, which the requeue took back
+    states = [getattr(operator.item(i), "state", None) for i in ids]
+    assert states == [State.QUEUED] * 3
+    assert operator.recount(group_id) == operator.counted(group_id)
