@@ -267,10 +267,20 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument(
-        "--api-token", metavar="TOKEN", help="BATCHCROP_API_TOKEN: require Authorization: Bearer"
+        "--api-token-file",
+        metavar="FILE",
+        help="BATCHCROP_API_TOKEN_FILE: a file whose first line is the token every request "
+        "must bear (Authorization: Bearer); or set BATCHCROP_API_TOKEN. Never on the command "
+        "line, where `ps` shows it",
     )
     p.add_argument(
         "--source-roots", metavar="ROOTS", help="BATCHCROP_SOURCE_ROOTS: where API sources may lie"
+    )
+    p.add_argument(
+        "--allowed-hosts",
+        metavar="NAMES",
+        help="BATCHCROP_ALLOWED_HOSTS: comma-separated Host names to answer besides loopback "
+        "(with a token set: the only ones)",
     )
     _database_flags(p)
     _store_flags(p)

@@ -56,8 +56,9 @@ SETTING_FLAGS = (
     "s3_endpoint_url",
     "s3_request_checksum",
     "max_source_bytes",
-    "api_token",
+    "api_token_file",
     "source_roots",
+    "allowed_hosts",
 )
 
 

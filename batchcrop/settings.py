@@ -32,6 +32,8 @@ DURATION_SECONDS_MAX = 10 * 365 * 86400.0
 times the database stores, with centuries to spare."""
 
 ENV_PREFIX = "BATCHCROP_"
+API_TOKEN_CHARS_MIN = 32
+"""Shorter tokens are refused: a token is the only lock on the API."""
 
 
 class SettingsError(ValueError):
@@ -65,6 +67,8 @@ class Settings:
     reaper_interval_seconds: float = REAPER_INTERVAL_SECONDS
     max_source_bytes: int = MAX_SOURCE_BYTES
     api_token: str | None = None
+    api_token_file: str | None = None
+    allowed_hosts: tuple[str, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
         for name in ("lease_seconds", "max_attempt_seconds", "reaper_interval_seconds"):
@@ -73,6 +77,11 @@ class Settings:
                 raise SettingsError(f"{name} must be a positive, finite number of seconds")
         if self.max_source_bytes <= 0:
             raise SettingsError("max_source_bytes must be positive")
+        if self.api_token is not None and len(self.api_token) < API_TOKEN_CHARS_MIN:
+            raise SettingsError(
+                f"the API token must be at least {API_TOKEN_CHARS_MIN} characters "
+                "(for example: python3 -c 'import secrets; print(secrets.token_urlsafe(32))')"
+            )
         if self.s3_request_checksum not in ("when_supported", "when_required"):
             raise SettingsError("s3_request_checksum must be when_supported or when_required")
 
@@ -94,12 +103,27 @@ class Settings:
         for name, value in (overrides or {}).items():
             if value is not None:
                 values[name] = _convert(name, value) if isinstance(value, str) else value
+        if values.get("api_token_file"):
+            values["api_token"] = _read_token(values["api_token_file"])
         return cls(**values)
+
+
+def _read_token(path: str) -> str:
+    """The token in a file (its first line): a secret kept off command lines and `ps`."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.readline().strip()
+    except OSError as exc:
+        raise SettingsError(f"cannot read the API token file {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise SettingsError(f"cannot read the API token file {path}: not UTF-8 text") from exc
 
 
 def _convert(name: str, raw: str) -> Any:
     if name == "source_roots":
         return _parse_roots(raw)
+    if name == "allowed_hosts":
+        return tuple(h.strip() for h in raw.split(",") if h.strip())
     if name in ("lease_seconds", "max_attempt_seconds", "reaper_interval_seconds"):
         try:
             return float(raw)

@@ -13,8 +13,9 @@ from starlette.responses import Response
 
 from batchcrop.api import handlers, models
 from batchcrop.api.auth import token_guard
+from batchcrop.api.hosts import HostGuard
 from batchcrop.api.media import media_router
-from batchcrop.api.middleware import BODY_BYTES_MAX, BodyLimit, CrashGuard
+from batchcrop.api.middleware import BODY_BYTES_MAX, BodyLimit, CrashGuard, NoSniff
 from batchcrop.api.problems import Problem
 from batchcrop.api.routes import PROBLEM_RESPONSE, batch_router, json_response
 from batchcrop.app import App
@@ -93,7 +94,14 @@ def create_api(app: App, *, max_body_bytes: int = BODY_BYTES_MAX) -> FastAPI:
     api.include_router(media_router(app), dependencies=[guard])
     api.include_router(page_router())  # HTML/JS/CSS shells only: the data needs the token
     handlers.install(api)
-    # Added last = outermost: the body cap acts before anything reads the body.
+    # Added last = outermost: `nosniff` goes on every answer, refusals included; the Host check,
+    # then the body cap, act before anything reads the body.
     api.add_middleware(CrashGuard)
     api.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    api.add_middleware(
+        HostGuard,
+        token_set=bool(app.settings.api_token),
+        allowed_hosts=app.settings.allowed_hosts,
+    )
+    api.add_middleware(NoSniff)
     return api

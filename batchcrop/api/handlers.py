@@ -13,6 +13,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
+from starlette.routing import Match
 
 from batchcrop.api.problems import Problem, field_problem, problem_response
 from batchcrop.batches import (
@@ -26,6 +27,7 @@ from leases import DatabaseUnavailable
 
 DATABASE_RETRY_AFTER_SECONDS = 5
 _VALUE_ERROR_PREFIX = "Value error, "
+HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 _HTTP_SLUGS = {
     401: "unauthorized",
     404: "not-found",
@@ -66,6 +68,22 @@ def validation_problem(exc: RequestValidationError) -> Problem:
     )
 
 
+def allowed_methods(api: FastAPI, request: Request) -> list[str]:
+    """Every method some route of `api` answers on this request's path, sorted.
+
+    Asked of the router itself, method by method, so that included routers count too.
+    """
+    allowed = [
+        method
+        for method in HTTP_METHODS
+        if any(
+            route.matches({**request.scope, "method": method})[0] is Match.FULL
+            for route in api.router.routes
+        )
+    ]
+    return sorted(allowed)
+
+
 def _instance(request: Request) -> str:
     return request.url.path
 
@@ -84,8 +102,13 @@ def install(api: FastAPI) -> None:
     async def on_http(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         detail = exc.detail if isinstance(exc.detail, str) else "request refused"
+        headers = exc.headers
+        if exc.status_code == 405:
+            # The router names the methods of the first route on the path only; one path can be
+            # several routes (GET and POST /v1/batches), so list every route's.
+            headers = {**(headers or {}), "Allow": ", ".join(allowed_methods(api, request))}
         problem = Problem(
-            exc.status_code, detail, slug=_HTTP_SLUGS.get(exc.status_code), headers=exc.headers
+            exc.status_code, detail, slug=_HTTP_SLUGS.get(exc.status_code), headers=headers
         )
         return problem_response(problem, instance=_instance(request))
 

@@ -1,4 +1,4 @@
-"""Two ASGI guards around the application: a request body cap and a last-resort 500.
+"""ASGI guards around the application: a request body cap, a last-resort 500, `nosniff`.
 
 Both answer with problem documents. They are plain ASGI (not `BaseHTTPMiddleware`) so that
 they add no task or thread hop to every request.
@@ -14,6 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from batchcrop.api.problems import Problem, problem_response
 
 BODY_BYTES_MAX = 16 * 1024 * 1024
+NOSNIFF_HEADER = b"x-content-type-options"
 
 log = logging.getLogger("batchcrop.api")
 
@@ -29,7 +30,8 @@ class BodyTooLarge(HTTPException):
         super().__init__(413, f"request body larger than {max_bytes} bytes")
 
 
-async def _answer(scope: Scope, receive: Receive, send: Send, problem: Problem) -> None:
+async def answer(scope: Scope, receive: Receive, send: Send, problem: Problem) -> None:
+    """Answer the request with `problem` (a guard's refusal)."""
     response = problem_response(problem, instance=str(scope.get("path", "")))
     await response(scope, receive, send)
 
@@ -65,7 +67,7 @@ class BodyLimit:
             return
         declared = _content_length(scope)
         if declared is not None and declared > self.max_bytes:
-            await _answer(scope, receive, send, _too_large(self.max_bytes))
+            await answer(scope, receive, send, _too_large(self.max_bytes))
             return
         received = 0
 
@@ -84,7 +86,7 @@ class BodyLimit:
         except BodyTooLarge:
             if tracked.started:
                 raise
-            await _answer(scope, receive, send, _too_large(self.max_bytes))
+            await answer(scope, receive, send, _too_large(self.max_bytes))
 
 
 def _content_length(scope: Scope) -> int | None:
@@ -115,4 +117,25 @@ class CrashGuard:
             if tracked.started:
                 raise
             problem = Problem(500, "internal error; the server log has the details")
-            await _answer(scope, receive, send, problem)
+            await answer(scope, receive, send, problem)
+
+
+class NoSniff:
+    """`X-Content-Type-Options: nosniff` on every response: a browser never second-guesses a
+    declared type (a JSON document or a derivative is never run as script or page)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_header(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = [h for h in message.get("headers", []) if h[0] != NOSNIFF_HEADER]
+                message = {**message, "headers": [*headers, (NOSNIFF_HEADER, b"nosniff")]}
+            await send(message)
+
+        await self.app(scope, receive, with_header)

@@ -6,7 +6,6 @@ otherwise submit work and read every batch.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import signal
 import sys
@@ -18,6 +17,7 @@ from types import FrameType
 import uvicorn
 
 from batchcrop.api.application import create_api
+from batchcrop.api.hosts import is_loopback
 from batchcrop.app import App
 from batchcrop.logs import log_event
 from leases import DatabaseUnavailable
@@ -25,20 +25,8 @@ from leases import DatabaseUnavailable
 EXIT_OK = 0
 EXIT_USAGE = 2
 SHUTDOWN_GRACE_SECONDS = 10
-LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 
 log = logging.getLogger("batchcrop.api")
-
-
-def is_loopback(host: str) -> bool:
-    """True for `localhost` and loopback addresses (127.0.0.0/8, ::1); False for the rest,
-    including `0.0.0.0`/`::` (every interface) and any other host name."""
-    if host.lower() in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 class Reaper(threading.Thread):

@@ -16,7 +16,7 @@ from batchcrop.app import App
 from tests.api.live import LiveServer, running
 from tests.apps import app_factory
 
-TOKEN = "s3cret-t0ken"
+TOKEN = "s3cret-t0ken-of-the-api-tests-0123456789"
 IMAGE_COUNT = 6
 
 

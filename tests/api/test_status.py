@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
+from batchcrop.api.hosts import is_loopback
 from batchcrop.api.polling import (
     RETRY_AFTER_MAX_SECONDS,
     if_none_match_matches,
     retry_after_seconds,
 )
-from batchcrop.api.server import is_loopback
 from tests.api.conftest import assert_problem, batch_body
 from tests.api.live import LiveServer
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from batchcrop.settings import LEASE_SECONDS, Settings, SettingsError, parse_duration
@@ -50,9 +52,26 @@ def test_bad_values_raise_an_error_naming_the_setting(env: dict[str, str], needl
 
 def test_repr_never_shows_the_token_or_database_password() -> None:
     """Settings printed in logs or errors hide secrets."""
-    settings = Settings(database_url="postgresql://u:hunter2@db/x", api_token="s3cret")
+    settings = Settings(database_url="postgresql://u:hunter2@db/x", api_token="s3cret" * 6)
     assert "hunter2" not in repr(settings)
     assert "s3cret" not in repr(settings)
+
+
+def test_a_short_api_token_is_refused() -> None:
+    """A token under 32 characters is a setting error that says how to make a good one."""
+    with pytest.raises(SettingsError, match="at least 32 characters"):
+        Settings.load(env={"BATCHCROP_API_TOKEN": "short"})
+
+
+def test_the_api_token_can_come_from_a_file(tmp_path: Path) -> None:
+    """`--api-token-file` / `BATCHCROP_API_TOKEN_FILE`: the file's first line is the token, so
+    the secret never appears on a command line; an unreadable file is a setting error."""
+    token = "a-token-kept-in-a-file-0123456789-abcdef"
+    (tmp_path / "token").write_text(token + "\n", encoding="utf-8")
+    from_file = Settings.load({"api_token_file": str(tmp_path / "token")}, env={})
+    assert token == from_file.api_token
+    with pytest.raises(SettingsError, match="cannot read the API token file"):
+        Settings.load(env={"BATCHCROP_API_TOKEN_FILE": str(tmp_path / "missing")})
 
 
 @pytest.mark.parametrize(

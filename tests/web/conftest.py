@@ -39,7 +39,7 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-TOKEN = "page-t0ken"
+TOKEN = "page-t0ken-of-the-operator-page-tests-0123"
 RATIOS = ["1:1", "16:9", "3:4"]
 GOOD_IMAGES = 5
 BATCH_TIMEOUT_SECONDS = 60.0
