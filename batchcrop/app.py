@@ -52,6 +52,15 @@ class App:
         roots = None if trusted else list(self.settings.source_roots)
         return SourceReader(roots, s3=self.s3_settings(), suffixes=IMAGE_SUFFIXES)
 
+    def stored_source_reader(self) -> SourceReader:
+        """For reading sources already stored on items (workers, thumbnails).
+
+        They were confined to the roots when submitted through the API, but a path can change
+        under a root afterwards (a swapped symlink), so with roots configured every read is
+        confined again. Without roots the API accepts no source: items came from the CLI.
+        """
+        return self.source_reader(trusted=not self.settings.source_roots)
+
     def upgrade(self) -> None:
         """Create or migrate every table (lease engine first, then ours)."""
         try:
@@ -71,13 +80,14 @@ class App:
         root afterwards (a swapped symlink): so with source roots configured, the worker checks
         them again at read time. `trusted_sources` is for `run`, whose operator named them.
         """
-        trusted = trusted_sources or not self.settings.source_roots
         return Worker(
             leases=self.leases,
             batches=self.batches,
             attempts=Attempts(self.leases),
             store=store,
-            sources=self.source_reader(trusted=trusted),
+            sources=self.source_reader(trusted=True)
+            if trusted_sources
+            else self.stored_source_reader(),
             metrics=self.metrics,
             options=options,
         )

@@ -186,9 +186,9 @@ class _LazyStore:
 def media_router(app: App) -> APIRouter:
     """The image endpoints under `/v1/batches`, bound to `app` (store opened without a probe)."""
     router = APIRouter(prefix="/v1/batches", tags=["media"], responses=PROBLEM_RESPONSES)
-    # Sources were confined to the roots when the batch was submitted; the item's stored
-    # source is the normalised one, so it is read as the workers read it.
-    sources = app.source_reader(trusted=True)
+    # Read as the workers read them: confined to the roots again (a symlink swapped after
+    # submission must not serve a file from outside them).
+    sources = app.stored_source_reader()
     store = _LazyStore(app)
     max_bytes = app.settings.max_source_bytes
     decodes = threading.BoundedSemaphore(THUMBNAIL_DECODES_MAX)

@@ -160,3 +160,19 @@ def test_openapi_documents_both_endpoints(processed: ProcessedBatch) -> None:
     assert {"X-Source-Width", "X-Source-Height"} <= set(thumbnail["responses"]["200"]["headers"])
     page_paths = [p for p in paths if not p.startswith(("/v1", "/healthz", "/metrics"))]
     assert page_paths == []
+
+
+def test_a_source_swapped_out_of_the_roots_is_not_served(
+    processed: ProcessedBatch, source_root: Path, tmp_path: Path
+) -> None:
+    """A source replaced after submission by a symlink leading out of the source roots gets a
+    404, as the worker refuses it: the thumbnail never shows a file from outside the roots."""
+    outside = tmp_path / "elsewhere.jpg"
+    outside.write_bytes((source_root / "img1.jpg").read_bytes())
+    (source_root / "img1.jpg").unlink()
+    (source_root / "img1.jpg").symlink_to(outside)
+    item = by_ref(processed, "sku-1")
+    response = processed.live.client.get(
+        f"/v1/batches/{processed.id}/items/{item['id']}/source-thumbnail"
+    )
+    assert_problem(response, 404)
