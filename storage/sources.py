@@ -6,6 +6,7 @@ anything outside the roots *after* resolving symlinks, and `expand`/`read` norma
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import threading
@@ -76,7 +77,13 @@ class SourceReader:
             raise SourceNotAllowed(f"unsupported source scheme: {source!r}")
         if not source.removeprefix(FILE_SCHEME) or "\0" in source:
             raise SourceNotAllowed(f"invalid source path: {source!r}")
-        path = Path(source.removeprefix(FILE_SCHEME)).resolve()
+        try:
+            path = Path(source.removeprefix(FILE_SCHEME)).resolve()
+        except (RuntimeError, OSError) as exc:
+            # Python 3.11 raises RuntimeError on a symlink loop (3.13: OSError, ELOOP).
+            raise SourceNotAllowed(
+                f"source cannot be resolved (a symlink loop?): {source!r}"
+            ) from exc
         if self._local_roots is not None and not any(
             path.is_relative_to(root) for root in self._local_roots
         ):
@@ -127,6 +134,8 @@ class SourceReader:
         except PermissionError as exc:
             raise AccessDenied(f"permission denied: {normalized}") from exc
         except OSError as exc:
+            if exc.errno == errno.ELOOP:  # a loop made after normalisation: never readable
+                raise ObjectNotFound(f"source is a symlink loop: {normalized}") from exc
             raise StorageUnavailable(f"{normalized}: {exc.strerror or exc}") from exc
 
     def _split_s3(self, source: str) -> tuple[str, str]:

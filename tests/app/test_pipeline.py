@@ -267,3 +267,22 @@ def test_the_fingerprint_hashes_the_canonical_request() -> None:
     }
     expected = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
     assert expected == request.fingerprint()
+
+
+def test_a_source_that_became_a_symlink_loop_fails_once_as_not_found(
+    app: App, tmp_path: Path
+) -> None:
+    """A source replaced by a symlink loop after submission is `source_not_found` at its first
+    attempt, not an `internal_error` retried until the cap."""
+    sources = write_photos(tmp_path / "src", 1)
+    status, _ = app.batches.submit(_request(sources))
+    sources[0].unlink()
+    sources[0].symlink_to(sources[0])
+    final = run_batch(app, LocalStore(tmp_path / "store"), status["id"])
+    (item,) = app.batches.items(status["id"])[0]
+    assert (
+        item["state"],
+        item["error_category"],
+        item["attempt"],
+    ) == ("failed", "source_not_found", 1)
+    assert final["failures"] == {"source_not_found": 1}

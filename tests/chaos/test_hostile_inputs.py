@@ -54,6 +54,10 @@ def test_hostile_images_end_as_expected_and_block_nothing(
     for n in range(CLEAN_IMAGES):
         (src / f"clean-{n}.jpg").write_bytes(corpus.clean_jpeg(n))
         expected[f"clean-{n}.jpg"] = ("succeeded", None)
+    # Regression: a symlink loop in a folder crashed `run` with a traceback before anything
+    # was processed; it is skipped when the folder is expanded, like any unreadable entry.
+    (src / "loop-a.jpg").symlink_to(src / "loop-b.jpg")
+    (src / "loop-b.jpg").symlink_to(src / "loop-a.jpg")
     env = {**os.environ, "BATCHCROP_DATABASE_URL": database_url}
     env.pop("BATCHCROP_STORE", None)
     args = ("run", str(src), "--out", str(tmp_path / "out"), "--ratios", "1:1,16:9")
@@ -77,6 +81,8 @@ def live(database_url: str, tmp_path: Path) -> Iterator[tuple[LiveServer, Path]]
     (root / "ok.jpg").write_bytes(corpus.clean_jpeg(1))
     (tmp_path / "secret.jpg").write_bytes(corpus.clean_jpeg(2))
     (root / "escape.jpg").symlink_to(tmp_path / "secret.jpg")
+    (root / "loop-a.jpg").symlink_to(root / "loop-b.jpg")
+    (root / "loop-b.jpg").symlink_to(root / "loop-a.jpg")
     app = build(
         Settings(
             database_url=database_url,
@@ -106,6 +112,8 @@ def _hostile_bodies(root: Path) -> list[tuple[str, Any, int]]:
         ("traversal", _body(f"{root}/../../../etc/passwd"), 422),
         ("dotdot to a sibling", _body(f"{root}/../secret.jpg"), 422),
         ("symlink out of the root", _body(str(root / "escape.jpg")), 422),
+        # Regression: a symlink loop was a 500 (Path.resolve raised RuntimeError).
+        ("symlink loop", _body(str(root / "loop-a.jpg")), 422),
         ("file URL", _body("file:///etc/passwd"), 422),
         ("http URL", _body("http://169.254.169.254/latest/meta-data"), 422),
         ("s3 outside the roots", _body("s3://other-bucket/a.jpg"), 422),
@@ -262,6 +270,8 @@ def test_cli_refuses_an_idempotency_key_the_database_cannot_hold(
         # Regression: a missing items CSV ended in a FileNotFoundError traceback.
         (("submit", "--items-csv", "missing.csv"), "missing.csv"),
         (("submit", "--items-csv", "latin1.csv"), "latin1.csv"),
+        # Regression: a symlink loop named on the command line was a traceback.
+        (("submit", "loop.jpg"), "symlink loop"),
     ],
 )
 def test_hostile_command_lines_exit_2(
@@ -270,6 +280,7 @@ def test_hostile_command_lines_exit_2(
     """Infinite, NaN and out-of-range numbers on the command line: exit 2, one line, no trace."""
     (tmp_path / "a.jpg").write_bytes(corpus.clean_jpeg(1))
     (tmp_path / "latin1.csv").write_bytes("source,ref\na.jpg,caf\u00e9\n".encode("latin-1"))
+    (tmp_path / "loop.jpg").symlink_to(tmp_path / "loop.jpg")
     env = {**os.environ, "BATCHCROP_DATABASE_URL": postgres_url}
     env["BATCHCROP_STORE"] = f"file://{tmp_path / 'out'}"
     result = _cli(env, tmp_path, *args)

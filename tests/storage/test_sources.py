@@ -193,3 +193,16 @@ def test_mixed_roots(tree: Path, s3_sources: str) -> None:
     )
     assert reader.read(str(tree / "a.jpg"), max_bytes=10) == b"a"
     assert reader.read(f"s3://{s3_sources}/photos/a.jpg", max_bytes=10) == b"a"
+
+
+def test_a_symlink_loop_is_refused_and_skipped(tree: Path) -> None:
+    """A symlink loop named directly is `SourceNotAllowed` (a usage error, never a crash); in a
+    folder it is skipped like any entry that is not a readable image."""
+    (tree / "loop-a.jpg").symlink_to(tree / "loop-b.jpg")
+    (tree / "loop-b.jpg").symlink_to(tree / "loop-a.jpg")
+    reader = SourceReader(suffixes=IMAGE_SUFFIXES)
+    with pytest.raises(SourceNotAllowed, match="symlink loop"):
+        reader.normalize(str(tree / "loop-a.jpg"))
+    with pytest.raises(SourceNotAllowed, match="symlink loop"):
+        reader.read(str(tree / "loop-a.jpg"), max_bytes=100)
+    assert not any("loop" in source for source in reader.expand(str(tree)))
