@@ -4,6 +4,7 @@ only with `--json`; the progress bar draws on stderr."""
 from __future__ import annotations
 
 import time
+import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -12,10 +13,28 @@ from rich.console import Console
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from leases import TERMINAL, State
 
 WATCH_INTERVAL_SECONDS = 2.0
+
+
+# Bidirectional overrides and isolates can make a line read as something it does not say.
+_BIDI_CONTROLS = frozenset(chr(c) for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A)))
+
+
+def literal(value: object) -> Text:
+    """`value` as plain text for the terminal: never markup, and every control character
+    (escape sequences, carriage returns, bidi overrides) shown as a visible escape instead of
+    acting on the terminal. Documents carry strings the API accepted from clients (refs,
+    sources, reasons), so every cell goes through here."""
+    text = "" if value is None else str(value)
+    shown = "".join(
+        ascii(c)[1:-1] if unicodedata.category(c) == "Cc" or c in _BIDI_CONTROLS else c
+        for c in text
+    )
+    return Text(shown)
 
 
 def _console(stderr: bool = False) -> Console:
@@ -67,23 +86,26 @@ def progress_bar(*, enabled: bool) -> Iterator[Callable[[dict[str, Any]], None]]
 
 def status_table(document: dict[str, Any]) -> Table:
     """The status document as a small table."""
-    table = Table(title=f"batch {document['id']}", show_header=False, title_justify="left")
+    table = Table(title=literal(f"batch {document['id']}"), show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column()
     table.add_row(
-        "state", document["state"] + (" (cancel requested)" if document["cancel_requested"] else "")
+        "state",
+        literal(
+            document["state"] + (" (cancel requested)" if document["cancel_requested"] else "")
+        ),
     )
     table.add_row("items", f"{_done(document)}/{document['total']} done")
     for name, n in document["counts"].items():
         if n:
             table.add_row(f"  {name}", str(n))
     for category, n in document["failures"].items():
-        table.add_row(f"  failure: {category}", str(n))
-    table.add_row("ratios", ", ".join(document["ratios"]))
-    table.add_row("created", str(document["created_at"]))
-    table.add_row("deadline", str(document["deadline_at"]))
+        table.add_row(literal(f"  failure: {category}"), str(n))
+    table.add_row("ratios", literal(", ".join(document["ratios"])))
+    table.add_row("created", literal(document["created_at"]))
+    table.add_row("deadline", literal(document["deadline_at"]))
     if document["terminal_reason"]:
-        table.add_row("result", document["terminal_reason"])
+        table.add_row("result", literal(document["terminal_reason"]))
     return table
 
 
@@ -92,8 +114,8 @@ def print_status(document: dict[str, Any], *, out_dir: str | None = None) -> Non
     console = _console()
     console.print(status_table(document))
     if out_dir:
-        console.print(f"Derivatives are under {out_dir}/derivatives/")
-        console.print(f"Details: batchcrop items {document['id']}")
+        console.print(literal(f"Derivatives are under {out_dir}/derivatives/"))
+        console.print(literal(f"Details: batchcrop items {document['id']}"))
 
 
 def print_batches(documents: Sequence[dict[str, Any]]) -> None:
@@ -101,14 +123,8 @@ def print_batches(documents: Sequence[dict[str, Any]]) -> None:
     table = Table("id", "state", "done/total", "failures", "created", "deadline")
     for d in documents:
         failures = ", ".join(f"{k}: {v}" for k, v in d["failures"].items())
-        table.add_row(
-            d["id"],
-            d["state"],
-            f"{_done(d)}/{d['total']}",
-            failures,
-            d["created_at"],
-            d["deadline_at"],
-        )
+        cells = (d["id"], d["state"], f"{_done(d)}/{d['total']}", failures)
+        table.add_row(*map(literal, (*cells, d["created_at"], d["deadline_at"])))
     _console().print(table)
 
 
@@ -116,14 +132,8 @@ def print_items(documents: Sequence[dict[str, Any]]) -> None:
     """One line per item."""
     table = Table("id", "ref", "state", "attempt", "error", "derivatives")
     for d in documents:
-        table.add_row(
-            d["id"],
-            d["ref"] or "",
-            d["state"],
-            str(d["attempt"]),
-            d["error_category"] or "",
-            str(len(d["derivatives"])),
-        )
+        cells = (d["id"], d["ref"], d["state"], d["attempt"], d["error_category"])
+        table.add_row(*map(literal, cells), str(len(d["derivatives"])))
     _console().print(table)
 
 
@@ -131,15 +141,16 @@ def print_events(documents: Sequence[dict[str, Any]]) -> None:
     """One line per transition."""
     table = Table("at", "item", "attempt", "from", "to", "reason", "worker")
     for d in documents:
-        table.add_row(
+        cells = (
             d["at"],
             d["item_id"],
-            str(d["attempt"]),
-            d["from_state"] or "",
+            d["attempt"],
+            d["from_state"],
             d["to_state"],
-            d["reason"] or "",
-            d["worker_id"] or "",
+            d["reason"],
+            d["worker_id"],
         )
+        table.add_row(*map(literal, cells))
     _console().print(table)
 
 

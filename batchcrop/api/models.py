@@ -9,6 +9,7 @@ Response models only document the contract in OpenAPI; the endpoints return the 
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, WithJsonSchema
@@ -41,9 +42,12 @@ UUID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0
 
 
 def storable_text(text: str) -> str:
-    """Refuse what no database column can hold: NUL characters and lone UTF-16 surrogates."""
+    """Refuse what no database column can hold (NUL, lone UTF-16 surrogates) and control
+    characters, which would act on the terminal of whoever lists the batch."""
     if "\0" in text:
         raise ValueError("must not contain NUL characters")
+    if any(unicodedata.category(c) == "Cc" for c in text):
+        raise ValueError("must not contain control characters")
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:

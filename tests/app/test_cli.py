@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import os
@@ -421,3 +422,27 @@ def test_a_database_without_the_schema_is_named_not_a_traceback(
     assert (result.returncode, "Traceback" in result.stderr) == (3, False), result.stderr
     assert "no batchcrop tables" in result.stderr
     assert "db upgrade" in result.stderr
+
+
+@pytest.mark.slow
+def test_crafted_refs_are_printed_literally(cli: Cli, tmp_path: Path) -> None:
+    """Refs from an items CSV that look like markup, escape sequences or bidi tricks are shown
+    as they are, with control characters escaped: no crash, no faked line, no terminal title."""
+    write_photos(tmp_path / "src", 3)
+    refs = ["[/oops]", "[bold red]FAILED[/]", "title\x1b]0;owned\x07", "ok\rFAKE", "\u202egpj.exe"]
+    with (tmp_path / "items.csv").open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["source", "ref"])
+        for n, ref in enumerate(refs):
+            writer.writerow([tmp_path / "src" / f"photo-{n % 3:03d}.jpg", ref])
+    submitted = cli("submit", "--items-csv", str(tmp_path / "items.csv"))
+    assert submitted.returncode == 0, submitted.stderr
+    cli.env["COLUMNS"] = "400"  # one table row per line, so each ref reads whole
+    listed = cli("items", submitted.stdout.strip())
+    assert (listed.returncode, listed.stderr) == (0, "")
+    assert "[/oops]" in listed.stdout
+    assert "[bold red]FAILED[/]" in listed.stdout
+    assert "\\x1b]0;owned\\x07" in listed.stdout
+    assert "ok\\rFAKE" in listed.stdout
+    assert "\\u202egpj.exe" in listed.stdout
+    assert not any(c in listed.stdout for c in ("\x1b", "\r", "\x07", "\u202e"))

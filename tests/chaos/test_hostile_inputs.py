@@ -119,6 +119,10 @@ def _hostile_bodies(root: Path) -> list[tuple[str, Any, int]]:
         ("s3 outside the roots", _body("s3://other-bucket/a.jpg"), 422),
         ("NUL in a source", _body(ok + "\x00.jpg"), 422),
         ("NUL in a ref", {"items": [{"source": ok, "ref": "a\x00b"}]}, 422),
+        # Regression: control characters in refs reached operators' terminals raw.
+        ("escape sequence in a ref", {"items": [{"source": ok, "ref": "\x1b]0;owned\x07"}]}, 422),
+        ("carriage return in a ref", {"items": [{"source": ok, "ref": "ok\rFAILED"}]}, 422),
+        ("escape sequence in a source", _body(ok.replace("ok.jpg", "\x1b[2Jok.jpg")), 422),
         ("items not a list", {"items": {"source": ok}}, 422),
         ("max_side as a string", _body(ok, max_side="100"), 422),
         ("quality as a float", _body(ok, quality=85.5), 422),
