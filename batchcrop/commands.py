@@ -6,6 +6,7 @@ import argparse
 import csv
 import hashlib
 import json
+import logging
 import os
 import signal
 import sys
@@ -24,6 +25,7 @@ from batchcrop.batches import BatchRequest, ItemRequest
 from batchcrop.crop import RenderSpec
 from batchcrop.errors import BatchcropError
 from batchcrop.exit_codes import Exit
+from batchcrop.logs import log_event
 from batchcrop.reporting import (
     print_batches,
     print_events,
@@ -41,6 +43,9 @@ from storage import SourceReader
 STATE_NAMES = [s.value for s in State]
 RUN_IDLE_SLEEP_SECONDS = 0.2
 RUN_POLL_SECONDS = 0.25
+GIVE_BACK_WAIT_SECONDS = 10.0
+"""After being told to give back, how long slots get to reach a checkpoint before the process
+exits anyway (a slot stuck past that has its item recovered by the reaper, lease expired)."""
 
 
 class UsageError(BatchcropError):
@@ -201,7 +206,13 @@ def run(args: argparse.Namespace) -> int:
             progress = not (args.no_progress or args.json)
             final = _follow(app, batch_id, interrupted, progress=progress)
             worker.stop()
-            worker.join()
+            if not worker.join(GIVE_BACK_WAIT_SECONDS):
+                # A slot stuck where no checkpoint comes (a read that never returns): its item
+                # comes back when its lease expires. The slots are daemon threads.
+                print(
+                    "Some items are still held; they return when their leases expire.",
+                    file=sys.stderr,
+                )
         if interrupted.is_set():
             print(
                 "Interrupted: held items were given back. "
@@ -267,7 +278,8 @@ def worker(args: argparse.Namespace) -> int:
                 pass
             if not the_worker.join(args.shutdown_grace_seconds):
                 the_worker.give_back_now()
-                the_worker.join()
+                if not the_worker.join(GIVE_BACK_WAIT_SECONDS):
+                    log_event("shutdown_with_items_held", level=logging.WARNING)
     return 0
 
 

@@ -26,6 +26,17 @@ from storage.s3 import S3Settings, S3Store
 from storage.urls import FILE_SCHEME, S3_SCHEME, split_s3_url
 
 
+def _refuse_special_file(path: Path) -> None:
+    """`SourceNotAllowed` for a FIFO, socket or device: reading one can block forever or never
+    end. A missing path passes (it may appear later, and fails when read); stat never blocks."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise SourceNotAllowed(f"source is not a regular file (a FIFO, socket or device): {path}")
+
+
 def _hidden(relative_key: str) -> bool:
     """True if any segment of the path starts with "." (dot-files and dot-folders)."""
     return any(segment.startswith(".") for segment in relative_key.split("/"))
@@ -88,6 +99,7 @@ class SourceReader:
             path.is_relative_to(root) for root in self._local_roots
         ):
             raise SourceNotAllowed(f"source outside the allowed roots: {path}")
+        _refuse_special_file(path)
         return str(path)
 
     def expand(self, source: str) -> list[str]:
@@ -122,7 +134,10 @@ class SourceReader:
                 raise ObjectNotFound(f"s3 source names a bucket, not an object: {normalized}")
             return self._s3_store(bucket).get(key, max_bytes=max_bytes)
         try:
-            with open(normalized, "rb") as stream:
+            # O_NONBLOCK: a FIFO swapped in after normalisation opens at once instead of waiting
+            # for a writer forever; its type is then refused on the opened descriptor.
+            fd = os.open(normalized, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            with os.fdopen(fd, "rb") as stream:
                 info = os.fstat(stream.fileno())
                 if not stat.S_ISREG(info.st_mode):
                     raise ObjectNotFound(f"source is not a file: {normalized}")

@@ -43,6 +43,8 @@ THUMBNAIL_DECODES_MAX = 2
 """At most this many sources are read and decoded for thumbnails at once: a source may be up
 to `max_source_bytes` and decode to hundreds of megabytes, and a contact sheet asks for dozens
 (other requests wait in the server's thread pool)."""
+THUMBNAIL_QUEUE_SECONDS = 5.0
+"""How long a thumbnail request waits for a decode slot before a 503 with `Retry-After`."""
 THUMBNAIL_CACHE_SECONDS = 300
 """Browsers may reuse a thumbnail this long; the source may change in place, so not forever."""
 DERIVATIVE_CACHE_SECONDS = 365 * 24 * 3600
@@ -211,15 +213,25 @@ def media_router(app: App) -> APIRouter:
         """A JPEG thumbnail of the item's source after EXIF orientation; crop boxes scale onto
         it by `width / X-Source-Width`. 422 when the source is not a usable image."""
         item = app.batches.item(path_id(batch_id, what="batch"), path_id(item_id, what="item"))
+        # A request waits a few seconds for a decode slot, never indefinitely: waiting requests
+        # hold threads of the pool every other endpoint shares.
+        if not decodes.acquire(timeout=THUMBNAIL_QUEUE_SECONDS):
+            raise Problem(
+                503,
+                "thumbnails are busy; retry shortly",
+                slug="busy",
+                headers={"Retry-After": str(STORE_RETRY_AFTER_SECONDS)},
+            )
         try:
-            with decodes:
-                data = read_source_bytes(sources, item["source"], max_bytes=max_bytes)
-                jpeg, (width, height) = thumbnail_jpeg(data, max_side)
-                del data
+            data = read_source_bytes(sources, item["source"], max_bytes=max_bytes)
+            jpeg, (width, height) = thumbnail_jpeg(data, max_side)
+            del data
         except CropError as exc:
             raise Problem(
                 422, f"the source is not a usable image ({exc.category})", slug="source-unusable"
             ) from exc
+        finally:
+            decodes.release()
         headers = {
             "X-Source-Width": str(width),
             "X-Source-Height": str(height),

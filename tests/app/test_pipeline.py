@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -278,6 +279,23 @@ def test_a_source_that_became_a_symlink_loop_fails_once_as_not_found(
     status, _ = app.batches.submit(_request(sources))
     sources[0].unlink()
     sources[0].symlink_to(sources[0])
+    final = run_batch(app, LocalStore(tmp_path / "store"), status["id"])
+    (item,) = app.batches.items(status["id"])[0]
+    assert (
+        item["state"],
+        item["error_category"],
+        item["attempt"],
+    ) == ("failed", "source_not_found", 1)
+    assert final["failures"] == {"source_not_found": 1}
+
+
+def test_a_source_that_became_a_fifo_fails_at_once(app: App, tmp_path: Path) -> None:
+    """A source replaced by a FIFO after submission fails `source_not_found` at its first
+    attempt; no worker slot waits for a writer that never comes."""
+    sources = write_photos(tmp_path / "src", 1)
+    status, _ = app.batches.submit(_request(sources))
+    sources[0].unlink()
+    os.mkfifo(sources[0])
     final = run_batch(app, LocalStore(tmp_path / "store"), status["id"])
     (item,) = app.batches.items(status["id"])[0]
     assert (

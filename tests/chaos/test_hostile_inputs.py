@@ -83,6 +83,7 @@ def live(database_url: str, tmp_path: Path) -> Iterator[tuple[LiveServer, Path]]
     (root / "escape.jpg").symlink_to(tmp_path / "secret.jpg")
     (root / "loop-a.jpg").symlink_to(root / "loop-b.jpg")
     (root / "loop-b.jpg").symlink_to(root / "loop-a.jpg")
+    os.mkfifo(root / "fifo.jpg")
     app = build(
         Settings(
             database_url=database_url,
@@ -114,6 +115,8 @@ def _hostile_bodies(root: Path) -> list[tuple[str, Any, int]]:
         ("symlink out of the root", _body(str(root / "escape.jpg")), 422),
         # Regression: a symlink loop was a 500 (Path.resolve raised RuntimeError).
         ("symlink loop", _body(str(root / "loop-a.jpg")), 422),
+        # Regression: a FIFO was accepted, and reading it blocked a thread forever.
+        ("a FIFO", _body(str(root / "fifo.jpg")), 422),
         ("file URL", _body("file:///etc/passwd"), 422),
         ("http URL", _body("http://169.254.169.254/latest/meta-data"), 422),
         ("s3 outside the roots", _body("s3://other-bucket/a.jpg"), 422),

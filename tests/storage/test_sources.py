@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -206,3 +208,26 @@ def test_a_symlink_loop_is_refused_and_skipped(tree: Path) -> None:
     with pytest.raises(SourceNotAllowed, match="symlink loop"):
         reader.read(str(tree / "loop-a.jpg"), max_bytes=100)
     assert not any(Path(source).name.startswith("loop-") for source in reader.expand(str(tree)))
+
+
+def test_a_fifo_is_refused_without_blocking(tree: Path) -> None:
+    """A FIFO (which an open for reading would wait on until a writer came) is refused by type,
+    named directly or met in a folder, and nothing waits on it."""
+    os.mkfifo(tree / "pipe.jpg")
+    reader = SourceReader(suffixes=IMAGE_SUFFIXES)
+    outcome: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            reader.read(str(tree / "pipe.jpg"), max_bytes=100)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=read, daemon=True)
+    worker.start()
+    worker.join(5)
+    assert not worker.is_alive(), "reading a FIFO blocked"
+    assert [SourceNotAllowed] == [type(e) for e in outcome]
+    with pytest.raises(SourceNotAllowed, match="not a regular file"):
+        reader.normalize(str(tree / "pipe.jpg"))
+    assert not any(Path(s).name == "pipe.jpg" for s in reader.expand(str(tree)))

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -176,3 +178,19 @@ def test_a_source_swapped_out_of_the_roots_is_not_served(
         f"/v1/batches/{processed.id}/items/{item['id']}/source-thumbnail"
     )
     assert_problem(response, 404)
+
+
+def test_a_source_swapped_for_a_fifo_is_a_quick_404(
+    processed: ProcessedBatch, source_root: Path
+) -> None:
+    """A thumbnail of a source replaced by a FIFO answers 404 at once instead of holding a
+    server thread until a writer appears."""
+    (source_root / "img2.png").unlink()
+    os.mkfifo(source_root / "img2.png")
+    item = by_ref(processed, "sku-2")
+    started = time.monotonic()
+    response = processed.live.client.get(
+        f"/v1/batches/{processed.id}/items/{item['id']}/source-thumbnail", timeout=10
+    )
+    assert_problem(response, 404)
+    assert time.monotonic() - started < 5
