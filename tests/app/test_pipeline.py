@@ -270,37 +270,28 @@ def test_the_fingerprint_hashes_the_canonical_request() -> None:
     assert expected == request.fingerprint()
 
 
-def test_a_source_that_became_a_symlink_loop_fails_once_as_not_found(
-    app: App, tmp_path: Path
+SWAPS = {
+    "symlink loop": lambda path: path.symlink_to(path),
+    # No worker slot may wait for a writer that never comes.
+    "FIFO": os.mkfifo,
+}
+
+
+@pytest.mark.parametrize("swap", list(SWAPS))
+def test_a_source_swapped_for_an_unreadable_kind_fails_once_as_not_found(
+    app: App, tmp_path: Path, swap: str
 ) -> None:
-    """A source replaced by a symlink loop after submission is `source_not_found` at its first
-    attempt, not an `internal_error` retried until the cap."""
+    """A source replaced after submission by a symlink loop or a FIFO is `source_not_found` at
+    its first attempt, at once: not an `internal_error` retried until the cap, never a hang."""
     sources = write_photos(tmp_path / "src", 1)
     status, _ = app.batches.submit(_request(sources))
     sources[0].unlink()
-    sources[0].symlink_to(sources[0])
+    SWAPS[swap](sources[0])
     final = run_batch(app, LocalStore(tmp_path / "store"), status["id"])
     (item,) = app.batches.items(status["id"])[0]
-    assert (
-        item["state"],
-        item["error_category"],
-        item["attempt"],
-    ) == ("failed", "source_not_found", 1)
-    assert final["failures"] == {"source_not_found": 1}
-
-
-def test_a_source_that_became_a_fifo_fails_at_once(app: App, tmp_path: Path) -> None:
-    """A source replaced by a FIFO after submission fails `source_not_found` at its first
-    attempt; no worker slot waits for a writer that never comes."""
-    sources = write_photos(tmp_path / "src", 1)
-    status, _ = app.batches.submit(_request(sources))
-    sources[0].unlink()
-    os.mkfifo(sources[0])
-    final = run_batch(app, LocalStore(tmp_path / "store"), status["id"])
-    (item,) = app.batches.items(status["id"])[0]
-    assert (
-        item["state"],
-        item["error_category"],
-        item["attempt"],
-    ) == ("failed", "source_not_found", 1)
+    assert (item["state"], item["error_category"], item["attempt"]) == (
+        "failed",
+        "source_not_found",
+        1,
+    )
     assert final["failures"] == {"source_not_found": 1}
