@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from leases import pgqueries, queries
 from tests.services import postgres
 
 pytest_plugins = ["tests.s3_fixtures"]  # moto_s3, rgw, rgw_bucket for every suite
@@ -65,3 +66,15 @@ def database_url(request: pytest.FixtureRequest) -> str:
     if request.param == "sqlite":
         return str(request.getfixturevalue("sqlite_url"))
     return str(request.getfixturevalue("postgres_url"))
+
+
+@pytest.fixture(autouse=True)
+def fresh_statement_caches() -> None:
+    """Each test builds the lease engine's statements anew (their builders are cached per
+    process): a test then exercises the builders' code itself, and mutation testing, which maps
+    each function to the tests that run it, sees every test that depends on a builder."""
+    for module in (queries, pgqueries):
+        for value in vars(module).values():
+            cache_clear = getattr(value, "cache_clear", None)
+            if callable(cache_clear):
+                cache_clear()
