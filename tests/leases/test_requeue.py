@@ -10,7 +10,13 @@ import sqlalchemy as sa
 
 from leases import LeaseManager, NoSuchGroup, RequeueNeedsDeadline, State
 from leases import manager as manager_module
-from tests.leases.conftest import expire_deadline, expire_leases, make_due, new_group
+from tests.leases.conftest import (
+    ManagerFactory,
+    expire_deadline,
+    expire_leases,
+    make_due,
+    new_group,
+)
 
 
 def test_give_back_does_not_count_the_attempt(manager: LeaseManager) -> None:
@@ -150,3 +156,51 @@ def test_a_requeue_between_two_abandon_batches_is_not_undone(
     states = [getattr(operator.item(i), "state", None) for i in ids]
     assert states == [State.QUEUED] * 3
     assert operator.recount(group_id) == operator.counted(group_id)
+
+
+def test_a_requeue_gives_a_whole_new_budget(manager: LeaseManager, engine: sa.Engine) -> None:
+    """After a requeue an item may again fail `max_attempts` times transiently before it is
+    exhausted: the budget counts from the requeue, not from the item's first attempt."""
+    group_id, ids = new_group(manager, 1, max_attempts=2)
+    for expected in (State.RETRYABLE, State.FAILED):
+        make_due(engine)
+        (claim,) = manager.claim("w", 1)
+        assert expected is manager.retry_later(claim, "storage_unavailable")
+    assert manager.requeue(group_id) == 1
+    (claim,) = manager.claim("w", 1)
+    assert claim.attempt == 3
+    assert State.RETRYABLE is manager.retry_later(claim, "storage_unavailable")
+    make_due(engine)
+    (claim,) = manager.claim("w", 1)
+    assert State.FAILED is manager.retry_later(claim, "storage_unavailable")
+    item = manager.item(ids[0])
+    assert item is not None
+    assert (item.attempt, item.error_category) == (4, "attempts_exhausted")
+
+
+def test_a_requeued_item_is_due_at_once_and_counts_as_moved(
+    make_manager: ManagerFactory, engine: sa.Engine
+) -> None:
+    """A retryable item waiting out a long backoff, abandoned by a cancel and then requeued, is
+    claimable at once; the requeue moves the batch's `updated_at`."""
+    manager = make_manager(retry_backoff_seconds=3600.0, retry_backoff_max_seconds=3600.0)
+    group_id, _ = new_group(manager, 1)
+    (claim,) = manager.claim("w", 1)
+    manager.retry_later(claim, "storage_unavailable")  # due in an hour
+    manager.cancel(group_id)
+    before = manager.group(group_id).updated_at
+    assert manager.requeue(group_id, deadline_seconds=600.0) == 1
+    assert manager.group(group_id).updated_at > before
+    assert len(manager.claim("w", 1)) == 1
+
+
+def test_a_requeue_of_one_state_leaves_the_other_alone(manager: LeaseManager) -> None:
+    """Requeuing `abandoned` items moves none of the `failed` ones, even under the same
+    category."""
+    group_id, ids = new_group(manager, 2)
+    first, second = manager.claim("w", 2)
+    manager.fail(first, "cancelled")
+    manager.abandon(second, "cancelled")
+    assert manager.requeue(group_id, states=[State.ABANDONED]) == 1
+    states = {i: getattr(manager.item(i), "state", None) for i in ids}
+    assert {first.item_id: State.FAILED, second.item_id: State.QUEUED} == states
