@@ -11,6 +11,7 @@ from pathlib import Path
 
 import boto3
 import pytest
+import sqlalchemy as sa
 
 from batchcrop import queries
 from batchcrop.app import App
@@ -295,3 +296,54 @@ def test_a_source_swapped_for_an_unreadable_kind_fails_once_as_not_found(
         1,
     )
     assert final["failures"] == {"source_not_found": 1}
+
+
+STOPS = {
+    # The batch's deadline passes while the item is held: it ends abandoned.
+    "deadline": (
+        "UPDATE lease_groups SET deadline_at = 1 WHERE id = :g",
+        ("abandoned", "abandoned", "deadline_exceeded"),
+    ),
+    # The attempt has run past max_attempt_seconds: it is retried as a dependency timeout.
+    "over-long attempt": (
+        "UPDATE lease_items SET attempt_started_at = 1 WHERE group_id = :g",
+        ("retryable", "retryable", "dependency_timeout"),
+    ),
+}
+
+
+@pytest.mark.parametrize("stop", list(STOPS))
+def test_a_held_item_told_to_stop_ends_as_its_reason_says(
+    app: App, tmp_path: Path, stop: str
+) -> None:
+    """Past its batch's deadline a held item is abandoned (`deadline_exceeded`); an attempt past
+    `max_attempt_seconds` is retried (`dependency_timeout`); nothing of either is committed."""
+    statement, expected = STOPS[stop]
+    sources = write_photos(tmp_path / "src", 1)
+    status, _ = app.batches.submit(_request(sources))
+    worker = app.worker(LocalStore(tmp_path / "store"), WorkerOptions(batch_ids=[status["id"]]))
+    (claim,) = app.leases.claim("test-worker", 1, group_ids=[status["id"]])
+    with app.engine.begin() as conn:
+        conn.execute(sa.text(statement), {"g": status["id"]})
+
+    outcome = worker.process(claim)
+
+    item = app.leases.item(claim.item_id)
+    assert item is not None
+    assert expected == (outcome, item.state, item.error_category)
+    assert app.batches.manifest(status["id"]) == []
+
+
+def test_derivatives_are_stored_with_their_type_and_ratio(
+    app: App, moto_s3: S3Store, tmp_path: Path
+) -> None:
+    """Each derivative object says what it is to any S3 client: `Content-Type: image/jpeg` and
+    its ratio in the object's metadata."""
+    sources = write_photos(tmp_path / "src", 1)
+    status, _ = app.batches.submit(_request(sources))
+    run_batch(app, moto_s3, status["id"])
+    manifest = app.batches.manifest(status["id"])
+    assert sorted(str(r) for r in RATIOS) == sorted(row["ratio"] for row in manifest)
+    for row in manifest:
+        head = moto_s3.client.head_object(Bucket=moto_s3.bucket, Key=row["key"])
+        assert ("image/jpeg", row["ratio"]) == (head["ContentType"], head["Metadata"]["ratio"])
