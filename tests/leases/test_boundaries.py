@@ -171,3 +171,21 @@ def test_a_requeue_at_the_deadline_needs_a_new_one(
             manager.requeue(group_id)
     else:
         assert manager.requeue(group_id) == 1
+
+
+def test_the_retry_backoff_doubles_with_equal_jitter_up_to_its_cap(
+    make_manager: ManagerFactory, clock: FrozenClock, engine: sa.Engine
+) -> None:
+    """Attempt n waits between half and all of min(cap, base x 2^(n-1)) from now: 5 s, 10 s,
+    20 s ... capped at 300 s."""
+    manager = make_manager(retry_backoff_seconds=5.0, retry_backoff_max_seconds=300.0)
+    new_group(manager, 1, max_attempts=10)
+    for attempt in range(1, 10):
+        set_column(engine, "lease_items", "next_attempt_at", NOW)
+        (claim,) = manager.claim("w", 1)
+        assert attempt == claim.attempt
+        assert State.RETRYABLE is manager.retry_later(claim, "storage_unavailable")
+        with engine.connect() as conn:
+            due = conn.execute(sa.text("SELECT next_attempt_at FROM lease_items")).scalar_one()
+        delay_ms = min(300_000, 5_000 * 2 ** (attempt - 1))
+        assert NOW + delay_ms // 2 <= due <= NOW + delay_ms, (attempt, due - NOW)
