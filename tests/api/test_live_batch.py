@@ -103,7 +103,10 @@ def test_polling_client_follows_a_real_batch_to_success(
 
     def check_counters() -> None:
         nonlocal stable_checks
-        while not checker_done.is_set():
+        while True:
+            # One last pass after the poller saw the batch end: nothing moves then, so at
+            # least one check is always a stable one, however fast the batch ran.
+            finished = checker_done.is_set()
             last_event = _last_event_id(api.app, batch_id)
             before = counts_from_group_by(api.app, batch_id)
             shown = api.client.get(f"/v1/batches/{batch_id}").json()
@@ -115,6 +118,8 @@ def test_polling_client_follows_a_real_batch_to_success(
                 stable_checks += 1
                 if (shown["counts"], shown["failures"]) != before:
                     mismatches.append(f"{shown['counts']} != {before}")
+            if finished:
+                return
 
     checker = threading.Thread(target=check_counters, daemon=True)
     worker.start()
