@@ -10,6 +10,7 @@ retries the item (nothing of this attempt was committed).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from enum import StrEnum
 
 from batchcrop import queries
@@ -43,24 +44,18 @@ class Attempts:
         single manifest row, and the transaction rolls back whole.
         """
 
-        def commit() -> Outcome:
+        def commit() -> None:
             rows = [_manifest_values(claim, row) for row in manifest]
             with self.leases.transaction() as conn:
                 self.leases.complete(claim, conn=conn)
                 statement, params = queries.insert_derivatives(rows)
                 conn.execute(statement, list(params))
-            return Outcome.SUCCEEDED
 
-        return _fenced(commit)
+        return _fenced(commit, Outcome.SUCCEEDED)
 
     def fail(self, claim: Claim, category: Category) -> Outcome:
         """D: `failed` with a permanent error category."""
-
-        def fail() -> Outcome:
-            self.leases.fail(claim, category.value)
-            return Outcome.FAILED
-
-        return _fenced(fail)
+        return _fenced(lambda: self.leases.fail(claim, category.value), Outcome.FAILED)
 
     def retry(self, claim: Claim, category: Category) -> Outcome:
         """E: `retryable` after a backoff, or `failed` `attempts_exhausted` at the cap."""
@@ -68,42 +63,32 @@ class Attempts:
 
     def give_back(self, claim: Claim) -> Outcome:
         """F: back to `queued`, the attempt not counted (shutdown)."""
-
-        def give_back() -> Outcome:
-            self.leases.give_back(claim)
-            return Outcome.GIVEN_BACK
-
-        return _fenced(give_back)
+        return _fenced(lambda: self.leases.give_back(claim), Outcome.GIVEN_BACK)
 
     def abandon(self, claim: Claim, category: Category) -> Outcome:
         """I: `abandoned`, because the batch was cancelled or is past its deadline."""
-
-        def abandon() -> Outcome:
-            self.leases.abandon(claim, category.value)
-            return Outcome.ABANDONED
-
-        return _fenced(abandon)
+        return _fenced(lambda: self.leases.abandon(claim, category.value), Outcome.ABANDONED)
 
 
-def _fenced(transition: Callable[[], Outcome]) -> Outcome:
-    """Run one ending; a lost lease or an outage is its outcome (nothing was committed)."""
+def _fenced(transition: Callable[[], Outcome | None], done: Outcome | None = None) -> Outcome:
+    """Run one ending: its outcome is what `transition` returns, else `done`; a lost lease or
+    an outage is the outcome instead (nothing was committed)."""
     try:
-        return transition()
+        outcome = transition() or done
     except LeaseLost:
         return Outcome.LEASE_LOST
     except DatabaseUnavailable:
         return Outcome.DATABASE_UNAVAILABLE
+    assert outcome is not None, "an ending without an outcome"
+    return outcome
 
 
 def _manifest_values(claim: Claim, row: Derivative) -> dict[str, object]:
+    """One manifest row to insert: the derivative, its crop box as `l,t,r,b` text."""
+    crop_box = ",".join(str(v) for v in row.crop_box)
     return {
+        **asdict(row),
+        "crop_box": crop_box,
         "item_id": claim.item_id,
         "batch_id": claim.group_id,
-        "ratio": row.ratio,
-        "key": row.key,
-        "width": row.width,
-        "height": row.height,
-        "bytes": row.bytes,
-        "sha256": row.sha256,
-        "crop_box": ",".join(str(v) for v in row.crop_box),
     }

@@ -38,7 +38,7 @@ from leases import (
     REQUEUEABLE,
     DatabaseUnavailable,
     SchemaMissing,
-    State,
+    state_names,
 )
 from storage import (
     ConditionalWritesUnsupported,
@@ -48,7 +48,7 @@ from storage import (
     StorageUnavailable,
 )
 
-REQUEUEABLE_NAMES = ",".join(s.value for s in State if s in REQUEUEABLE)
+REQUEUEABLE_NAMES = ",".join(state_names(REQUEUEABLE))
 
 
 def _database_flags(p: argparse.ArgumentParser) -> None:

@@ -37,10 +37,10 @@ from batchcrop.reporting import (
 from batchcrop.settings import Settings, parse_duration
 from batchcrop.startup import wait_until_ready
 from batchcrop.worker import WorkerOptions
-from leases import REQUEUEABLE, TERMINAL, State
+from leases import REQUEUEABLE, TERMINAL, State, state_names
 from storage import SourceReader
 
-STATE_NAMES = [s.value for s in State]
+STATE_NAMES = state_names()
 RUN_IDLE_SLEEP_SECONDS = 0.2
 RUN_POLL_SECONDS = 0.25
 GIVE_BACK_WAIT_SECONDS = 10.0

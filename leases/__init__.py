@@ -32,6 +32,7 @@ from leases.models import (
     ReapResult,
     State,
     StopReason,
+    state_names,
 )
 
 __all__ = [
@@ -61,5 +62,6 @@ __all__ = [
     "StopReason",
     "configure_sqlite",
     "make_engine",
+    "state_names",
     "upgrade",
 ]

@@ -328,13 +328,8 @@ class LeaseManager(Reader):
         a requeue (which takes the same lock) serialise; None once the group is open again."""
         with self._db.write() as c:
             group = self._db.one(c, group_queries.group_row(group_id, lock=True))
-            if group is None:
-                return None
-            if group.cancel_requested:
-                reason = StopReason.CANCELLED
-            elif group.deadline_at <= group.now:
-                reason = StopReason.DEADLINE_EXCEEDED
-            else:
+            reason = None if group is None else _closed_reason(group)
+            if reason is None:
                 return None
             stmt = queries.abandon(from_state, reason.value, MOVE_BATCH_ROWS)
             source = Source(from_state, None, cid, attempt_fields=from_state is State.IN_PROGRESS)
@@ -365,8 +360,7 @@ class LeaseManager(Reader):
             group = db.one(c, group_queries.group_row(group_id, lock=True))
             if group is None:
                 raise NoSuchGroup(group_id)
-            closed = group.cancel_requested or group.deadline_at <= group.now
-            if closed and deadline_seconds is None:
+            if _closed_reason(group) is not None and deadline_seconds is None:
                 raise RequeueNeedsDeadline(group_id)
             deadline_ms = None if deadline_seconds is None else to_ms(deadline_seconds)
             db.execute(c, group_queries.reopen_group(group_id, deadline_ms))
@@ -382,6 +376,16 @@ class LeaseManager(Reader):
 def _lease(claim: Claim) -> dict[str, Any]:
     """The fence's parameters: the claimed item and the token of this attempt."""
     return {"p_item_id": claim.item_id, "p_lease_token": claim.lease_token}
+
+
+def _closed_reason(group: sa.Row[Any]) -> StopReason | None:
+    """Why a group (a `group_row`, with the database's `now`) takes no more claims, if it is
+    closed: cancelled first, then past its deadline."""
+    if group.cancel_requested:
+        return StopReason.CANCELLED
+    if group.deadline_at <= group.now:
+        return StopReason.DEADLINE_EXCEEDED
+    return None
 
 
 def _reason(value: str | None) -> StopReason | None:

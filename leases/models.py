@@ -5,7 +5,7 @@ All times are timezone-aware UTC `datetime`s read from the database clock.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -31,6 +31,11 @@ UNFINISHED: frozenset[State] = frozenset({State.QUEUED, State.IN_PROGRESS, State
 """States whose items the engine will still move on its own."""
 REQUEUEABLE: frozenset[State] = frozenset({State.FAILED, State.ABANDONED})
 """States a requeue (J) takes items out of."""
+
+
+def state_names(states: Collection[State] = tuple(State)) -> list[str]:
+    """The names of `states` in the lifecycle order of `State` (for documents and messages)."""
+    return [s.value for s in State if s in states]
 
 
 class StopReason(StrEnum):

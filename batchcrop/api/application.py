@@ -20,7 +20,7 @@ from batchcrop.api.problems import Problem
 from batchcrop.api.routes import PROBLEM_RESPONSE, batch_router, json_response
 from batchcrop.app import App
 from batchcrop.web import page_router
-from leases import REQUEUEABLE, TERMINAL, UNFINISHED, DatabaseUnavailable, State
+from leases import REQUEUEABLE, TERMINAL, UNFINISHED, DatabaseUnavailable, state_names
 
 API_TITLE = "batchcrop"
 API_VERSION = "1"
@@ -49,15 +49,11 @@ def _ops_router(app: App, api: FastAPI) -> APIRouter:
 
 def meta_document() -> dict[str, list[str]]:
     """The state sets of the lease engine as names, in the lifecycle order of `State`."""
-
-    def names(states: frozenset[State] | None = None) -> list[str]:
-        return [s.value for s in State if states is None or s in states]
-
     return {
-        "states": names(),
-        "terminal_states": names(TERMINAL),
-        "unfinished_states": names(UNFINISHED),
-        "requeueable_states": names(REQUEUEABLE),
+        "states": state_names(),
+        "terminal_states": state_names(TERMINAL),
+        "unfinished_states": state_names(UNFINISHED),
+        "requeueable_states": state_names(REQUEUEABLE),
     }
 
 

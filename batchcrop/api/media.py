@@ -8,6 +8,7 @@ it by `thumbnail_width / X-Source-Width`.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import re
 import threading
@@ -131,14 +132,10 @@ def thumbnail_jpeg(data: bytes, max_side: int) -> tuple[bytes, tuple[int, int]]:
 
 def ratio_text(path_ratio: str) -> str:
     """`16x9` ⇒ `16:9`; a 404 problem for anything else (it names no derivative)."""
-    try:
-        if not _RATIO_PATH.match(path_ratio):
-            raise ValueError(path_ratio)
-        return str(Ratio.parse(path_ratio))
-    except ValueError:
-        raise Problem(
-            404, "no derivative for this ratio (write 16:9 as 16x9)", slug="not-found"
-        ) from None
+    if _RATIO_PATH.match(path_ratio):
+        with contextlib.suppress(ValueError):  # a term of 0 or over 100
+            return str(Ratio.parse(path_ratio))
+    raise Problem(404, "no derivative for this ratio (write 16:9 as 16x9)", slug="not-found")
 
 
 def _derivative_key(app: App, batch_id: str, item_id: str, path_ratio: str) -> str:

@@ -31,7 +31,7 @@ from batchcrop.settings import (
     MAX_ATTEMPTS,
     MAX_ATTEMPTS_MAX,
 )
-from leases import REQUEUEABLE, State
+from leases import REQUEUEABLE, State, state_names
 
 ITEMS_PER_BATCH_MAX = 100_000
 SOURCE_CHARS_MAX = 4096
@@ -55,7 +55,7 @@ def storable_text(text: str) -> str:
     return text
 
 
-REQUEUEABLE_NAMES = [s.value for s in State if s in REQUEUEABLE]
+REQUEUEABLE_NAMES = state_names(REQUEUEABLE)
 
 
 def _requeueable(name: str) -> str:
