@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from batchcrop import migrations
 from batchcrop.attempts import Attempts
 from batchcrop.batches import BatchService
-from batchcrop.crop import IMAGE_SUFFIXES
+from batchcrop.crop import IMAGE_SUFFIXES, MIB, MemoryBudget
 from batchcrop.metrics import Metrics
 from batchcrop.settings import Settings
 from batchcrop.worker import Worker, WorkerOptions
@@ -27,6 +27,10 @@ class App:
     leases: LeaseManager
     batches: BatchService
     metrics: Metrics = field(default_factory=Metrics)
+    decode_budget: MemoryBudget = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.decode_budget = MemoryBudget(self.settings.decode_memory_mib * MIB)
 
     @property
     def poll_margin_seconds(self) -> float:
@@ -90,6 +94,7 @@ class App:
             else self.stored_source_reader(),
             metrics=self.metrics,
             options=options,
+            decode_budget=self.decode_budget,
         )
 
     def close(self) -> None:

@@ -113,7 +113,7 @@ class BatchService:
     def submit(
         self, request: BatchRequest, *, idempotency_key: str | None = None
     ) -> tuple[dict[str, Any], bool]:
-        """Create a batch and its items in one transaction; returns (status, created).
+        """Create a batch and its items, atomically for every reader; returns (status, created).
 
         The same idempotency key with the same request returns the existing batch
         (created=False); with another request it raises IdempotencyConflict.
@@ -132,23 +132,22 @@ class BatchService:
             NewItem(id=str(uuid.uuid4()), payload={"source": i.source, "ref": i.ref})
             for i in request.items
         )
+        row = queries.insert_batch(
+            batch_id=batch_id,
+            spec=request.spec.to_record(),
+            idempotency_key=idempotency_key,
+            request_hash=fingerprint,
+        )
         try:
-            with self.leases.transaction() as conn:
-                conn.execute(
-                    queries.insert_batch(
-                        batch_id=batch_id,
-                        spec=request.spec.to_record(),
-                        idempotency_key=idempotency_key,
-                        request_hash=fingerprint,
-                    )
-                )
-                self.leases.create_group(
-                    conn,
-                    batch_id,
-                    deadline_seconds=request.deadline_seconds,
-                    max_attempts=request.max_attempts,
-                    items=items,
-                )
+            # The batch row is written by the transaction that seals the group, so the batch
+            # appears whole or not at all, while no transaction holds the write lock for long.
+            self.leases.create_group(
+                batch_id,
+                deadline_seconds=request.deadline_seconds,
+                max_attempts=request.max_attempts,
+                items=items,
+                on_seal=lambda conn: conn.execute(row),
+            )
         except ConstraintViolation:
             # Two submissions raced on one idempotency key: the loser returns the winner's batch.
             if idempotency_key is None:

@@ -26,6 +26,7 @@ from batchcrop.settings import (
     DATABASE_URL,
     DEADLINE_SECONDS,
     DEADLINE_SECONDS_MAX,
+    DECODE_MEMORY_MIB,
     MAX_ATTEMPTS,
     MAX_SOURCE_BYTES,
     REAPER_INTERVAL_SECONDS,
@@ -99,6 +100,13 @@ def _store_flags(p: argparse.ArgumentParser, *, with_store: bool = True) -> None
         type=int,
         metavar="N",
         help=f"BATCHCROP_MAX_SOURCE_BYTES (default {MAX_SOURCE_BYTES // 2**20} MiB)",
+    )
+    g.add_argument(
+        "--decode-memory-mib",
+        type=int,
+        metavar="N",
+        help="BATCHCROP_DECODE_MEMORY_MIB: decoded-pixel memory shared by this process's renders "
+        f"(default {DECODE_MEMORY_MIB}); a source needing more fails image_too_large",
     )
 
 

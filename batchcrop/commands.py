@@ -61,6 +61,7 @@ SETTING_FLAGS = (
     "s3_endpoint_url",
     "s3_request_checksum",
     "max_source_bytes",
+    "decode_memory_mib",
     "api_token_file",
     "source_roots",
     "allowed_hosts",

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from batchcrop.crop import RenderSpec, Rendition, render, variant_of
+from batchcrop.crop import MemoryBudget, RenderSpec, Rendition, render, variant_of
 from batchcrop.documents import Derivative
 from batchcrop.errors import Category, PermanentItemError, TransientItemError
 from batchcrop.logs import log_event
@@ -100,6 +100,7 @@ class Attempt:
     sources: SourceReader
     spec: RenderSpec
     max_source_bytes: int
+    decode_budget: MemoryBudget | None
     give_back_now: threading.Event
     on_stage: Callable[[str], None] = lambda stage: None
 
@@ -110,7 +111,7 @@ class Attempt:
         data = read_source(self.sources, claim.payload["source"], max_bytes=self.max_source_bytes)
         source_sha256 = hashlib.sha256(data).hexdigest()
         self.checkpoint(heartbeat)
-        renditions = render(data, self.spec)
+        renditions = render(data, self.spec, budget=self.decode_budget)
         del data
         log_event(
             "crop",

@@ -23,6 +23,9 @@ MAX_ATTEMPTS = 3
 MAX_ATTEMPTS_MAX = 100
 """The most attempts a batch may allow; the column is a 32-bit INTEGER."""
 MAX_SOURCE_BYTES = 100 * 1024 * 1024
+DECODE_MEMORY_MIB = 1024
+"""Decoded-pixel memory a process allows at once, shared by its renders and thumbnails
+(`batchcrop.crop.budget`); a source that would need more fails `image_too_large`."""
 S3_REQUEST_CHECKSUM = "when_supported"
 SHUTDOWN_GRACE_SECONDS = 30.0
 CONCURRENCY = 2
@@ -30,6 +33,9 @@ CONCURRENCY = 2
 DURATION_SECONDS_MAX = 10 * 365 * 86400.0
 """The longest duration (deadline, lease, interval) accepted: its milliseconds fit the BIGINT
 times the database stores, with centuries to spare."""
+
+DECODE_MEMORY_MIB_MIN = 64
+"""Below this even a 12 MP JPEG could not be decoded."""
 
 ENV_PREFIX = "BATCHCROP_"
 API_TOKEN_CHARS_MIN = 32
@@ -66,6 +72,7 @@ class Settings:
     max_attempt_seconds: float = MAX_ATTEMPT_SECONDS
     reaper_interval_seconds: float = REAPER_INTERVAL_SECONDS
     max_source_bytes: int = MAX_SOURCE_BYTES
+    decode_memory_mib: int = DECODE_MEMORY_MIB
     api_token: str | None = None
     api_token_file: str | None = None
     allowed_hosts: tuple[str, ...] = field(default_factory=tuple)
@@ -77,6 +84,10 @@ class Settings:
                 raise SettingsError(f"{name} must be a positive, finite number of seconds")
         if self.max_source_bytes <= 0:
             raise SettingsError("max_source_bytes must be positive")
+        if self.decode_memory_mib < DECODE_MEMORY_MIB_MIN:
+            raise SettingsError(
+                f"decode_memory_mib must be at least {DECODE_MEMORY_MIB_MIN} MiB of decoded pixels"
+            )
         if self.api_token is not None and len(self.api_token) < API_TOKEN_CHARS_MIN:
             raise SettingsError(
                 f"the API token must be at least {API_TOKEN_CHARS_MIN} characters "
@@ -129,11 +140,12 @@ def _convert(name: str, raw: str) -> Any:
             return float(raw)
         except ValueError:
             raise SettingsError(f"{name} must be a number of seconds, got {raw!r}") from None
-    if name == "max_source_bytes":
+    if name in ("max_source_bytes", "decode_memory_mib"):
+        unit = "bytes" if name == "max_source_bytes" else "MiB"
         try:
             return int(raw)
         except ValueError:
-            raise SettingsError(f"{name} must be a whole number of bytes, got {raw!r}") from None
+            raise SettingsError(f"{name} must be a whole number of {unit}, got {raw!r}") from None
     return raw
 
 

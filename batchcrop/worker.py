@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from batchcrop.attempts import Attempts, Outcome
 from batchcrop.batches import BatchService
-from batchcrop.crop import RenderSpec
+from batchcrop.crop import MemoryBudget, RenderSpec
 from batchcrop.documents import Derivative
 from batchcrop.errors import Category, ItemError, PermanentItemError, TransientItemError
 from batchcrop.logs import log_event
@@ -98,8 +98,10 @@ class Worker:
         sources: SourceReader,
         metrics: Metrics,
         options: WorkerOptions,
+        decode_budget: MemoryBudget | None = None,
     ) -> None:
         self.leases = leases
+        self.decode_budget = decode_budget
         self.batches = batches
         self.attempts = attempts
         self.store = store
@@ -277,6 +279,7 @@ class Worker:
             sources=self.sources,
             spec=self._spec(claim.group_id),
             max_source_bytes=self.options.max_source_bytes,
+            decode_budget=self.decode_budget,
             give_back_now=self._give_back_now,
         )
         try:

@@ -94,14 +94,12 @@ def bench_leases(admin_url: str, items: int, workers: int, claim_limit: int) -> 
     upgrade(engine)
     manager = LeaseManager(engine)
     group_id = str(uuid.uuid4())
-    with manager.transaction() as conn:
-        manager.create_group(
-            conn,
-            group_id,
-            deadline_seconds=3600,
-            max_attempts=3,
-            items=(NewItem(str(uuid.uuid4()), {"n": i}) for i in range(items)),
-        )
+    manager.create_group(
+        group_id,
+        deadline_seconds=3600,
+        max_attempts=3,
+        items=(NewItem(str(uuid.uuid4()), {"n": i}) for i in range(items)),
+    )
     seconds = run_workers(leases_worker, (url, claim_limit), workers)
     assert manager.group(group_id).counts[State.SUCCEEDED] == items
     assert manager.recount(group_id) == manager.counted(group_id)
@@ -223,14 +221,12 @@ def bench_reap(admin_url: str, items: int) -> dict[str, float]:
     manager = LeaseManager(engine)
     group_id = str(uuid.uuid4())
     started = time.perf_counter()
-    with manager.transaction() as conn:
-        manager.create_group(
-            conn,
-            group_id,
-            deadline_seconds=3600,
-            max_attempts=3,
-            items=(NewItem(str(uuid.uuid4()), {"n": i}) for i in range(items)),
-        )
+    manager.create_group(
+        group_id,
+        deadline_seconds=3600,
+        max_attempts=3,
+        items=(NewItem(str(uuid.uuid4()), {"n": i}) for i in range(items)),
+    )
     create_seconds = time.perf_counter() - started
     expired = int(items * EXPIRED_FRACTION)
     claimed = 0

@@ -6,9 +6,17 @@ made elsewhere (it must run before the engine's first connection).
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import sqlalchemy as sa
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: creations take turns within the process only
+    fcntl = None  # type: ignore[assignment]
 
 SQLITE_BUSY_TIMEOUT_MILLISECONDS = 30_000
 SQLITE_POOL_SIZE = 20
@@ -43,6 +51,34 @@ def _on_begin(connection: sa.Connection) -> None:
         connection.exec_driver_sql("BEGIN")
     else:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+_CREATION_TURN = threading.Lock()
+
+
+@contextmanager
+def creation_turn(engine: sa.Engine) -> Iterator[None]:
+    """On SQLite, hold the one turn to create groups in this database file; elsewhere nothing.
+
+    SQLite's write lock is not first come, first served: a writer waiting on the busy timeout
+    polls, and several submissions writing chunk after chunk would leave it no gap. One creation
+    at a time (a lock on a file beside the database, across processes), which pauses after each
+    chunk, always leaves one.
+    """
+    if engine.dialect.name != "sqlite":
+        yield
+        return
+    path = engine.url.database
+    if fcntl is None or not path or path == ":memory:" or path.startswith("file:"):
+        with _CREATION_TURN:
+            yield
+        return
+    with open(f"{path}-create.lock", "a", encoding="utf-8") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def configure_sqlite(engine: sa.Engine) -> None:

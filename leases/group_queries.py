@@ -11,7 +11,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.sql.dml import Insert, Update
+from sqlalchemy.sql.dml import Delete, Insert, Update
 
 from leases.models import CATEGORISED, UNFINISHED, State
 from leases.queries import state_in
@@ -21,9 +21,14 @@ from leases.sqlfuncs import db_now_ms
 # --- groups -------------------------------------------------------------------------------
 
 
-def group_row(group_id: str, *, lock: bool = False) -> sa.Select[Any]:
-    """One group with the database time; `lock` takes its row lock (PostgreSQL) for the txn."""
+def group_row(group_id: str, *, lock: bool = False, sealed_only: bool = True) -> sa.Select[Any]:
+    """One group with the database time; `lock` takes its row lock (PostgreSQL) for the txn.
+
+    A group still being created (not sealed) is not found unless `sealed_only` is False.
+    """
     stmt = sa.select(groups, db_now_ms().label("now")).where(groups.c.id == group_id)
+    if sealed_only:
+        stmt = stmt.where(groups.c.sealed)
     return stmt.with_for_update() if lock else stmt
 
 
@@ -34,7 +39,48 @@ def insert_group() -> Insert:
 
 def request_cancel(group_id: str) -> Update:
     """Set the cancel flag; idempotent. Row count 0 means no such group."""
-    return sa.update(groups).where(groups.c.id == group_id).values(cancel_requested=True)
+    return (
+        sa.update(groups)
+        .where(groups.c.id == group_id, groups.c.sealed)
+        .values(cancel_requested=True)
+    )
+
+
+def seal(group_id: str, deadline_ms: int) -> Update:
+    """Seal a group being created: it exists from now on, its deadline counted from now.
+
+    Row count 0: the group is gone (discarded as stale) or already sealed.
+    """
+    return (
+        sa.update(groups)
+        .where(groups.c.id == group_id, sa.not_(groups.c.sealed))
+        .values(sealed=True, deadline_at=db_now_ms() + deadline_ms)
+    )
+
+
+def stale_unsealed(expiry_ms: int) -> sa.Select[tuple[str]]:
+    """Unsealed groups whose creation began `expiry_ms` ago or more (a crashed submitter)."""
+    return sa.select(groups.c.id).where(
+        sa.not_(groups.c.sealed), groups.c.created_at <= db_now_ms() - expiry_ms
+    )
+
+
+def delete_group_rows(table: sa.Table, group_id: str, limit: int | None = None) -> Delete:
+    """Delete the group's rows in `table` (items or events), at most `limit` of them."""
+    if limit is None:
+        return sa.delete(table).where(table.c.group_id == group_id)
+    picked = sa.select(table.c.id).where(table.c.group_id == group_id).limit(limit)
+    return sa.delete(table).where(table.c.id.in_(picked.scalar_subquery()))
+
+
+def delete_counters(group_id: str) -> Delete:
+    """Delete the group's counter rows (a few per state and shard)."""
+    return sa.delete(counters).where(counters.c.group_id == group_id)
+
+
+def delete_group(group_id: str) -> Delete:
+    """Delete the group's own row."""
+    return sa.delete(groups).where(groups.c.id == group_id)
 
 
 def reopen_group(group_id: str, deadline_ms: int | None) -> Update:
@@ -84,8 +130,8 @@ def recount(group_id: str) -> sa.Select[Any]:
 # --- creation -------------------------------------------------------------------------------
 
 
-def insert_creation_events(group_id: str, correlation_id: str) -> Insert:
-    """Log `None -> queued` for every item of a freshly created group, in one statement."""
+def insert_creation_events(group_id: str, correlation_id: str, from_seq: int) -> Insert:
+    """Log `None -> queued` for the group's items from `from_seq` on (those just inserted)."""
     source = sa.select(
         items.c.id,
         items.c.group_id,
@@ -94,7 +140,7 @@ def insert_creation_events(group_id: str, correlation_id: str) -> Insert:
         items.c.state,
         items.c.created_at,
         sa.literal(correlation_id),
-    ).where(items.c.group_id == group_id)
+    ).where(items.c.group_id == group_id, items.c.seq >= from_seq)
     columns = ["item_id", "group_id", "attempt", "from_state", "to_state", "at", "correlation_id"]
     return sa.insert(events).from_select(columns, source)
 

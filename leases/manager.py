@@ -8,8 +8,10 @@ All times come from the database clock. Methods are thread-safe; share one manag
 
 from __future__ import annotations
 
+import itertools
+import time
 from collections import Counter
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -17,6 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.sql.dml import Update
 
 from leases import group_queries, pgqueries, queries, schema, transitions
+from leases.engine import creation_turn
 from leases.errors import GroupExists, LeaseLost, NoSuchGroup, RequeueNeedsDeadline
 from leases.executor import Executor
 from leases.models import (
@@ -38,10 +41,17 @@ MAX_ATTEMPT_SECONDS = 600.0
 RETRY_BACKOFF_SECONDS = 5.0
 RETRY_BACKOFF_MAX_SECONDS = 300.0
 COUNTER_SHARDS = 8
-# Rows per INSERT batch when creating a group, and per reaper/cancel UPDATE (each its own
-# transaction), which bounds lock time and memory on million-item groups.
-CREATE_BATCH_ROWS = 5000
+# Items per transaction when creating a group, and rows per reaper/cancel UPDATE or DELETE (each
+# its own transaction): this bounds how long any one of them holds SQLite's write lock (about
+# 0.1 s for a creation chunk) and the memory used on million-item groups.
+CREATE_BATCH_ROWS = 2000
 MOVE_BATCH_ROWS = 5000
+# SQLite: the pause after each creation chunk. A writer that queued behind the chunk (about
+# 0.06 s) polls the lock every 25 ms or less by then, so it gets its turn in this gap.
+CREATE_PAUSE_SECONDS = 0.03
+# A group still unsealed this long after its creation began was left by a crashed submitter (a
+# million items take well under a minute): the reaper deletes it; it was never visible.
+UNSEALED_EXPIRY_SECONDS = 3600.0
 # A group at least this large refreshes PostgreSQL's statistics when created: planned against
 # stale statistics (say, an empty queue), claims would sort every queued row instead of walking
 # the queue index, until autovacuum caught up.
@@ -66,6 +76,7 @@ class LeaseManager(Reader):
         if lease_seconds <= 0 or max_attempt_seconds <= 0 or counter_shards < 1:
             raise ValueError("lease_seconds, max_attempt_seconds and counter_shards must be > 0")
         self._db = Executor(engine)
+        self._engine = engine
         self.lease_seconds = lease_seconds
         self.max_attempt_seconds = max_attempt_seconds
         self._backoff_ms = to_ms(retry_backoff_seconds)
@@ -84,22 +95,28 @@ class LeaseManager(Reader):
 
     def create_group(
         self,
-        conn: sa.Connection,
         group_id: str,
         *,
         deadline_seconds: float,
         max_attempts: int,
         items: Iterable[NewItem],
+        on_seal: Callable[[sa.Connection], object] | None = None,
     ) -> int:
-        """Create a group and its items (all `queued`, in iteration order) in `conn`'s transaction.
+        """Create a group and its items (all `queued`, in iteration order); returns the count.
 
-        Returns the number of items. Raises `GroupExists` if the id is taken.
+        Atomic for readers and claimers, yet no transaction is long however many items there are:
+        the group is written unsealed, its items in transactions of `CREATE_BATCH_ROWS`, and one
+        short last transaction seals it and runs `on_seal(conn)` (the caller's own rows that must
+        appear with the group). Until sealed a group takes no claims and is not found by any read,
+        cancel, requeue or reaper pass; its deadline counts from the seal. When creation fails
+        part-way its rows are deleted, here or, after a crash, by the reaper once nothing has been
+        written for `UNSEALED_EXPIRY_SECONDS`. Raises `GroupExists` if the id is taken.
         """
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
         db = self._db
-        with db.write(conn) as c:
-            if db.one(c, group_queries.group_row(group_id)) is not None:
+        with db.write() as c:
+            if db.one(c, group_queries.group_row(group_id, sealed_only=False)) is not None:
                 raise GroupExists(group_id)
             now: int = db.scalar(c, queries.select_now())
             group = {
@@ -108,20 +125,77 @@ class LeaseManager(Reader):
                 "deadline_at": now + to_ms(deadline_seconds),
                 "max_attempts": max_attempts,
                 "cancel_requested": False,
+                "sealed": False,
             }
             db.execute_many(c, group_queries.insert_group(), [group])
-            per_shard: Counter[int] = Counter()
-            for batch in _batches(_item_rows(group_id, items, now), CREATE_BATCH_ROWS):
-                db.insert_rows(c, schema.items, batch)
-                per_shard.update(transitions.shard_of(row["seq"], self._shards) for row in batch)
-            cid = transitions.new_correlation_id()
-            db.execute(c, group_queries.insert_creation_events(group_id, cid))
-            deltas = [((group_id, State.QUEUED.value, "", s), n) for s, n in per_shard.items()]
-            transitions.add(db, c, deltas, now)
-            created = sum(per_shard.values())
+        try:
+            with creation_turn(self._engine):
+                created = self._add_items(group_id, items)
             if created >= ANALYZE_AFTER_ITEMS and db.dialect_name == "postgresql":
-                db.execute(c, queries.analyze_items())
+                with db.write() as c:
+                    db.execute(c, queries.analyze_items())
+            with db.write() as c:
+                if db.rowcount(c, group_queries.seal(group_id, to_ms(deadline_seconds))) == 0:
+                    raise NoSuchGroup(group_id)
+                if on_seal is not None:
+                    on_seal(c)
+        except Exception:
+            self._discard_unsealed(group_id, expiry_ms=0)
+            raise
         return created
+
+    def _add_items(self, group_id: str, items: Iterable[NewItem]) -> int:
+        """Insert the items of an unsealed group, one short transaction per chunk."""
+        db = self._db
+        locked = group_queries.group_row(group_id, lock=True, sealed_only=False)
+        cid = transitions.new_correlation_id()
+        seq = 0
+        for chunk in _chunks(items, CREATE_BATCH_ROWS):
+            with db.write() as c:
+                group = db.one(c, locked)
+                if group is None or group.sealed:
+                    raise NoSuchGroup(group_id)
+                # Every item, event and counter is dated at the group's creation, whichever
+                # transaction writes it.
+                now: int = group.created_at
+                rows = [_item_row(group_id, seq + i, item, now) for i, item in enumerate(chunk)]
+                db.insert_rows(c, schema.items, rows)
+                db.execute(c, group_queries.insert_creation_events(group_id, cid, seq))
+                per_shard = Counter(transitions.shard_of(r["seq"], self._shards) for r in rows)
+                deltas = [((group_id, State.QUEUED.value, "", s), n) for s, n in per_shard.items()]
+                transitions.add(db, c, deltas, now)
+            seq += len(rows)
+            if db.dialect_name == "sqlite":
+                time.sleep(CREATE_PAUSE_SECONDS)
+        return seq
+
+    def _discard_unsealed(self, group_id: str, *, expiry_ms: int) -> None:
+        """Delete an unsealed group created `expiry_ms` ago or more, a batch of rows per
+        transaction; every transaction re-checks that under the group's row lock, which the
+        creator's own transactions take too, so the last one deletes whatever is left."""
+        db = self._db
+        locked = group_queries.group_row(group_id, lock=True, sealed_only=False)
+
+        def still_discardable(c: sa.Connection) -> bool:
+            group = db.one(c, locked)
+            return (
+                group is not None and not group.sealed and group.created_at <= group.now - expiry_ms
+            )
+
+        for table in (schema.events, schema.items):
+            deleted = MOVE_BATCH_ROWS
+            while deleted == MOVE_BATCH_ROWS:
+                with db.write() as c:
+                    if not still_discardable(c):
+                        return
+                    stmt = group_queries.delete_group_rows(table, group_id, MOVE_BATCH_ROWS)
+                    deleted = db.rowcount(c, stmt)
+        with db.write() as c:
+            if still_discardable(c):
+                db.execute(c, group_queries.delete_group_rows(schema.events, group_id))
+                db.execute(c, group_queries.delete_group_rows(schema.items, group_id))
+                db.execute(c, group_queries.delete_counters(group_id))
+                db.execute(c, group_queries.delete_group(group_id))
 
     # --- worker side: claim, heartbeat, fenced transitions -----------------------------------
 
@@ -267,7 +341,9 @@ class LeaseManager(Reader):
         In cancelled groups and groups past their deadline, queued, retryable and expired
         in-progress items become `abandoned` (`cancelled` / `deadline_exceeded`). Then every
         other expired lease becomes `retryable` (`lease_expired`) or `failed`
-        (`attempts_exhausted`) at the cap. Each batch of moves is its own transaction.
+        (`attempts_exhausted`) at the cap. Last, groups whose creation began
+        `UNSEALED_EXPIRY_SECONDS` ago and never sealed are deleted. Each batch of moves is its
+        own transaction.
         """
         cid = transitions.new_correlation_id()
         moved: Counter[str] = Counter()
@@ -280,10 +356,16 @@ class LeaseManager(Reader):
             MOVE_BATCH_ROWS, base_ms=self._backoff_ms, max_ms=self._backoff_max_ms
         )
         moved += self._move_all(stmt, {}, Source(State.IN_PROGRESS, None, cid))
+        expiry_ms = to_ms(UNSEALED_EXPIRY_SECONDS)
+        with self._db.read() as c:
+            stale = self._db.rows(c, group_queries.stale_unsealed(expiry_ms))
+        for group in stale:
+            self._discard_unsealed(group.id, expiry_ms=expiry_ms)
         return ReapResult(
             retried=moved[State.RETRYABLE.value],
             failed=moved[State.FAILED.value],
             abandoned=moved[State.ABANDONED.value],
+            discarded_groups=len(stale),
         )
 
     def _move_all(self, stmt: Update, params: dict[str, Any], source: Source) -> Counter[str]:
@@ -392,34 +474,28 @@ def _reason(value: str | None) -> StopReason | None:
     return None if value is None else StopReason(value)
 
 
-def _item_rows(group_id: str, items: Iterable[NewItem], now: int) -> Iterator[dict[str, Any]]:
-    for seq, item in enumerate(items):
-        yield {
-            "id": item.id,
-            "group_id": group_id,
-            "seq": seq,
-            "state": State.QUEUED.value,
-            "attempt": 0,
-            "attempt_base": 0,
-            "lease_token": None,
-            "lease_expires_at": None,
-            "attempt_started_at": None,
-            "next_attempt_at": now,
-            "worker_id": None,
-            "error_category": None,
-            "correlation_id": None,
-            "created_at": now,
-            "updated_at": now,
-            "payload": dict(item.payload),
-        }
+def _item_row(group_id: str, seq: int, item: NewItem, now: int) -> dict[str, Any]:
+    return {
+        "id": item.id,
+        "group_id": group_id,
+        "seq": seq,
+        "state": State.QUEUED.value,
+        "attempt": 0,
+        "attempt_base": 0,
+        "lease_token": None,
+        "lease_expires_at": None,
+        "attempt_started_at": None,
+        "next_attempt_at": now,
+        "worker_id": None,
+        "error_category": None,
+        "correlation_id": None,
+        "created_at": now,
+        "updated_at": now,
+        "payload": dict(item.payload),
+    }
 
 
-def _batches(rows: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
-    batch: list[dict[str, Any]] = []
-    for row in rows:
-        batch.append(row)
-        if len(batch) >= size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
+def _chunks(items: Iterable[NewItem], size: int) -> Iterator[list[NewItem]]:
+    iterator = iter(items)
+    while chunk := list(itertools.islice(iterator, size)):
+        yield chunk

@@ -100,6 +100,8 @@ class ReapResult:
     retried: int
     failed: int
     abandoned: int
+    # Groups whose creation was left half-done by a crashed submitter, deleted by the pass.
+    discarded_groups: int = 0
 
     @property
     def total(self) -> int:

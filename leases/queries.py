@@ -142,7 +142,7 @@ def claimable(
 ) -> sa.Select[Any]:
     """Up to `limit` items in `state` that may be claimed now, locked and skipping locked rows.
 
-    Claimable: due (`next_attempt_at <= now`), of a group neither cancelled nor past its
+    Claimable: due (`next_attempt_at <= now`), of a sealed group neither cancelled nor past its
     deadline, optionally only of `group_ids`. Queued items come in `seq` order (which interleaves
     groups), retryable ones by due time.
     """
@@ -154,6 +154,7 @@ def claimable(
         .where(
             state_is(state),
             items.c.next_attempt_at <= now,
+            groups.c.sealed,
             sa.not_(groups.c.cancel_requested),
             groups.c.deadline_at > now,
         )
@@ -316,7 +317,9 @@ def closed_groups_with_work() -> sa.Select[Any]:
     """
     unfinished = sa.exists().where(items.c.group_id == groups.c.id, state_in(UNFINISHED))
     closed = sa.or_(groups.c.cancel_requested, groups.c.deadline_at <= db_now_ms())
-    return sa.select(groups.c.id, groups.c.cancel_requested).where(closed, unfinished)
+    return sa.select(groups.c.id, groups.c.cancel_requested).where(
+        groups.c.sealed, closed, unfinished
+    )
 
 
 def _pick(where: Sequence[ColumnElement[bool]], limit: int) -> sa.CTE:

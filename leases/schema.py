@@ -21,6 +21,8 @@ groups = sa.Table(
     sa.Column("deadline_at", sa.BigInteger, nullable=False),
     sa.Column("max_attempts", sa.Integer, nullable=False),
     sa.Column("cancel_requested", sa.Boolean, nullable=False),
+    # False while the group's items are still being written (docs/design.md §3, creation).
+    sa.Column("sealed", sa.Boolean, nullable=False, server_default=sa.true()),
 )
 
 items = sa.Table(

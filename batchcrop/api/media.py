@@ -22,8 +22,8 @@ from batchcrop.api.problems import Problem
 from batchcrop.api.requests import path_id
 from batchcrop.api.routes import PROBLEM_RESPONSE, PROBLEM_RESPONSES
 from batchcrop.app import App
-from batchcrop.crop import MAX_SOURCE_PIXELS, CropError, Ratio
-from batchcrop.crop.decode import decode_rgb, open_image
+from batchcrop.crop import MAX_SOURCE_PIXELS, BudgetBusy, CropError, MemoryBudget, Ratio
+from batchcrop.crop.decode import decode_cost, decode_rgb, open_image
 from storage import (
     AccessDenied,
     ObjectNotFound,
@@ -114,17 +114,27 @@ def read_source_bytes(sources: SourceReader, source: str, *, max_bytes: int) -> 
         raise Problem(404, "the source of this item cannot be read", slug="not-found") from exc
 
 
-def thumbnail_jpeg(data: bytes, max_side: int) -> tuple[bytes, tuple[int, int]]:
+def thumbnail_jpeg(
+    data: bytes, max_side: int, *, budget: MemoryBudget | None = None
+) -> tuple[bytes, tuple[int, int]]:
     """(JPEG of the upright source scaled to fit `max_side`, upright source size in pixels).
 
-    Pure and thread-safe; JPEG sources decode DCT-scaled. Raises `CropError` for data that is
-    not a usable image (the same refusals the crop engine makes, bombs included).
+    Thread-safe; JPEG sources decode DCT-scaled. Raises `CropError` for data that is not a
+    usable image (the same refusals the crop engine makes, bombs and the whole memory budget
+    included) and `BudgetBusy` when the decode's memory is not free within
+    `THUMBNAIL_QUEUE_SECONDS`.
     """
     opened = open_image(data, MAX_SOURCE_PIXELS)
     source_size = opened.size
     scale = min(1.0, max_side / max(source_size))
-    image = decode_rgb(opened, scale)
-    image.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
+    reserved = (
+        contextlib.nullcontext()
+        if budget is None
+        else budget.reserve(decode_cost(opened, scale), timeout=THUMBNAIL_QUEUE_SECONDS)
+    )
+    with reserved:
+        image = decode_rgb(opened, scale)
+        image.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
     buffer = io.BytesIO()
     image.save(buffer, format="JPEG", quality=THUMBNAIL_QUALITY)
     return buffer.getvalue(), source_size
@@ -158,6 +168,15 @@ def _read_derivative(store: ObjectStore, key: str, *, max_bytes: int) -> bytes:
         raise _store_unavailable("derivative") from exc
     except StorageError as exc:
         raise Problem(404, "the derivative's object cannot be read", slug="not-found") from exc
+
+
+def _busy() -> Problem:
+    return Problem(
+        503,
+        "thumbnails are busy; retry shortly",
+        slug="busy",
+        headers={"Retry-After": str(STORE_RETRY_AFTER_SECONDS)},
+    )
 
 
 class _LazyStore:
@@ -213,16 +232,13 @@ def media_router(app: App) -> APIRouter:
         # A request waits a few seconds for a decode slot, never indefinitely: waiting requests
         # hold threads of the pool every other endpoint shares.
         if not decodes.acquire(timeout=THUMBNAIL_QUEUE_SECONDS):
-            raise Problem(
-                503,
-                "thumbnails are busy; retry shortly",
-                slug="busy",
-                headers={"Retry-After": str(STORE_RETRY_AFTER_SECONDS)},
-            )
+            raise _busy()
         try:
             data = read_source_bytes(sources, item["source"], max_bytes=max_bytes)
-            jpeg, (width, height) = thumbnail_jpeg(data, max_side)
+            jpeg, (width, height) = thumbnail_jpeg(data, max_side, budget=app.decode_budget)
             del data
+        except BudgetBusy as exc:
+            raise _busy() from exc
         except CropError as exc:
             raise Problem(
                 422, f"the source is not a usable image ({exc.category})", slug="source-unusable"

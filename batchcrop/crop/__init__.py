@@ -4,6 +4,7 @@ Pure functions, no storage and no database. See `render` for the pipeline and
 `docs/adr/0003-saliency-window-crop.md` for how windows are chosen.
 """
 
+from batchcrop.crop.budget import MIB, BudgetBusy, MemoryBudget
 from batchcrop.crop.decode import IMAGE_SUFFIXES, MAX_SOURCE_PIXELS
 from batchcrop.crop.errors import CropError, ImageTooLarge, InvalidImage, UnsupportedImage
 from batchcrop.crop.render import render
@@ -14,10 +15,13 @@ __all__ = [
     "ALGORITHM_VERSION",
     "IMAGE_SUFFIXES",
     "MAX_SOURCE_PIXELS",
+    "MIB",
     "RATIOS_DEFAULT",
+    "BudgetBusy",
     "CropError",
     "ImageTooLarge",
     "InvalidImage",
+    "MemoryBudget",
     "Ratio",
     "RenderSpec",
     "Rendition",

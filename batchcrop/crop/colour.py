@@ -10,6 +10,7 @@ Pure functions; safe from any thread.
 from __future__ import annotations
 
 import io
+from collections.abc import Iterator
 
 import numpy as np
 from PIL import Image, ImageCms
@@ -17,6 +18,8 @@ from PIL import Image, ImageCms
 from batchcrop.crop.errors import UnsupportedImage
 
 BACKGROUND_RGB = (255, 255, 255)
+STRIP_PIXELS = 1 << 18
+"""Pixels converted at a time by the strip-wise conversions (a few MiB of temporaries)."""
 SIXTEEN_BIT_MAX = 65535
 _WIDE_GRAY_MODES = frozenset({"I;16", "I;16L", "I;16B", "I;16N", "I"})
 _ALPHA_MODES = frozenset({"RGBA", "RGBa", "LA", "La", "PA"})
@@ -43,21 +46,39 @@ def to_rgb(image: Image.Image) -> Image.Image:
         raise UnsupportedImage(f"image mode {mode} is not supported") from exc
 
 
+def _strips(image: Image.Image) -> Iterator[tuple[int, int]]:
+    """Row ranges [top, bottom) of about `STRIP_PIXELS` each, covering the image."""
+    rows = max(1, STRIP_PIXELS // max(1, image.width))
+    for top in range(0, image.height, rows):
+        yield top, min(image.height, top + rows)
+
+
 def _flatten(image: Image.Image) -> Image.Image:
-    """Composite onto white using the alpha (or the palette/colour-key transparency)."""
-    try:
-        rgba = image.convert("RGBA")
-    except ValueError as exc:
-        raise UnsupportedImage(f"image mode {image.mode} is not supported") from exc
-    background = Image.new("RGBA", rgba.size, (*BACKGROUND_RGB, 255))
-    return Image.alpha_composite(background, rgba).convert("RGB")
+    """Paste onto white through the alpha (or the palette/colour-key transparency).
+
+    Strip by strip, so the peak is the source plus the result (`decode.decode_cost`).
+    """
+    result = Image.new("RGB", image.size, BACKGROUND_RGB)
+    for top, bottom in _strips(image):
+        try:
+            strip = image.crop((0, top, image.width, bottom)).convert("RGBA")
+        except ValueError as exc:
+            raise UnsupportedImage(f"image mode {image.mode} is not supported") from exc
+        result.paste(strip.convert("RGB"), (0, top), strip.getchannel("A"))
+    return result
 
 
 def _wide_gray_to_rgb(image: Image.Image) -> Image.Image:
-    """Map 0..65535 linearly onto 0..255 (rounded), clipping 32-bit values outside that range."""
-    pixels = np.asarray(image).astype(np.int64)
-    scaled = (np.clip(pixels, 0, SIXTEEN_BIT_MAX) * 255 + SIXTEEN_BIT_MAX // 2) // SIXTEEN_BIT_MAX
-    return Image.fromarray(scaled.astype(np.uint8)).convert("RGB")
+    """Map 0..65535 linearly onto 0..255 (rounded), clipping 32-bit values outside that range.
+
+    Strip by strip in 64-bit integers, so the peak is the source plus the result."""
+    result = Image.new("RGB", image.size)
+    for top, bottom in _strips(image):
+        pixels = np.asarray(image.crop((0, top, image.width, bottom))).astype(np.int64)
+        clipped = np.clip(pixels, 0, SIXTEEN_BIT_MAX)
+        scaled = (clipped * 255 + SIXTEEN_BIT_MAX // 2) // SIXTEEN_BIT_MAX
+        result.paste(Image.fromarray(scaled.astype(np.uint8)).convert("RGB"), (0, top))
+    return result
 
 
 def _cmyk_to_rgb(image: Image.Image) -> Image.Image:

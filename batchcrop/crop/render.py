@@ -15,7 +15,14 @@ import io
 import numpy as np
 from PIL import Image
 
-from batchcrop.crop.decode import MAX_SOURCE_PIXELS, decode_rgb, open_image
+from batchcrop.crop.budget import MemoryBudget
+from batchcrop.crop.decode import (
+    MAX_SOURCE_PIXELS,
+    OpenedImage,
+    decode_cost,
+    decode_rgb,
+    open_image,
+)
 from batchcrop.crop.resample import Cut, resample_all
 from batchcrop.crop.saliency import saliency_map, small_copy
 from batchcrop.crop.spec import RenderSpec, Rendition
@@ -27,17 +34,34 @@ JPEG_OPTIMIZE = True
 
 
 def render(
-    data: bytes, spec: RenderSpec, *, max_pixels: int = MAX_SOURCE_PIXELS
+    data: bytes,
+    spec: RenderSpec,
+    *,
+    max_pixels: int = MAX_SOURCE_PIXELS,
+    budget: MemoryBudget | None = None,
 ) -> list[Rendition]:
     """Render every ratio of `spec` from the image `data`, in `spec.ratios` order.
 
     Raises `InvalidImage`, `ImageTooLarge` (checked before decoding pixels, against
-    `max_pixels`) or `UnsupportedImage`. No I/O beyond memory; safe from concurrent threads.
+    `max_pixels` and, when given, against the whole memory `budget`) or `UnsupportedImage`.
+    With a budget, the decode's estimated peak is reserved from it for the whole render (waiting
+    while other renders hold it). No I/O beyond memory; safe from concurrent threads.
     """
     opened = open_image(data, max_pixels)
     width, height = opened.size
     windows = [window_size(ratio, width, height) for ratio in spec.ratios]
-    picture = decode_rgb(opened, max(needed_scale(window, spec.max_side) for window in windows))
+    scale = max(needed_scale(window, spec.max_side) for window in windows)
+    if budget is None:
+        return _render(opened, spec, windows, scale)
+    with budget.reserve(decode_cost(opened, scale)):
+        return _render(opened, spec, windows, scale)
+
+
+def _render(
+    opened: OpenedImage, spec: RenderSpec, windows: list[tuple[int, int]], scale: float
+) -> list[Rendition]:
+    width, height = opened.size
+    picture = decode_rgb(opened, scale)
     scale_x, scale_y = picture.width / width, picture.height / height
     # A ratio equal to the source's leaves nothing to choose: skip saliency when all do.
     needs_placing = any(window != (width, height) for window in windows)

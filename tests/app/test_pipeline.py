@@ -12,6 +12,7 @@ from pathlib import Path
 import boto3
 import pytest
 import sqlalchemy as sa
+from PIL import Image
 
 from batchcrop import queries
 from batchcrop.app import App
@@ -139,6 +140,9 @@ def test_a_lost_race_on_an_idempotency_key_returns_the_winners_batch(
     assert (winner["id"], False) == (document["id"], created)
     assert looks == ["import-8", "import-8"]
     assert len(app.batches.list_batches()[0]) == 1
+    with app.leases.reading() as conn:
+        groups = conn.execute(sa.text("SELECT id FROM lease_groups")).scalars().all()
+    assert groups == [winner["id"]], "the loser's half-written group is deleted"
 
 
 def test_an_unexpected_error_at_commit_is_retried_and_the_slot_lives_on(
@@ -347,3 +351,22 @@ def test_derivatives_are_stored_with_their_type_and_ratio(
     for row in manifest:
         head = moto_s3.client.head_object(Bucket=moto_s3.bucket, Key=row["key"])
         assert ("image/jpeg", row["ratio"]) == (head["ContentType"], head["Metadata"]["ratio"])
+
+
+def test_a_source_needing_more_than_the_decode_memory_fails_alone(
+    make_app: Callable[..., App], tmp_path: Path
+) -> None:
+    """With a 64 MiB decode budget, a 12 MP RGBA PNG (about 150 MiB decoded) fails once as
+    `image_too_large` while the JPEG beside it succeeds: memory, not only pixels, is limited."""
+    app = make_app(decode_memory_mib=64)
+    src = tmp_path / "src"
+    src.mkdir()
+    Image.new("RGBA", (4000, 3000), (200, 30, 30, 255)).save(src / "huge.png")
+    Image.new("RGB", (4000, 3000), (200, 30, 30)).save(src / "photo.jpg")
+    status, _ = app.batches.submit(_request([src / "huge.png", src / "photo.jpg"]))
+    final = run_batch(app, LocalStore(tmp_path / "store"), status["id"])
+    assert (final["counts"]["succeeded"], final["counts"]["failed"]) == (1, 1)
+    assert final["failures"] == {"image_too_large": 1}
+    (failed,) = [i for i in app.batches.items(status["id"])[0] if i["state"] == "failed"]
+    assert failed["attempt"] == 1
+    assert app.decode_budget.used_bytes == 0

@@ -60,14 +60,12 @@ def new_group(
     """Create a group of `n` items; return its id and the item ids in seq order."""
     group_id = str(uuid.uuid4())
     ids = [str(uuid.uuid4()) for _ in range(n)]
-    with manager.transaction() as conn:
-        manager.create_group(
-            conn,
-            group_id,
-            deadline_seconds=deadline_seconds,
-            max_attempts=max_attempts,
-            items=[NewItem(item_id, {"ref": f"ref-{i}"}) for i, item_id in enumerate(ids)],
-        )
+    manager.create_group(
+        group_id,
+        deadline_seconds=deadline_seconds,
+        max_attempts=max_attempts,
+        items=[NewItem(item_id, {"ref": f"ref-{i}"}) for i, item_id in enumerate(ids)],
+    )
     return group_id, ids
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from leases import make_engine, upgrade
+from leases import LeaseManager, make_engine, upgrade
 from leases.migrate import VERSION_TABLE, current
 
 LEASE_TABLES = {"lease_groups", "lease_items", "lease_events", "lease_counters"}
@@ -26,7 +26,7 @@ def test_upgrade_twice_is_a_no_op(database_url: str) -> None:
                 {"f": False},
             )
         upgrade(engine)
-        assert current(engine) == revision == "0001"
+        assert current(engine) == revision == "0002"
         inspector = sa.inspect(engine)
         tables = set(inspector.get_table_names())
         assert LEASE_TABLES | {VERSION_TABLE} <= tables
@@ -44,5 +44,33 @@ def test_sqlite_engine_uses_wal_and_busy_timeout(sqlite_url: str) -> None:
         with engine.connect() as conn:
             assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
             assert int(conn.exec_driver_sql("PRAGMA busy_timeout").scalar() or 0) > 0
+    finally:
+        engine.dispose()
+
+
+def test_0002_seals_the_groups_that_exist(database_url: str) -> None:
+    """Groups created before creation was chunked stay claimable after the upgrade."""
+    engine = make_engine(database_url)
+    try:
+        upgrade(engine, "0001")
+        manager = LeaseManager(engine)
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO lease_groups (id, created_at, deadline_at, max_attempts, "
+                    "cancel_requested) VALUES ('g', 1, 32503680000000, 3, :f)"
+                ),
+                {"f": False},
+            )
+            conn.execute(
+                sa.text(
+                    "INSERT INTO lease_items (id, group_id, seq, state, attempt, attempt_base, "
+                    "next_attempt_at, created_at, updated_at, payload) "
+                    "VALUES ('i', 'g', 0, 'queued', 0, 0, 1, 1, 1, '{}')"
+                )
+            )
+        upgrade(engine)
+        assert current(engine) == "0002"
+        assert [c.item_id for c in manager.claim("w", 5)] == ["i"]
     finally:
         engine.dispose()

@@ -38,14 +38,12 @@ def loaded(postgres_url: str) -> Iterator[tuple[sa.Engine, str, str]]:
     ids = []
     for n in (BIG_GROUP_ITEMS, SMALL_GROUP_ITEMS):
         group_id = str(uuid.uuid4())
-        with manager.transaction() as conn:
-            manager.create_group(
-                conn,
-                group_id,
-                deadline_seconds=3600,
-                max_attempts=3,
-                items=(NewItem(str(uuid.uuid4()), {}) for _ in range(n)),
-            )
+        manager.create_group(
+            group_id,
+            deadline_seconds=3600,
+            max_attempts=3,
+            items=(NewItem(str(uuid.uuid4()), {}) for _ in range(n)),
+        )
         ids.append(group_id)
     for claim in manager.claim("w", 500):
         manager.complete(claim)

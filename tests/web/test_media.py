@@ -194,3 +194,19 @@ def test_a_source_swapped_for_a_fifo_is_a_quick_404(
     )
     assert_problem(response, 404)
     assert time.monotonic() - started < 5
+
+
+def test_thumbnails_wait_for_decode_memory_then_answer_busy(
+    processed: ProcessedBatch, monkeypatch: Any
+) -> None:
+    """While other decodes hold the whole memory budget, a thumbnail waits its few seconds and
+    then answers 503 busy with Retry-After; once the memory is free it is served."""
+    monkeypatch.setattr("batchcrop.api.media.THUMBNAIL_QUEUE_SECONDS", 0.2)
+    item = by_ref(processed, "sku-0")
+    url = f"/v1/batches/{processed.id}/items/{item['id']}/source-thumbnail"
+    budget = processed.live.app.decode_budget
+    with budget.reserve(budget.capacity_bytes):
+        problem = assert_problem(processed.live.client.get(url), 503)
+    assert problem["type"] == "urn:batchcrop:problem:busy"
+    assert processed.live.client.get(url).status_code == 200
+    assert budget.used_bytes == 0

@@ -1,0 +1,71 @@
+"""A process's budget of decoded-pixel memory, shared by every render and thumbnail in it.
+
+A pixel cap alone does not bound memory: an 80 MP JPEG decodes DCT-scaled into a few tens of
+MiB, while a PNG of the same size decodes whole at 4 bytes per pixel, plus its conversion. Each
+decode reserves its estimated peak (`decode.decode_cost`) before touching a pixel and gives it
+back when its render ends; a decode that cannot fit even alone fails `image_too_large`, and one
+that does not fit now waits for others to finish. So a process's image memory stays under the
+budget whatever its concurrency.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from batchcrop.crop.errors import ImageTooLarge
+
+DECODE_MEMORY_MIB_DEFAULT = 1024
+MIB = 1 << 20
+
+
+class BudgetBusy(Exception):
+    """The reservation did not fit within the caller's timeout (other decodes hold the memory)."""
+
+
+class MemoryBudget:
+    """Up to `capacity_bytes` reserved at once; thread-safe."""
+
+    def __init__(self, capacity_bytes: int) -> None:
+        if capacity_bytes <= 0:
+            raise ValueError("the decode memory budget must be positive")
+        self.capacity_bytes = capacity_bytes
+        self._used = 0
+        self._changed = threading.Condition()
+
+    @property
+    def used_bytes(self) -> int:
+        """Bytes reserved right now."""
+        with self._changed:
+            return self._used
+
+    @contextmanager
+    def reserve(self, nbytes: int, *, timeout: float | None = None) -> Iterator[None]:
+        """Hold `nbytes` of the budget for the block.
+
+        Raises `ImageTooLarge` when `nbytes` exceeds the whole budget (it could never fit), and
+        `BudgetBusy` when it does not fit within `timeout` seconds (None: wait as long as it
+        takes; every holder gives its share back, so it does fit eventually).
+        """
+        if nbytes > self.capacity_bytes:
+            raise ImageTooLarge(
+                f"decoding needs about {_mib(nbytes)} MiB, more than the decode memory budget "
+                f"of {_mib(self.capacity_bytes)} MiB"
+            )
+        with self._changed:
+            if not self._changed.wait_for(
+                lambda: self._used + nbytes <= self.capacity_bytes, timeout
+            ):
+                raise BudgetBusy(f"{_mib(nbytes)} MiB of decode memory not free in time")
+            self._used += nbytes
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._used -= nbytes
+                self._changed.notify_all()
+
+
+def _mib(nbytes: int) -> int:
+    return -(-nbytes // MIB)

@@ -1,0 +1,150 @@
+"""Memory, not only pixels: each decode's estimated peak (checked against the peak RSS a real
+render reaches) is reserved from a process-wide budget before a pixel is decoded."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from batchcrop.crop import MIB, BudgetBusy, ImageTooLarge, MemoryBudget, RenderSpec, render
+from batchcrop.crop.decode import decode_cost, open_image
+from batchcrop.crop.window import needed_scale, window_size
+from tests.crop.images import encode
+
+SPEC = RenderSpec.from_input({})
+WIDTH, HEIGHT = 4000, 3000
+
+# Renders one file in a fresh interpreter and prints its estimated cost and the peak RSS the
+# render added: the process's high-water mark (VmHWM; not ru_maxrss, which keeps the parent's
+# across fork and exec) after the render, less the one before it, taken after a warm-up render.
+_MEASURE = """
+import sys
+from pathlib import Path
+from PIL import Image
+from batchcrop.crop import RenderSpec, render
+from batchcrop.crop.decode import decode_cost, open_image
+from batchcrop.crop.window import needed_scale, window_size
+spec = RenderSpec.from_input({})
+tiny = Path(sys.argv[2]).read_bytes()
+render(tiny, spec)
+data = Path(sys.argv[1]).read_bytes()
+opened = open_image(data, 80_000_000)
+scale = max(needed_scale(window_size(r, *opened.size), spec.max_side) for r in spec.ratios)
+cost = decode_cost(opened, scale)
+def high_water():
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+before = high_water()
+render(data, spec)
+print(cost, high_water() - before)
+"""
+
+
+def _oriented(image: Image.Image, orientation: int) -> Image.Image:
+    exif = image.getexif()
+    exif[0x0112] = orientation
+    image.info["exif"] = exif.tobytes()
+    return image
+
+
+@pytest.mark.parametrize(
+    ("name", "mode", "fmt", "orientation"),
+    [
+        ("rgb.jpg", "RGB", "JPEG", 1),
+        ("turned.jpg", "RGB", "JPEG", 6),
+        ("rgb.png", "RGB", "PNG", 1),
+        ("rgba.png", "RGBA", "PNG", 1),
+        ("turned-rgba.png", "RGBA", "PNG", 6),
+        ("grey.png", "L", "PNG", 1),
+        ("palette.png", "P", "PNG", 1),
+        ("cmyk.tif", "CMYK", "TIFF", 1),
+    ],
+)
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads VmHWM from /proc")
+def test_the_estimate_covers_the_peak_a_real_render_reaches(
+    tmp_path: Path, name: str, mode: str, fmt: str, orientation: int
+) -> None:
+    """For each decoded layout, the reserved estimate is at least what the render added to the
+    process's peak RSS, and not more than 1.5 times it plus the fixed overhead."""
+    image = _oriented(Image.new(mode, (WIDTH, HEIGHT)), orientation)
+    path = tmp_path / name
+    path.write_bytes(encode(image, fmt, exif=image.info["exif"]))
+    tiny = tmp_path / "tiny.png"
+    Image.new("RGB", (40, 30)).save(tiny)
+    out = subprocess.run(
+        [sys.executable, "-c", _MEASURE, str(path), str(tiny)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    cost, peak = (int(n) for n in out.split())
+    assert peak <= cost <= 1.5 * peak + 32 * MIB, (peak // MIB, cost // MIB)
+
+
+def test_a_decode_larger_than_the_whole_budget_fails_before_decoding(tmp_path: Path) -> None:
+    """A 12 MP RGBA PNG needs about 150 MiB decoded: with 64 MiB it is `image_too_large`, named
+    in MiB; the same picture as a JPEG decodes DCT-scaled and fits."""
+    picture = Image.new("RGBA", (WIDTH, HEIGHT), (200, 30, 30, 255))
+    budget = MemoryBudget(64 * MIB)
+    with pytest.raises(ImageTooLarge, match=r"needs about \d+ MiB, more than .* 64 MiB"):
+        render(encode(picture, "PNG"), SPEC, budget=budget)
+    renditions = render(encode(picture.convert("RGB"), "JPEG"), SPEC, budget=budget)
+    assert len(renditions) == len(SPEC.ratios)
+    assert budget.used_bytes == 0
+
+
+def test_renders_that_do_not_fit_together_take_turns(tmp_path: Path) -> None:
+    """With room for one decode, a second render waits until the first gives its share back,
+    and both succeed."""
+    data = encode(Image.new("RGB", (WIDTH, HEIGHT), (10, 120, 30)), "PNG")
+    opened = open_image(data, 80_000_000)
+    scale = max(needed_scale(window_size(r, *opened.size), SPEC.max_side) for r in SPEC.ratios)
+    cost = decode_cost(opened, scale)
+    budget = MemoryBudget(cost + cost // 2)
+    held = threading.Event()
+    release = threading.Event()
+
+    def hold() -> None:
+        with budget.reserve(cost):
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(10)
+    finished: list[float] = []
+
+    def second() -> None:
+        render(data, SPEC, budget=budget)
+        finished.append(time.monotonic())
+
+    waiter = threading.Thread(target=second)
+    waiter.start()
+    time.sleep(0.3)
+    assert finished == [], "the second render waited for memory"
+    released_at = time.monotonic()
+    release.set()
+    holder.join(10)
+    waiter.join(30)
+    assert len(finished) == 1
+    assert finished[0] >= released_at
+    assert budget.used_bytes == 0
+
+
+def test_a_reservation_that_cannot_fit_in_time_is_busy() -> None:
+    """A caller that sets a timeout (the API's thumbnails) gets BudgetBusy, not a hang."""
+    budget = MemoryBudget(100 * MIB)
+    with budget.reserve(80 * MIB):
+        started = time.monotonic()
+        with pytest.raises(BudgetBusy), budget.reserve(30 * MIB, timeout=0.2):
+            pass
+        assert 0.2 <= time.monotonic() - started < 2
+    with budget.reserve(100 * MIB):
+        assert budget.used_bytes == 100 * MIB

@@ -1,0 +1,186 @@
+"""Creating a group in short transactions: invisible until sealed, cleaned up when left half-done
+(docs/design.md §3, creation)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+import sqlalchemy as sa
+
+from leases import LeaseManager, NewItem, NoSuchGroup, State
+from leases.manager import CREATE_BATCH_ROWS
+from tests.leases.conftest import LONG_AGO_MS, new_group, set_column
+
+TABLES = ("lease_groups", "lease_items", "lease_events", "lease_counters")
+
+
+def _rows(engine: sa.Engine, group_id: str) -> dict[str, int]:
+    """How many rows each lease table holds for the group."""
+    counts = {}
+    with engine.connect() as conn:
+        for table in TABLES:
+            column = "id" if table == "lease_groups" else "group_id"
+            sql = sa.text(f"SELECT count(*) FROM {table} WHERE {column} = :g")
+            counts[table] = conn.execute(sql, {"g": group_id}).scalar_one()
+    return counts
+
+
+def _items(n: int, midway: Callable[[], None]) -> Iterator[NewItem]:
+    """`n` items; `midway` runs when the creator asks for the first item after the first chunk,
+    that is, once the first chunk has committed and before the group is sealed."""
+    for i in range(n):
+        if i == CREATE_BATCH_ROWS + 1:
+            midway()
+        yield NewItem(str(uuid.uuid4()), {"ref": f"ref-{i}"})
+
+
+def test_a_group_being_created_is_invisible_to_claims_reads_cancel_and_the_reaper(
+    engine: sa.Engine, manager: LeaseManager
+) -> None:
+    """Half-way through a creation, its first chunk is committed yet nobody can see or touch
+    it; once sealed, all of it appears at once."""
+    group_id = str(uuid.uuid4())
+    seen: dict[str, object] = {}
+
+    def look() -> None:
+        seen["rows"] = _rows(engine, group_id)
+        seen["claimed"] = manager.claim("w", 10)
+        seen["listed"] = manager.groups([group_id])
+        for name, act in (
+            ("read", lambda: manager.group(group_id)),
+            ("cancel", lambda: manager.cancel(group_id)),
+            ("requeue", lambda: manager.requeue(group_id, deadline_seconds=60)),
+        ):
+            with pytest.raises(NoSuchGroup):
+                act()
+            seen[name] = "NoSuchGroup"
+        seen["reaped"] = manager.reap().total
+
+    total = 2 * CREATE_BATCH_ROWS + 5
+    created = manager.create_group(
+        group_id, deadline_seconds=60, max_attempts=3, items=_items(total, look)
+    )
+    assert seen == {
+        "rows": {
+            "lease_groups": 1,
+            "lease_items": CREATE_BATCH_ROWS,
+            "lease_events": CREATE_BATCH_ROWS,
+            "lease_counters": 8,
+        },
+        "claimed": [],
+        "listed": [],
+        "read": "NoSuchGroup",
+        "cancel": "NoSuchGroup",
+        "requeue": "NoSuchGroup",
+        "reaped": 0,
+    }
+    assert created == total
+    summary = manager.group(group_id)
+    assert summary.counts[State.QUEUED] == total
+    assert manager.recount(group_id) == {(State.QUEUED, ""): total}
+    assert [c.payload["ref"] for c in manager.claim("w", 3)] == ["ref-0", "ref-1", "ref-2"]
+
+
+def test_each_chunk_commits_before_the_next_is_read(
+    engine: sa.Engine, manager: LeaseManager
+) -> None:
+    """A large group is written in short transactions of one chunk each: whenever the creator
+    reads the first item of a chunk, every earlier chunk is already committed (another
+    connection counts it), so no writer waits behind a whole submission."""
+    group_id = str(uuid.uuid4())
+    committed: list[int] = []
+
+    def items() -> Iterator[NewItem]:
+        for i in range(3 * CREATE_BATCH_ROWS + 1):
+            if i % CREATE_BATCH_ROWS == 0:
+                committed.append(_rows(engine, group_id)["lease_items"])
+            yield NewItem(str(uuid.uuid4()), {})
+
+    manager.create_group(group_id, deadline_seconds=60, max_attempts=3, items=items())
+    assert committed == [0, CREATE_BATCH_ROWS, 2 * CREATE_BATCH_ROWS, 3 * CREATE_BATCH_ROWS]
+    assert manager.group(group_id).total == 3 * CREATE_BATCH_ROWS + 1
+
+
+def test_a_creation_that_fails_part_way_leaves_nothing(
+    engine: sa.Engine, manager: LeaseManager
+) -> None:
+    """An error from the item source after a committed chunk deletes every row written."""
+    group_id = str(uuid.uuid4())
+
+    def fail() -> None:
+        raise OSError("the upload was cut")
+
+    with pytest.raises(OSError, match="upload was cut"):
+        manager.create_group(
+            group_id, deadline_seconds=60, max_attempts=3, items=_items(CREATE_BATCH_ROWS + 5, fail)
+        )
+    assert _rows(engine, group_id) == dict.fromkeys(TABLES, 0)
+
+
+def test_a_failing_seal_callback_leaves_nothing(engine: sa.Engine, manager: LeaseManager) -> None:
+    """The caller's rows written at the seal fail: the group goes with them."""
+    group_id = str(uuid.uuid4())
+
+    def on_seal(conn: sa.Connection) -> None:
+        raise ValueError("refused by the caller")
+
+    with pytest.raises(ValueError, match="refused"):
+        manager.create_group(
+            group_id,
+            deadline_seconds=60,
+            max_attempts=3,
+            items=[NewItem(str(uuid.uuid4()), {})],
+            on_seal=on_seal,
+        )
+    assert _rows(engine, group_id) == dict.fromkeys(TABLES, 0)
+
+
+def test_the_reaper_deletes_a_creation_left_by_a_crash_only_once_it_is_old(
+    engine: sa.Engine, manager: LeaseManager
+) -> None:
+    """A submitter killed mid-way (here an interrupt the creator does not clean up after)
+    leaves an unsealed group; the reaper removes it once it is older than the expiry, and
+    never a sealed group."""
+    group_id = str(uuid.uuid4())
+    sealed_id, _ = new_group(manager, 3)
+
+    def crash() -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        manager.create_group(
+            group_id,
+            deadline_seconds=60,
+            max_attempts=3,
+            items=_items(CREATE_BATCH_ROWS + 5, crash),
+        )
+    left = _rows(engine, group_id)
+    assert left["lease_items"] == CREATE_BATCH_ROWS
+    assert manager.reap().discarded_groups == 0
+    assert _rows(engine, group_id) == left
+    set_column(engine, "lease_groups", "created_at", LONG_AGO_MS, id=group_id)
+    set_column(engine, "lease_groups", "created_at", LONG_AGO_MS, id=sealed_id)
+    assert manager.reap().discarded_groups == 1
+    assert _rows(engine, group_id) == dict.fromkeys(TABLES, 0)
+    assert manager.group(sealed_id).counts[State.QUEUED] == 3
+
+
+def test_the_deadline_counts_from_the_seal(engine: sa.Engine, manager: LeaseManager) -> None:
+    """However long the items took to write, the group gets its whole deadline."""
+    group_id = str(uuid.uuid4())
+
+    def slow_start() -> None:
+        set_column(engine, "lease_groups", "created_at", LONG_AGO_MS, id=group_id)
+        set_column(engine, "lease_groups", "deadline_at", LONG_AGO_MS, id=group_id)
+
+    manager.create_group(
+        group_id,
+        deadline_seconds=60,
+        max_attempts=3,
+        items=_items(CREATE_BATCH_ROWS + 2, slow_start),
+    )
+    summary = manager.group(group_id)
+    assert summary.deadline_at.timestamp() > summary.created_at.timestamp() + 60
+    assert len(manager.claim("w", 2)) == 2
