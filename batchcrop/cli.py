@@ -18,6 +18,7 @@ from batchcrop.batches import (
     NeedsNewDeadline,
     NoSuchBatch,
 )
+from batchcrop.crop.budget import return_freed_pixels_promptly
 from batchcrop.crop.spec import MAX_SIDE_PX_DEFAULT, QUALITY_DEFAULT, RATIOS_DEFAULT
 from batchcrop.exit_codes import Exit
 from batchcrop.logs import configure as configure_logs
@@ -333,6 +334,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     configure_logs(args.log_level)
+    return_freed_pixels_promptly()
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
         return handler(args)

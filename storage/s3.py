@@ -11,6 +11,7 @@ rejects `IfNoneMatch`, and Ceph RGW ignores conditions on multipart completion a
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -48,6 +49,11 @@ from storage.s3errors import (
 
 CONNECT_TIMEOUT_SECONDS = 5.0
 READ_TIMEOUT_SECONDS = 30.0
+"""Longest wait for any one socket read (botocore's `read_timeout`)."""
+BODY_DEADLINE_SECONDS = 300.0
+"""Longest a whole object body may take to arrive: a server trickling bytes, each read within
+the read timeout, would otherwise hold the reader forever (100 MiB at 350 KB/s still fits)."""
+BODY_READ_CHUNK_BYTES = 1 << 20
 TOTAL_MAX_ATTEMPTS = 4
 """botocore attempts per request, the first included (`max_attempts` would count retries)."""
 MAX_POOL_CONNECTIONS = 32
@@ -70,6 +76,7 @@ class S3Settings:
     request_checksum_calculation: str = REQUEST_CHECKSUM_CALCULATION
     connect_timeout_seconds: float = CONNECT_TIMEOUT_SECONDS
     read_timeout_seconds: float = READ_TIMEOUT_SECONDS
+    body_deadline_seconds: float = BODY_DEADLINE_SECONDS
     total_max_attempts: int = TOTAL_MAX_ATTEMPTS
     max_pool_connections: int = MAX_POOL_CONNECTIONS
 
@@ -124,6 +131,7 @@ class S3Store:
     def get(self, key: str, *, max_bytes: int | None = None) -> bytes:
         """Return the object's bytes; its Content-Length is checked against `max_bytes` first."""
         full_key = self._full_key(key)
+        deadline = time.monotonic() + self.settings.body_deadline_seconds
         with translated(f"get {self.url}/{key}"):
             response = self.client.get_object(Bucket=self.bucket, Key=full_key)
             body = response["Body"]
@@ -131,10 +139,9 @@ class S3Store:
                 size = int(response["ContentLength"])
                 if max_bytes is not None and size > max_bytes:
                     raise ObjectTooLarge(f"{self.url}/{key}: {size} bytes > limit {max_bytes}")
-                data: bytes = body.read()
+                return _read_body(body, size, deadline, f"get {self.url}/{key}")
             finally:
                 body.close()
-        return data
 
     def head(self, key: str) -> ObjectInfo:
         """Return size and the sha256 from our user metadata (None if written by someone else)."""
@@ -283,3 +290,26 @@ class S3Store:
         except (BotoCoreError, ClientError):
             # A leftover 5-byte probe is harmless; credentials may rightly forbid deletes.
             return
+
+
+def _read_body(body: Any, size: int, deadline: float, what: str) -> bytes:
+    """The whole body of a response, or `StorageUnavailable` once `deadline` (monotonic) passes.
+
+    Reads what has arrived, one socket read at a time (urllib3's `read1`; each read is bounded by
+    the read timeout), so the deadline is checked however slowly the bytes come, and checks the
+    length botocore would have checked.
+    """
+    read = getattr(getattr(body, "_raw_stream", None), "read1", None)
+    if read is None:
+        data: bytes = body.read()
+        return data
+    chunks: list[bytes] = []
+    received = 0
+    while chunk := read(BODY_READ_CHUNK_BYTES):
+        received += len(chunk)
+        chunks.append(chunk)
+        if time.monotonic() > deadline:
+            raise StorageUnavailable(f"{what}: the body took too long to arrive")
+    if received != size:
+        raise StorageUnavailable(f"{what}: the body was cut short ({received} of {size} bytes)")
+    return b"".join(chunks)

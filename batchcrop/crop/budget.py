@@ -10,14 +10,17 @@ budget whatever its concurrency.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from batchcrop.crop.errors import ImageTooLarge
 
-DECODE_MEMORY_MIB_DEFAULT = 1024
 MIB = 1 << 20
+MMAP_THRESHOLD_BYTES = 4 * MIB
+_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
 
 
 class BudgetBusy(Exception):
@@ -65,6 +68,22 @@ class MemoryBudget:
             with self._changed:
                 self._used -= nbytes
                 self._changed.notify_all()
+
+
+def return_freed_pixels_promptly() -> bool:
+    """Make glibc's malloc hand large freed blocks straight back to the system; True if set.
+
+    By default glibc raises its mmap threshold after the first large free, so later image blocks
+    come from per-thread arenas that keep their pages after the image is gone: with two render
+    threads a process's RSS grew to about twice the budget (`bench/memory.py`). A fixed
+    threshold keeps every block of `MMAP_THRESHOLD_BYTES` or more mapped on its own and unmapped
+    when freed, so RSS follows the budget. A no-op where there is no glibc.
+    """
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
+    except (OSError, AttributeError):
+        return False
 
 
 def _mib(nbytes: int) -> int:

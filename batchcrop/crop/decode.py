@@ -147,7 +147,13 @@ def decode_rgb(opened: OpenedImage, scale: float) -> Image.Image:
 
 
 def _orientation(image: Image.Image) -> int:
-    """The EXIF orientation 1..8; 1 when absent, out of range or unreadable."""
+    """The EXIF orientation 1..8; 1 when absent, out of range or unreadable.
+
+    Reads no pixel: a PNG's `getexif()` decodes the whole image to look for an eXIf chunk after
+    the image data, so for PNG only a chunk before it (where writers put it) counts.
+    """
+    if image.format == "PNG" and "exif" not in image.info:
+        return 1
     try:
         value = image.getexif().get(ExifTags.Base.Orientation, 1)
     except _DECODE_ERRORS:

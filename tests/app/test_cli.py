@@ -15,14 +15,19 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
 from batchcrop.app import App, build
+from batchcrop.commands import GIVE_BACK_WAIT_SECONDS
+from batchcrop.exit_codes import Exit
 from batchcrop.settings import Settings
 from leases import State
-from storage import LocalStore
+from storage import LocalStore, S3Store
 from tests.app.images import write_corrupt, write_photos
+from tests.services import rgw as rgw_service
+from tests.services.proxy import FaultProxy
 
 pytestmark = pytest.mark.slow
 WAIT_SECONDS = 60.0
@@ -234,7 +239,7 @@ def test_unreachable_database_exits_3(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
-def _submit(cli: Cli, src: Path, *extra: str) -> str:
+def _submit(cli: Cli, src: Path | str, *extra: str) -> str:
     result = cli("submit", str(src), "--max-side", "600", *extra)
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()
@@ -446,3 +451,40 @@ def test_crafted_refs_are_printed_literally(cli: Cli, tmp_path: Path) -> None:
     assert "ok\\rFAKE" in listed.stdout
     assert "\\u202egpj.exe" in listed.stdout
     assert not any(c in listed.stdout for c in ("\x1b", "\r", "\x07", "\u202e"))
+
+
+@pytest.mark.rgw
+def test_sigterm_stops_a_worker_whose_slot_is_stuck_reading_a_source(
+    cli: Cli, inspect: App, rgw: rgw_service.RGWEndpoint, rgw_bucket: S3Store, tmp_path: Path
+) -> None:
+    """A source on an S3 server that trickles its body (64 bytes every half second) holds the
+    slot in its read; SIGTERM still ends the worker within the grace period plus the bounded
+    give-back wait, and the stuck item is left to its lease, never failed."""
+    photo = tmp_path / "photo.jpg"
+    write_photos(tmp_path / "src", 1, size=(1600, 1200))[0].rename(photo)
+    rgw_bucket.put_if_absent("sources/photo.jpg", photo.read_bytes())
+    upstream = urlsplit(rgw.url)
+    proxy = FaultProxy(upstream.hostname or "127.0.0.1", upstream.port or 80).start()
+    try:
+        cli.env.update(
+            BATCHCROP_S3_ENDPOINT_URL=proxy.url,
+            AWS_ACCESS_KEY_ID=rgw.access_key,
+            AWS_SECRET_ACCESS_KEY=rgw.secret_key,
+            AWS_DEFAULT_REGION="us-east-1",
+        )
+        batch = _submit(cli, f"s3://{rgw_bucket.bucket}/sources/photo.jpg")
+        proxy.configure(trickle_bytes=64, trickle_seconds=0.5)
+        worker = cli.spawn("worker", "--concurrency", "1", "--shutdown-grace-seconds", "1")
+        item = wait_for(lambda: held_by(inspect, batch, worker.pid), "the worker to hold the item")
+        time.sleep(1.0)  # well into the read: about 100 KB at 128 bytes a second
+        signalled = time.monotonic()
+        worker.send_signal(signal.SIGTERM)
+        code = worker.wait(GIVE_BACK_WAIT_SECONDS + 20)
+        took = time.monotonic() - signalled
+    finally:
+        proxy.stop()
+    assert took < 1 + GIVE_BACK_WAIT_SECONDS + 5
+    assert code in (0, Exit.INTERRUPTED)
+    row = inspect.leases.item(item)
+    assert row is not None
+    assert row.state in ("in_progress", "queued", "retryable"), row.state

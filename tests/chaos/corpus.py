@@ -134,6 +134,9 @@ def _generators() -> list[Callable[[], Hostile]]:
         lambda: Hostile("jpeg-named.gif", clean_jpeg(5), "succeeded"),
         lambda: Hostile("bomb.png", png_bomb(20_000, 20_000), "failed", "image_too_large"),
         lambda: Hostile("huge.jpg", jpeg_huge_dimensions(), "failed", "image_too_large"),
+        # 30 MP under the pixel cap, about 100 KB on disk, but some 300 MiB to decode as RGBA:
+        # more than the hostile runs' 256 MiB decode budget (`HOSTILE_DECODE_MEMORY_MIB`).
+        lambda: Hostile("memory-bomb.png", png_rgba(6000, 5000), "failed", "image_too_large"),
         lambda: Hostile("huge-exif.jpg", jpeg_huge_exif(), "succeeded"),
         lambda: Hostile("bad-orientation.jpg", jpeg_bad_orientation(), "succeeded"),
         lambda: Hostile("cmyk.jpg", cmyk_jpeg(), "succeeded"),
@@ -144,6 +147,17 @@ def _generators() -> list[Callable[[], Hostile]]:
             "doc.jpg", b"%PDF-1.7\n1 0 obj <<>> endobj\n", "failed", "unsupported_image"
         ),
     ]
+
+
+HOSTILE_DECODE_MEMORY_MIB = 256
+"""The decode memory budget (`--decode-memory-mib`) runs over the hostile corpus use."""
+
+
+def png_rgba(width: int, height: int) -> bytes:
+    """A real, plain RGBA PNG: tiny on disk, width x height x 4 bytes once decoded."""
+    buffer = io.BytesIO()
+    Image.new("RGBA", (width, height), (30, 60, 90, 200)).save(buffer, format="PNG")
+    return buffer.getvalue()
 
 
 def hostile() -> list[Hostile]:

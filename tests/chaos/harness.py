@@ -28,7 +28,7 @@ from leases import DatabaseUnavailable
 from leases.schema import items as items_table
 from leases.sqlfuncs import db_now_ms
 from storage import LocalStore, ObjectStore, S3Store
-from tests.chaos import invariants
+from tests.chaos import corpus, invariants
 from tests.chaos.backends import (
     MAX_SOURCE_BYTES,
     VANISHING_SOURCES,
@@ -161,6 +161,7 @@ class Run:
                 "--max-attempt-seconds", str(config.max_attempt_seconds),
                 "--shutdown-grace-seconds", "5",
                 "--max-source-bytes", str(MAX_SOURCE_BYTES),
+                "--decode-memory-mib", str(corpus.HOSTILE_DECODE_MEMORY_MIB),
             ],
             env,
             config.root / "logs",

@@ -61,7 +61,8 @@ def test_hostile_images_end_as_expected_and_block_nothing(
     env = {**os.environ, "BATCHCROP_DATABASE_URL": database_url}
     env.pop("BATCHCROP_STORE", None)
     args = ("run", str(src), "--out", str(tmp_path / "out"), "--ratios", "1:1,16:9")
-    result = _cli(env, tmp_path, *args, "--max-side", "128", "--workers", "2", "--json")
+    budget = ("--decode-memory-mib", str(corpus.HOSTILE_DECODE_MEMORY_MIB))
+    result = _cli(env, tmp_path, *args, *budget, "--max-side", "128", "--workers", "2", "--json")
     assert result.returncode == 1, result.stderr
     assert "Traceback" not in result.stderr
     document = json.loads(result.stdout)

@@ -5,7 +5,8 @@ every connection to the upstream. Faults are commands, changeable at any time fr
 
 - `configure(...)`: a fraction of *requests* fails (`fail_fraction`), each failure drawn from
   the kinds in `fault_kinds`; a fraction of requests is delayed by `delay_seconds`; a fraction
-  of new *connections* is refused (`refuse_fraction`).
+  of new *connections* is refused (`refuse_fraction`); answers trickle to the client
+  `trickle_bytes` every `trickle_seconds` (a server that never quite stops sending).
 - `reset_all()` resets every open connection now; `outage(seconds)` fails every request and
   every new connection for a while (a short storage or network outage).
 
@@ -62,6 +63,8 @@ class FaultPlan:
     delay_seconds: float = 0.0
     refuse_fraction: float = 0.0
     outage_until: float = 0.0  # time.monotonic() until which everything fails
+    trickle_bytes: int = 0  # when > 0, answers reach the client this many bytes at a time,
+    trickle_seconds: float = 0.0  # one piece per this many seconds (a slow or stuck server)
 
 
 @dataclass(eq=False)  # identity semantics: connections live in a set
@@ -146,13 +149,22 @@ class FaultProxy:
         delay_fraction: float = 0.0,
         delay_seconds: float = 0.0,
         refuse_fraction: float = 0.0,
+        trickle_bytes: int = 0,
+        trickle_seconds: float = 0.0,
     ) -> None:
         """Replace the fault plan (fractions in [0, 1], delays in seconds)."""
         kinds = tuple(k for k in fault_kinds if self.http or k != "http_503")
         with self._lock:
             outage = self._plan.outage_until
             self._plan = FaultPlan(
-                fail_fraction, kinds, delay_fraction, delay_seconds, refuse_fraction, outage
+                fail_fraction,
+                kinds,
+                delay_fraction,
+                delay_seconds,
+                refuse_fraction,
+                outage,
+                trickle_bytes,
+                trickle_seconds,
             )
 
     def outage(self, seconds: float) -> None:
@@ -299,8 +311,20 @@ class FaultProxy:
                     conn.client.sendall(chunk[: max(1, len(chunk) // 2)])
                 self._finish(conn, reset=True)
                 return
-            try:
-                conn.client.sendall(chunk)
-            except OSError:
+            if not self._send_down(conn, chunk):
                 break
         self._finish(conn, reset=False)
+
+    def _send_down(self, conn: _Conn, chunk: bytes) -> bool:
+        """Send `chunk` to the client, trickled when the plan says so; False if it is gone."""
+        with self._lock:
+            size, pause = self._plan.trickle_bytes, self._plan.trickle_seconds
+        pieces = [chunk] if size <= 0 else [chunk[i : i + size] for i in range(0, len(chunk), size)]
+        for n, piece in enumerate(pieces):
+            if n and conn.closed.wait(pause):
+                return False
+            try:
+                conn.client.sendall(piece)
+            except OSError:
+                return False
+        return True

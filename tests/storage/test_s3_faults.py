@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import time
 from typing import Any
+from urllib.parse import urlsplit
 
 import boto3
 import pytest
@@ -21,6 +24,9 @@ from storage import (
     StorageUnavailable,
 )
 from storage.s3 import CONFLICT_RETRY_ATTEMPTS
+from tests.s3_fixtures import rgw_session, rgw_settings
+from tests.services import rgw as rgw_service
+from tests.services.proxy import FaultProxy
 from tests.storage.conftest import StoreFactory
 from tests.storage.faults import (
     FAULT_KINDS,
@@ -259,3 +265,32 @@ def test_check_deletes_its_probe_and_listings_hide_the_probe_folder(
     assert raw.get("Contents", []) == []
     store.client.put_object(Bucket=store.bucket, Key=f"{store.prefix}/.probe/left", Body=b"p")
     assert list(store.list()) == []
+
+
+@pytest.mark.rgw
+def test_a_body_that_trickles_in_is_cut_off_at_the_deadline(
+    rgw: rgw_service.RGWEndpoint, rgw_bucket: S3Store
+) -> None:
+    """A live gateway behind a proxy that passes its answers on 64 bytes every 50 ms: every
+    socket read is quick, so only the body deadline stops the read, which then fails as
+    transient; the same read without the trickle returns the object whole."""
+    data = bytes(range(256)) * 400  # 100 KiB: about 80 s at the trickle's pace
+    rgw_bucket.put_if_absent("slow/source.png", data)
+    upstream = urlsplit(rgw.url)
+    proxy = FaultProxy(upstream.hostname or "127.0.0.1", upstream.port or 80).start()
+    try:
+        settings = dataclasses.replace(
+            rgw_settings(rgw, body_deadline_seconds=1.0, read_timeout_seconds=5.0),
+            endpoint_url=proxy.url,
+        )
+        store = S3Store(
+            rgw_bucket.bucket, settings=settings, client=settings.client(rgw_session(rgw))
+        )
+        assert store.get("slow/source.png") == data
+        proxy.configure(trickle_bytes=64, trickle_seconds=0.05)
+        started = time.monotonic()
+        with pytest.raises(StorageUnavailable, match="took too long"):
+            store.get("slow/source.png")
+        assert time.monotonic() - started < 5
+    finally:
+        proxy.stop()
