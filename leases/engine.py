@@ -6,12 +6,17 @@ made elsewhere (it must run before the engine's first connection).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import sqlalchemy as sa
+
+from leases.errors import DatabaseUnavailable
 
 try:
     import fcntl
@@ -53,6 +58,9 @@ def _on_begin(connection: sa.Connection) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
+CREATION_TURN_WAIT_SECONDS = 120.0
+"""How long a creation on SQLite waits for another to finish before giving up as unavailable."""
+_CREATION_TURN_POLL_SECONDS = 0.05
 _CREATION_TURN = threading.Lock()
 
 
@@ -63,22 +71,47 @@ def creation_turn(engine: sa.Engine) -> Iterator[None]:
     SQLite's write lock is not first come, first served: a writer waiting on the busy timeout
     polls, and several submissions writing chunk after chunk would leave it no gap. One creation
     at a time (a lock on a file beside the database, across processes), which pauses after each
-    chunk, always leaves one.
+    chunk, always leaves one. Raises `DatabaseUnavailable` after `CREATION_TURN_WAIT_SECONDS`
+    (another creation is stuck or very long). Where the lock file cannot be opened (a read-only
+    folder), creations take turns within this process only.
     """
     if engine.dialect.name != "sqlite":
         yield
         return
     path = engine.url.database
-    if fcntl is None or not path or path == ":memory:" or path.startswith("file:"):
-        with _CREATION_TURN:
-            yield
-        return
-    with open(f"{path}-create.lock", "a", encoding="utf-8") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    fd = None
+    if fcntl is not None and path and path != ":memory:" and not path.startswith("file:"):
+        with contextlib.suppress(OSError):
+            # Read-only is enough for flock, so any user who can use the database can use it.
+            fd = os.open(f"{path}-create.lock", os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    if fd is None:
+        if not _CREATION_TURN.acquire(timeout=CREATION_TURN_WAIT_SECONDS):
+            raise _turn_not_free()
         try:
             yield
         finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            _CREATION_TURN.release()
+        return
+    try:
+        deadline = time.monotonic() + CREATION_TURN_WAIT_SECONDS
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise _turn_not_free() from None
+                time.sleep(_CREATION_TURN_POLL_SECONDS)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def _turn_not_free() -> DatabaseUnavailable:
+    return DatabaseUnavailable(
+        f"another submission has been writing into this database for over "
+        f"{CREATION_TURN_WAIT_SECONDS:g} s; try again later"
+    )
 
 
 def configure_sqlite(engine: sa.Engine) -> None:

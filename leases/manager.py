@@ -8,6 +8,7 @@ All times come from the database clock. Methods are thread-safe; share one manag
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
 from collections import Counter
@@ -114,6 +115,17 @@ class LeaseManager(Reader):
         """
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
+        with creation_turn(self._engine):
+            return self._create(group_id, deadline_seconds, max_attempts, items, on_seal)
+
+    def _create(
+        self,
+        group_id: str,
+        deadline_seconds: float,
+        max_attempts: int,
+        items: Iterable[NewItem],
+        on_seal: Callable[[sa.Connection], object] | None,
+    ) -> int:
         db = self._db
         with db.write() as c:
             if db.one(c, group_queries.group_row(group_id, sealed_only=False)) is not None:
@@ -129,8 +141,7 @@ class LeaseManager(Reader):
             }
             db.execute_many(c, group_queries.insert_group(), [group])
         try:
-            with creation_turn(self._engine):
-                created = self._add_items(group_id, items)
+            created = self._add_items(group_id, items)
             if created >= ANALYZE_AFTER_ITEMS and db.dialect_name == "postgresql":
                 with db.write() as c:
                     db.execute(c, queries.analyze_items())
@@ -139,8 +150,11 @@ class LeaseManager(Reader):
                     raise NoSuchGroup(group_id)
                 if on_seal is not None:
                     on_seal(c)
-        except Exception:
-            self._discard_unsealed(group_id, expiry_ms=0)
+        except BaseException:
+            # Interrupts too (Ctrl-C): half a group would otherwise wait an hour for the reaper.
+            # A failing clean-up must not hide why the creation failed; the reaper retries it.
+            with contextlib.suppress(Exception):
+                self._discard_unsealed(group_id, expiry_ms=0)
             raise
         return created
 

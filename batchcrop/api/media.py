@@ -23,7 +23,7 @@ from batchcrop.api.requests import path_id
 from batchcrop.api.routes import PROBLEM_RESPONSE, PROBLEM_RESPONSES
 from batchcrop.app import App
 from batchcrop.crop import MAX_SOURCE_PIXELS, BudgetBusy, CropError, MemoryBudget, Ratio
-from batchcrop.crop.decode import decode_cost, decode_rgb, open_image
+from batchcrop.crop.decode import decode_cost, decode_rgb, open_image, reduction
 from storage import (
     AccessDenied,
     ObjectNotFound,
@@ -127,13 +127,14 @@ def thumbnail_jpeg(
     opened = open_image(data, MAX_SOURCE_PIXELS)
     source_size = opened.size
     scale = min(1.0, max_side / max(source_size))
+    factor = reduction(opened, scale)
     reserved = (
         contextlib.nullcontext()
         if budget is None
-        else budget.reserve(decode_cost(opened, scale), timeout=THUMBNAIL_QUEUE_SECONDS)
+        else budget.reserve(decode_cost(opened, factor), timeout=THUMBNAIL_QUEUE_SECONDS)
     )
     with reserved:
-        image = decode_rgb(opened, scale)
+        image = decode_rgb(opened, factor)
         image.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
     buffer = io.BytesIO()
     image.save(buffer, format="JPEG", quality=THUMBNAIL_QUALITY)

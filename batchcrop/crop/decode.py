@@ -54,7 +54,9 @@ _TRANSPOSE = {
     8: Image.Transpose.ROTATE_90,
 }
 _SWAPS_AXES = frozenset({5, 6, 7, 8})
+_DCT_FORMATS = frozenset({"JPEG", "MPO"})
 _BYTES_PER_PIXEL = {"1": 1, "L": 1, "P": 1, "I;16": 2, "I;16L": 2, "I;16B": 2, "I;16N": 2}
+_WEBP_DECODER_BYTES_PER_PIXEL = 12
 # Outputs, encoder buffers and the saliency copy: small and bounded by the output size.
 _COST_OVERHEAD_BYTES = 32 << 20
 
@@ -97,44 +99,55 @@ def open_image(data: bytes, max_pixels: int) -> OpenedImage:
     return OpenedImage(image=image, orientation=orientation, size=(width, height))
 
 
-def decode_cost(opened: OpenedImage, scale: float) -> int:
-    """An upper estimate, in bytes, of the memory `decode_rgb(opened, scale)` and the render
-    after it hold at their peak; reads no pixel (it sets the JPEG scale as `decode_rgb` will).
+def reduction(opened: OpenedImage, scale: float) -> int:
+    """The DCT reduction (1, 2, 4 or 8) a decode at `scale` uses: for a JPEG the largest whose
+    result still covers `scale` of the source (as Pillow's `draft` picks it); 1 otherwise."""
+    image = opened.image
+    if scale >= 1.0 or image.format not in _DCT_FORMATS:
+        return 1
+    stored_w, stored_h = image.size
+    wanted = (max(1, math.ceil(stored_w * scale)), max(1, math.ceil(stored_h * scale)))
+    room = min(stored_w // wanted[0], stored_h // wanted[1])
+    return next(factor for factor in (8, 4, 2, 1) if factor <= room)
+
+
+def decode_cost(opened: OpenedImage, factor: int) -> int:
+    """An upper estimate, in bytes, of the memory `decode_rgb(opened, factor)` and the render
+    after it hold at their peak; reads no pixel.
 
     Pillow keeps 1 byte per pixel for 1/L/P, 2 for 16-bit grey and 4 for every other mode (RGB
     included). Alive together: the decoded image, its RGB conversion unless it is RGB already
     (the strip-wise conversions add only a few MiB), the upright copy when EXIF turns it, and a
     quarter more for the resampling's intermediates.
     """
-    _draft(opened, scale)
     image = opened.image
-    pixels = image.width * image.height
+    pixels = -(-image.width // factor) * -(-image.height // factor)
     stored = _BYTES_PER_PIXEL.get(image.mode, 4)
     converted = 0 if image.mode == "RGB" else 4
     turned = 4 if opened.orientation in _TRANSPOSE else 0
-    return pixels * (stored + converted + turned + 1) + _COST_OVERHEAD_BYTES
+    decoder = 0
+    if image.format in _DCT_FORMATS and image.info.get("progressive"):
+        # A progressive JPEG keeps every DCT coefficient (2 bytes per component per source
+        # pixel, at full resolution whatever the reduction) until its last scan.
+        decoder = image.width * image.height * 2 * len(image.getbands())
+    elif image.format == "WEBP":
+        # libwebp decodes into its own full-size buffers before Pillow copies the pixels.
+        decoder = image.width * image.height * _WEBP_DECODER_BYTES_PER_PIXEL
+    return pixels * (stored + converted + turned + 1) + decoder + _COST_OVERHEAD_BYTES
 
 
-def _draft(opened: OpenedImage, scale: float) -> None:
-    """Ask a JPEG to decode at the smallest DCT scale ≥ `scale`; once per image (Pillow keeps
-    the first request), no-op for other formats."""
-    image = opened.image
-    if scale < 1.0 and image.format in ("JPEG", "MPO"):
-        stored_w, stored_h = image.size
-        # draft() picks the largest 1/2, 1/4, 1/8 reduction whose result is at least this size.
-        wanted = (max(1, math.ceil(stored_w * scale)), max(1, math.ceil(stored_h * scale)))
-        image.draft(image.mode, wanted)
+def decode_rgb(opened: OpenedImage, factor: int) -> Image.Image:
+    """Decode once, reduced `factor` times by the JPEG's DCT (see `reduction`; other formats
+    decode whole), upright, as mode RGB.
 
-
-def decode_rgb(opened: OpenedImage, scale: float) -> Image.Image:
-    """Decode once at the smallest DCT scale ≥ `scale` (JPEG only), upright, as mode RGB.
-
-    `scale` is the fraction (0, 1] of the source size every later step needs; other formats
-    decode at full size. Raise `InvalidImage` for truncated/corrupt data and `UnsupportedImage`
-    for a mode that has no faithful RGB conversion.
+    An `OpenedImage` decodes once: open the bytes again for another factor. Raise
+    `InvalidImage` for truncated/corrupt data and `UnsupportedImage` for a mode that has no
+    faithful RGB conversion.
     """
-    _draft(opened, scale)
     image = opened.image
+    if factor > 1 and image.format in _DCT_FORMATS:
+        # Asking for exactly 1/factor of the stored size makes draft() choose `factor`.
+        image.draft(image.mode, (image.width // factor, image.height // factor))
     try:
         image.load()
     except _BOMB_ERRORS as exc:

@@ -1,8 +1,11 @@
 """`render`: one source's bytes in, one encoded JPEG per ratio out.
 
-Decode once at the smallest scale every output needs, compute saliency once on a small copy,
-place one window per ratio, resample with Lanczos (one resample per distinct scale, see
-`resample`), encode baseline JPEG. Deterministic: same bytes + spec + libraries ⇒ same output bytes.
+Each output is a function of the source bytes, its own ratio and the render settings only, never
+of the other ratios asked for with it (docs/design.md §6, determinism). Saliency comes from a
+decode whose scale depends on the source alone; each ratio is resampled with Lanczos from a
+decode whose DCT reduction depends on that ratio alone (at least `OVERSAMPLE` times the output
+scale, for sharpness), decoding once per distinct reduction; every output is encoded baseline
+JPEG. Deterministic: same bytes + ratio + spec + libraries ⇒ same output bytes and crop box.
 Thread-safe: no shared mutable state; the heavy steps (decode, resize, encode) run inside Pillow,
 which releases the GIL.
 """
@@ -11,8 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import io
+from dataclasses import dataclass
 
-import numpy as np
 from PIL import Image
 
 from batchcrop.crop.budget import MemoryBudget
@@ -22,15 +25,45 @@ from batchcrop.crop.decode import (
     decode_cost,
     decode_rgb,
     open_image,
+    reduction,
 )
 from batchcrop.crop.resample import Cut, resample_all
-from batchcrop.crop.saliency import saliency_map, small_copy
-from batchcrop.crop.spec import RenderSpec, Rendition
-from batchcrop.crop.window import needed_scale, output_size, place_window, window_size
+from batchcrop.crop.saliency import SALIENCY_SIDE_PX, saliency_map, small_copy
+from batchcrop.crop.spec import Ratio, RenderSpec, Rendition
+from batchcrop.crop.window import Box, needed_scale, output_size, place_window, window_size
 
 JPEG_SUBSAMPLING = "4:2:0"
 JPEG_OPTIMIZE = True
 """Optimised Huffman tables: ~12 % smaller files for ~2 ms per 1200 px output; deterministic."""
+OVERSAMPLE = 1.0
+"""Each ratio decodes at no less than this many decoded pixels per output pixel (where the
+source has them). 1.5 would keep the detail of a full decode (the DCT's own 1/2 reduction
+loses 12-25 % of the fine detail, `docs/benchmarks.md`) at 1.7 times the render time."""
+SALIENCY_DECODE_SIDE_PX = SALIENCY_SIDE_PX
+"""The saliency decode covers at least this long side (its small copy is then made from it)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a render decodes: the reduction for saliency, one per ratio, and the memory the
+    largest decode needs (only one decode is alive at a time)."""
+
+    saliency_factor: int
+    factors: tuple[int, ...]
+    windows: tuple[tuple[int, int], ...]
+    cost_bytes: int
+
+
+def plan(opened: OpenedImage, spec: RenderSpec) -> Plan:
+    """The decodes `render` makes for `spec` on this (opened, not yet decoded) image."""
+    width, height = opened.size
+    windows = tuple(window_size(ratio, width, height) for ratio in spec.ratios)
+    saliency_factor = reduction(opened, SALIENCY_DECODE_SIDE_PX / max(width, height))
+    factors = tuple(
+        reduction(opened, OVERSAMPLE * needed_scale(window, spec.max_side)) for window in windows
+    )
+    cost = max(decode_cost(opened, factor) for factor in {saliency_factor, *factors})
+    return Plan(saliency_factor, factors, windows, cost)
 
 
 def render(
@@ -44,48 +77,64 @@ def render(
 
     Raises `InvalidImage`, `ImageTooLarge` (checked before decoding pixels, against
     `max_pixels` and, when given, against the whole memory `budget`) or `UnsupportedImage`.
-    With a budget, the decode's estimated peak is reserved from it for the whole render (waiting
-    while other renders hold it). No I/O beyond memory; safe from concurrent threads.
+    With a budget, the largest decode's estimated peak is reserved from it for the whole render
+    (waiting while other renders hold it). No I/O beyond memory; safe from concurrent threads.
     """
     opened = open_image(data, max_pixels)
-    width, height = opened.size
-    windows = [window_size(ratio, width, height) for ratio in spec.ratios]
-    scale = max(needed_scale(window, spec.max_side) for window in windows)
+    decodes = plan(opened, spec)
     if budget is None:
-        return _render(opened, spec, windows, scale)
-    with budget.reserve(decode_cost(opened, scale)):
-        return _render(opened, spec, windows, scale)
+        return _render(data, opened, spec, decodes, max_pixels)
+    with budget.reserve(decodes.cost_bytes):
+        return _render(data, opened, spec, decodes, max_pixels)
 
 
 def _render(
-    opened: OpenedImage, spec: RenderSpec, windows: list[tuple[int, int]], scale: float
+    data: bytes, opened: OpenedImage, spec: RenderSpec, decodes: Plan, max_pixels: int
 ) -> list[Rendition]:
-    width, height = opened.size
-    picture = decode_rgb(opened, scale)
-    scale_x, scale_y = picture.width / width, picture.height / height
-    # A ratio equal to the source's leaves nothing to choose: skip saliency when all do.
-    needs_placing = any(window != (width, height) for window in windows)
-    saliency = saliency_map(small_copy(picture)) if needs_placing else np.zeros((1, 1), np.float32)
-    cuts = []
-    for ratio, window in zip(spec.ratios, windows, strict=True):
-        box = place_window(window, (width, height), saliency)
-        available = ((box[2] - box[0]) * scale_x, (box[3] - box[1]) * scale_y)
-        cuts.append(Cut(box=box, size=output_size(ratio, available, spec.max_side)))
-    renditions = []
-    resampled = resample_all(picture, cuts, (width, height))
-    for ratio, (image, crop_box) in zip(spec.ratios, resampled, strict=True):
-        encoded = encode_jpeg(image, spec.quality)
-        renditions.append(
-            Rendition(
-                ratio=ratio,
-                data=encoded,
-                width=image.width,
-                height=image.height,
-                sha256=hashlib.sha256(encoded).hexdigest(),
-                crop_box=crop_box,
-            )
-        )
-    return renditions
+    size = opened.size
+    unused = [opened]
+
+    def decode(factor: int) -> Image.Image:
+        # An opened image decodes once: the first decode uses it, later ones open the bytes again.
+        fresh = unused.pop() if unused else open_image(data, max_pixels)
+        return decode_rgb(fresh, factor)
+
+    boxes = [(0, 0, *size)] * len(decodes.windows)
+    pictures: dict[int, Image.Image] = {}
+    if any(window != size for window in decodes.windows):
+        picture = decode(decodes.saliency_factor)
+        saliency = saliency_map(small_copy(picture))
+        boxes = [place_window(window, size, saliency) for window in decodes.windows]
+        if decodes.saliency_factor in decodes.factors:
+            pictures[decodes.saliency_factor] = picture
+        del picture
+    renditions: dict[int, Rendition] = {}
+    for factor in sorted(set(decodes.factors)):
+        kept = pictures.pop(factor, None)
+        picture = decode(factor) if kept is None else kept
+        members = [i for i, f in enumerate(decodes.factors) if f == factor]
+        scale = (picture.width / size[0], picture.height / size[1])
+        cuts = []
+        for index in members:
+            box = boxes[index]
+            available = ((box[2] - box[0]) * scale[0], (box[3] - box[1]) * scale[1])
+            cuts.append(Cut(box, output_size(spec.ratios[index], available, spec.max_side)))
+        for index, (image, box) in zip(members, resample_all(picture, cuts, size), strict=True):
+            renditions[index] = _encoded(spec.ratios[index], image, box, spec.quality)
+        del picture
+    return [renditions[index] for index in range(len(spec.ratios))]
+
+
+def _encoded(ratio: Ratio, image: Image.Image, box: Box, quality: int) -> Rendition:
+    encoded = encode_jpeg(image, quality)
+    return Rendition(
+        ratio=ratio,
+        data=encoded,
+        width=image.width,
+        height=image.height,
+        sha256=hashlib.sha256(encoded).hexdigest(),
+        crop_box=box,
+    )
 
 
 def encode_jpeg(image: Image.Image, quality: int) -> bytes:

@@ -13,8 +13,8 @@ import pytest
 from PIL import Image
 
 from batchcrop.crop import MIB, BudgetBusy, ImageTooLarge, MemoryBudget, RenderSpec, render
-from batchcrop.crop.decode import decode_cost, open_image
-from batchcrop.crop.window import needed_scale, window_size
+from batchcrop.crop.decode import open_image
+from batchcrop.crop.render import plan
 from tests.crop.images import encode
 
 SPEC = RenderSpec.from_input({})
@@ -28,15 +28,13 @@ import sys
 from pathlib import Path
 from PIL import Image
 from batchcrop.crop import RenderSpec, render
-from batchcrop.crop.decode import decode_cost, open_image
-from batchcrop.crop.window import needed_scale, window_size
+from batchcrop.crop.decode import open_image
+from batchcrop.crop.render import plan
 spec = RenderSpec.from_input({})
 tiny = Path(sys.argv[2]).read_bytes()
 render(tiny, spec)
 data = Path(sys.argv[1]).read_bytes()
-opened = open_image(data, 80_000_000)
-scale = max(needed_scale(window_size(r, *opened.size), spec.max_side) for r in spec.ratios)
-cost = decode_cost(opened, scale)
+cost = plan(open_image(data, 80_000_000), spec).cost_bytes
 def high_water():
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -45,6 +43,14 @@ before = high_water()
 render(data, spec)
 print(cost, high_water() - before)
 """
+
+
+def _noise(mode: str) -> Image.Image:
+    """A busy picture (so every encoder works for its bytes) in `mode`, WIDTH x HEIGHT."""
+    grey = Image.effect_noise((WIDTH, HEIGHT), 64)
+    return Image.merge("RGB", (grey, grey.transpose(Image.Transpose.ROTATE_180), grey)).convert(
+        mode
+    )
 
 
 def _oriented(image: Image.Image, orientation: int) -> Image.Image:
@@ -65,6 +71,10 @@ def _oriented(image: Image.Image, orientation: int) -> Image.Image:
         ("grey.png", "L", "PNG", 1),
         ("palette.png", "P", "PNG", 1),
         ("cmyk.tif", "CMYK", "TIFF", 1),
+        ("progressive-444.jpg", "RGB", "JPEG-progressive", 1),
+        ("progressive-cmyk.jpg", "CMYK", "JPEG-progressive", 1),
+        ("rgb.webp", "RGB", "WEBP", 1),
+        ("rgba.webp", "RGBA", "WEBP", 1),
     ],
 )
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads VmHWM from /proc")
@@ -73,9 +83,12 @@ def test_the_estimate_covers_the_peak_a_real_render_reaches(
 ) -> None:
     """For each decoded layout, the reserved estimate is at least what the render added to the
     process's peak RSS, and not more than 1.5 times it plus the fixed overhead."""
-    image = _oriented(Image.new(mode, (WIDTH, HEIGHT)), orientation)
+    image = _oriented(_noise(mode), orientation)
     path = tmp_path / name
-    path.write_bytes(encode(image, fmt, exif=image.info["exif"]))
+    options: dict[str, object] = {"exif": image.info["exif"]}
+    if fmt == "JPEG-progressive":
+        fmt, options = "JPEG", {**options, "progressive": True, "subsampling": 0}
+    path.write_bytes(encode(image, fmt, **options))
     tiny = tmp_path / "tiny.png"
     Image.new("RGB", (40, 30)).save(tiny)
     out = subprocess.run(
@@ -104,9 +117,7 @@ def test_renders_that_do_not_fit_together_take_turns(tmp_path: Path) -> None:
     """With room for one decode, a second render waits until the first gives its share back,
     and both succeed."""
     data = encode(Image.new("RGB", (WIDTH, HEIGHT), (10, 120, 30)), "PNG")
-    opened = open_image(data, 80_000_000)
-    scale = max(needed_scale(window_size(r, *opened.size), SPEC.max_side) for r in SPEC.ratios)
-    cost = decode_cost(opened, scale)
+    cost = plan(open_image(data, 80_000_000), SPEC).cost_bytes
     budget = MemoryBudget(cost + cost // 2)
     held = threading.Event()
     release = threading.Event()

@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from batchcrop.crop import Ratio, RenderSpec, UnsupportedImage, render
-from batchcrop.crop.decode import decode_rgb, open_image
+from batchcrop.crop.decode import decode_rgb, open_image, reduction
 from tests.crop.images import cmyk_profile_to_lab, decode, encode, mean_rgb, scene
 
 SPEC = RenderSpec((Ratio(1, 1),), max_side=32)
@@ -137,7 +137,8 @@ def test_cmyk_with_icc_profile_uses_it() -> None:
 def test_progressive_jpeg_decodes_at_reduced_scale() -> None:
     """A progressive JPEG is DCT-scaled on decode to the smallest size covering the request."""
     data = encode(scene(1600, 1200, (700, 500, 900, 700)), "JPEG", progressive=True)
-    assert decode_rgb(open_image(data, 10**8), 0.24).size == (400, 300)
+    opened = open_image(data, 10**8)
+    assert decode_rgb(opened, reduction(opened, 0.24)).size == (400, 300)
     (rendition,) = render(data, RenderSpec((Ratio(1, 1),), max_side=200))
     assert decode(rendition.data).size == (200, 200)
 

@@ -143,12 +143,48 @@ def test_output_is_baseline_jpeg() -> None:
         assert image.mode == "RGB"
 
 
-def test_shared_resample_matches_direct_resize() -> None:
-    """Outputs cut from a shared resample match a direct Lanczos resize of their crop box.
+def _sources() -> list[bytes]:
+    """A large JPEG (several DCT reductions in play), the same stored sideways with EXIF
+    orientation 6, and a PNG (decoded whole)."""
+    picture = scene(2400, 1600, (1500, 300, 1900, 900), seed=7)
+    exif = picture.getexif()
+    exif[0x0112] = 6
+    return [
+        encode(picture, "JPEG", quality=90),
+        encode(picture.transpose(Image.Transpose.ROTATE_90), "JPEG", quality=90, exif=exif),
+        encode(picture.resize((900, 600)), "PNG"),
+    ]
+
+
+RATIO_POOL = ("1:1", "4:3", "16:9", "3:4", "9:16", "2:1", "1:2", "5:4")
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    source=st.integers(0, 2),
+    ratios=st.lists(st.sampled_from(RATIO_POOL), min_size=1, max_size=6, unique=True),
+    max_side=st.sampled_from([200, 640, 1200]),
+)
+def test_each_ratio_is_rendered_as_if_alone(source: int, ratios: list[str], max_side: int) -> None:
+    """Whatever other ratios are asked for with it, and in whatever order, a ratio's bytes and
+    crop box are those of rendering it alone: its key (which names only its ratio) always
+    means the same object."""
+    data = SOURCES[source]
+    together = render(data, RenderSpec(tuple(Ratio.parse(r) for r in ratios), max_side, 85))
+    for rendition in together:
+        (alone,) = render(data, RenderSpec((rendition.ratio,), max_side, 85))
+        assert (rendition.sha256, rendition.crop_box) == (alone.sha256, alone.crop_box), ratios
+
+
+SOURCES = _sources()
+
+
+def test_an_output_shows_its_crop_box() -> None:
+    """Outputs cut from a shared canvas match a direct Lanczos resize of their crop box.
 
     On this pattern a one-pixel error in the box costs ~3.5 levels on average. The box is whole
-    source pixels and a member of a shared resample may span up to one output pixel more or less
-    than its box, so the best match within a pixel of the box must be close.
+    source pixels and an output cut from its scale's canvas may span up to one output pixel more
+    or less than its box, so the best match within a pixel of the box must be close.
     """
     rows, cols = np.mgrid[0:1100, 0:1700]
     pattern = 128 + 60 * np.sin(cols / 7.0) * np.sin(rows / 9.0)

@@ -3,13 +3,17 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
+import time
 import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
 import sqlalchemy as sa
 
-from leases import LeaseManager, NewItem, NoSuchGroup, State
+from leases import DatabaseUnavailable, LeaseManager, NewItem, NoSuchGroup, State
+from leases import engine as lease_engine
 from leases.manager import CREATE_BATCH_ROWS
 from tests.leases.conftest import LONG_AGO_MS, new_group, set_column
 
@@ -103,16 +107,18 @@ def test_each_chunk_commits_before_the_next_is_read(
     assert manager.group(group_id).total == 3 * CREATE_BATCH_ROWS + 1
 
 
+@pytest.mark.parametrize("error", [OSError("the upload was cut"), KeyboardInterrupt()])
 def test_a_creation_that_fails_part_way_leaves_nothing(
-    engine: sa.Engine, manager: LeaseManager
+    engine: sa.Engine, manager: LeaseManager, error: BaseException
 ) -> None:
-    """An error from the item source after a committed chunk deletes every row written."""
+    """An error from the item source after a committed chunk, or Ctrl-C, deletes every row
+    written."""
     group_id = str(uuid.uuid4())
 
     def fail() -> None:
-        raise OSError("the upload was cut")
+        raise error
 
-    with pytest.raises(OSError, match="upload was cut"):
+    with pytest.raises(type(error)):
         manager.create_group(
             group_id, deadline_seconds=60, max_attempts=3, items=_items(CREATE_BATCH_ROWS + 5, fail)
         )
@@ -138,24 +144,22 @@ def test_a_failing_seal_callback_leaves_nothing(engine: sa.Engine, manager: Leas
 
 
 def test_the_reaper_deletes_a_creation_left_by_a_crash_only_once_it_is_old(
-    engine: sa.Engine, manager: LeaseManager
+    engine: sa.Engine, manager: LeaseManager, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A submitter killed mid-way (here an interrupt the creator does not clean up after)
-    leaves an unsealed group; the reaper removes it once it is older than the expiry, and
-    never a sealed group."""
+    """A submitter killed mid-way (here: dying before its clean-up could run) leaves an
+    unsealed group; the reaper removes it once it is older than the expiry, and never a
+    sealed group."""
     group_id = str(uuid.uuid4())
     sealed_id, _ = new_group(manager, 3)
 
     def crash() -> None:
-        raise KeyboardInterrupt
+        raise SystemExit(137)
 
-    with pytest.raises(KeyboardInterrupt):
-        manager.create_group(
-            group_id,
-            deadline_seconds=60,
-            max_attempts=3,
-            items=_items(CREATE_BATCH_ROWS + 5, crash),
-        )
+    items = _items(CREATE_BATCH_ROWS + 5, crash)
+    with monkeypatch.context() as dying:
+        dying.setattr(manager, "_discard_unsealed", lambda *args, **kwargs: None)
+        with pytest.raises(SystemExit):
+            manager.create_group(group_id, deadline_seconds=60, max_attempts=3, items=items)
     left = _rows(engine, group_id)
     assert left["lease_items"] == CREATE_BATCH_ROWS
     assert manager.reap().discarded_groups == 0
@@ -184,3 +188,29 @@ def test_the_deadline_counts_from_the_seal(engine: sa.Engine, manager: LeaseMana
     summary = manager.group(group_id)
     assert summary.deadline_at.timestamp() > summary.created_at.timestamp() + 60
     assert len(manager.claim("w", 2)) == 2
+
+
+def test_a_creation_waits_its_turn_then_gives_up_writing_nothing(
+    engine: sa.Engine, manager: LeaseManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On SQLite a creation waits while another holds the turn (a lock on a file beside the
+    database) and gives up as unavailable after the wait, before writing anything; on
+    PostgreSQL there is no turn to wait for."""
+    if engine.dialect.name != "sqlite":
+        assert new_group(manager, 2)[1]
+        return
+    monkeypatch.setattr(lease_engine, "CREATION_TURN_WAIT_SECONDS", 0.3)
+    holder = os.open(f"{engine.url.database}-create.lock", os.O_RDONLY | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        group_id = str(uuid.uuid4())
+        started = time.monotonic()
+        with pytest.raises(DatabaseUnavailable, match="another submission"):
+            manager.create_group(
+                group_id, deadline_seconds=60, max_attempts=3, items=[NewItem(group_id, {})]
+            )
+        assert 0.3 <= time.monotonic() - started < 3
+        assert _rows(engine, group_id) == dict.fromkeys(TABLES, 0)
+    finally:
+        os.close(holder)
+    assert new_group(manager, 2)[1]
