@@ -1,13 +1,13 @@
 """`render`: one source's bytes in, one encoded JPEG per ratio out.
 
 Each output is a function of the source bytes, its own ratio and the render settings only, never
-of the other ratios asked for with it (docs/design.md §6, determinism). Saliency comes from a
-decode whose scale depends on the source alone; each ratio is resampled with Lanczos from a
-decode whose DCT reduction depends on that ratio alone (at least `OVERSAMPLE` times the output
-scale, for sharpness), decoding once per distinct reduction; every output is encoded baseline
-JPEG. Deterministic: same bytes + ratio + spec + libraries ⇒ same output bytes and crop box.
-Thread-safe: no shared mutable state; the heavy steps (decode, resize, encode) run inside Pillow,
-which releases the GIL.
+of the other ratios asked for with it (docs/design.md §6, determinism). Saliency comes from the
+decode a whole-picture output would use (source and `max_side` alone); each ratio is resampled
+with Lanczos from a decode whose DCT reduction depends on that ratio alone, decoding once per
+distinct reduction, and cut from a canvas that depends on its scale alone (`resample`); every
+output is encoded baseline JPEG. Deterministic: same bytes + ratio + spec + libraries ⇒ same
+output bytes and crop box. Thread-safe: no shared mutable state; the heavy steps (decode, resize,
+encode) run inside Pillow, which releases the GIL.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from batchcrop.crop.decode import (
     reduction,
 )
 from batchcrop.crop.resample import Cut, resample_all
-from batchcrop.crop.saliency import SALIENCY_SIDE_PX, saliency_map, small_copy
+from batchcrop.crop.saliency import saliency_map, small_copy
 from batchcrop.crop.spec import Ratio, RenderSpec, Rendition
 from batchcrop.crop.window import Box, needed_scale, output_size, place_window, window_size
 
@@ -39,8 +39,6 @@ OVERSAMPLE = 1.0
 """Each ratio decodes at no less than this many decoded pixels per output pixel (where the
 source has them). 1.5 would keep the detail of a full decode (the DCT's own 1/2 reduction
 loses 12-25 % of the fine detail, `docs/benchmarks.md`) at 1.7 times the render time."""
-SALIENCY_DECODE_SIDE_PX = SALIENCY_SIDE_PX
-"""The saliency decode covers at least this long side (its small copy is then made from it)."""
 
 
 @dataclass(frozen=True)
@@ -58,7 +56,9 @@ def plan(opened: OpenedImage, spec: RenderSpec) -> Plan:
     """The decodes `render` makes for `spec` on this (opened, not yet decoded) image."""
     width, height = opened.size
     windows = tuple(window_size(ratio, width, height) for ratio in spec.ratios)
-    saliency_factor = reduction(opened, SALIENCY_DECODE_SIDE_PX / max(width, height))
+    # The reduction a whole-picture output would use: no ratio's window is longer than the
+    # picture, so every ratio decodes at this reduction or a finer one, and usually this one.
+    saliency_factor = reduction(opened, needed_scale((width, height), spec.max_side))
     factors = tuple(
         reduction(opened, OVERSAMPLE * needed_scale(window, spec.max_side)) for window in windows
     )
