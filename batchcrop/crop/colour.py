@@ -3,14 +3,16 @@
 - Transparency is flattened onto white by its alpha, so the (often black) colour stored under
   fully transparent pixels never shows.
 - 16-bit and 32-bit grayscale is rescaled from 0..65535, not clipped at 255 (which turns it white).
-- CMYK goes through its embedded ICC profile to sRGB when it has one.
+- CMYK, RGB and grey pixels go through their embedded ICC profile to sRGB (LittleCMS, relative
+  colorimetric for RGB and grey, perceptual for CMYK); untagged or sRGB-tagged pixels are sRGB.
 Pure functions; safe from any thread.
 """
 
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import lru_cache
 
 import numpy as np
 from PIL import Image, ImageCms
@@ -18,6 +20,7 @@ from PIL import Image, ImageCms
 from batchcrop.crop.errors import UnsupportedImage
 
 BACKGROUND_RGB = (255, 255, 255)
+_SRGB = ImageCms.createProfile("sRGB")
 STRIP_PIXELS = 1 << 18
 """Pixels converted at a time by the strip-wise conversions (a few MiB of temporaries)."""
 SIXTEEN_BIT_MAX = 65535
@@ -28,7 +31,59 @@ _REFUSED_MODES = frozenset({"F"})
 
 
 def to_rgb(image: Image.Image) -> Image.Image:
-    """Return `image` (loaded) as mode RGB; raise UnsupportedImage for modes with no conversion."""
+    """Return `image` (loaded) as mode RGB in sRGB; raise UnsupportedImage for modes with no
+    conversion. An embedded RGB or grey ICC profile is honoured (untagged pixels are sRGB)."""
+    rgb = _as_rgb(image)
+    if rgb.mode == "RGB" and image.mode != "CMYK":
+        return _profiled_to_srgb(image, rgb)
+    return rgb
+
+
+def _profiled_to_srgb(source: Image.Image, rgb: Image.Image) -> Image.Image:
+    """`rgb` (the source's pixels as RGB) converted from the source's embedded RGB or grey
+    profile to sRGB with LittleCMS; unchanged when untagged, tagged sRGB, or unreadable."""
+    transform = _transform_to_srgb(source.info.get("icc_profile") or b"")
+    if transform is None:
+        return rgb
+    space, apply = transform
+    # A grey source's RGB has three equal channels, so its grey is recovered exactly.
+    return apply(rgb.convert("L") if space == "GRAY" else rgb)
+
+
+@lru_cache(maxsize=64)
+def _transform_to_srgb(icc: bytes) -> tuple[str, Callable[[Image.Image], Image.Image]] | None:
+    """A cached (colour space, apply) for an embedded profile, or None when nothing to do."""
+    if not icc:
+        return None
+    try:
+        profile = ImageCms.ImageCmsProfile(io.BytesIO(icc))
+        space = profile.profile.xcolor_space.strip()
+        if space not in ("RGB", "GRAY") or _is_srgb(profile):
+            return None
+        transform = ImageCms.buildTransform(
+            profile,
+            _SRGB,
+            "RGB" if space == "RGB" else "L",
+            "RGB",
+            renderingIntent=ImageCms.Intent.RELATIVE_COLORIMETRIC,
+        )
+    except (ImageCms.PyCMSError, OSError, ValueError, TypeError):
+        # A broken embedded profile should not lose the picture: treat it as sRGB.
+        return None
+
+    def apply(image: Image.Image) -> Image.Image:
+        return transform.apply(image)
+
+    return space, apply
+
+
+def _is_srgb(profile: ImageCms.ImageCmsProfile) -> bool:
+    """Whether a profile says it is sRGB (most cameras' and editors' tag): converting would only
+    cost time and move values by rounding."""
+    return "srgb" in (ImageCms.getProfileDescription(profile) or "").lower()
+
+
+def _as_rgb(image: Image.Image) -> Image.Image:
     mode = image.mode
     if mode == "RGB":
         return image

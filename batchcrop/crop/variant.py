@@ -15,7 +15,7 @@ from PIL import features
 
 from batchcrop.crop.spec import RenderSpec
 
-ALGORITHM_VERSION = "2"
+ALGORITHM_VERSION = "3"
 OUTPUT_FORMAT = "jpeg-baseline-420"
 VARIANT_HEX_CHARS = 12
 

@@ -121,3 +121,50 @@ def cmyk_profile_to_lab(lab: tuple[float, float, float]) -> bytes:
     header += struct.pack(">I", 0) + d50 + bytes(4) + bytes(44)
     assert len(header) == 128
     return header + table + body
+
+
+# Adobe RGB (1998) primaries adapted to D50 (the profile connection space), as ICC profiles list
+# them, and its gamma; the grey profile is a dot-gain-like gamma on the D50 white.
+ADOBE_RGB_D50 = (
+    (0.6097, 0.3111, 0.0195),
+    (0.2053, 0.6257, 0.0609),
+    (0.1492, 0.0632, 0.7446),
+)
+ADOBE_RGB_GAMMA = 563 / 256  # 2.19921875, as the profile stores it
+_D50 = (0.9642, 1.0, 0.8249)
+
+
+def _xyz(values: tuple[float, float, float]) -> bytes:
+    return b"XYZ " + bytes(4) + b"".join(struct.pack(">i", round(v * 65536)) for v in values)
+
+
+def _curve(gamma: float) -> bytes:
+    return b"curv" + bytes(4) + struct.pack(">IH", 1, round(gamma * 256))
+
+
+def _profile(colour_space: bytes, name: bytes, tags: list[tuple[bytes, bytes]]) -> bytes:
+    text = name + b"\x00"
+    desc = b"desc" + bytes(4) + struct.pack(">I", len(text)) + text + bytes(8) + bytes(3 + 67)
+    tags = [(b"desc", desc), (b"wtpt", _xyz(_D50)), *tags]
+    offset = 128 + 4 + 12 * len(tags)
+    table, body = struct.pack(">I", len(tags)), b""
+    for signature, data in tags:
+        table += signature + struct.pack(">II", offset + len(body), len(data))
+        body += data + bytes(-len(data) % 4)
+    header = struct.pack(">I", offset + len(body)) + bytes(4) + struct.pack(">I", 0x02100000)
+    header += b"mntr" + colour_space + b"XYZ " + bytes(12) + b"acsp" + bytes(24)
+    header += struct.pack(">I", 0) + _xyz(_D50)[8:] + bytes(4) + bytes(44)
+    return header + table + body
+
+
+def adobe_rgb_profile() -> bytes:
+    """A matrix/TRC ICC v2 profile with Adobe RGB (1998)'s primaries and gamma."""
+    red, green, blue = (_xyz(colorant) for colorant in ADOBE_RGB_D50)
+    tags = [(b"rXYZ", red), (b"gXYZ", green), (b"bXYZ", blue)]
+    tags += [(signature, _curve(ADOBE_RGB_GAMMA)) for signature in (b"rTRC", b"gTRC", b"bTRC")]
+    return _profile(b"RGB ", b"Adobe RGB (1998) test", tags)
+
+
+def grey_profile(gamma: float) -> bytes:
+    """A grey ICC v2 profile with a pure gamma tone curve (gamma 1.0: linear light)."""
+    return _profile(b"GRAY", b"grey test", [(b"kTRC", _curve(gamma))])

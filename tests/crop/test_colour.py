@@ -1,0 +1,118 @@
+"""Colour: embedded RGB and grey ICC profiles are converted to sRGB with LittleCMS, so a tagged
+source looks the same after cropping (docs/design.md §6)."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+from PIL import Image, ImageCms
+
+from batchcrop.crop import Ratio, RenderSpec, render
+from tests.crop.images import adobe_rgb_profile, decode, grey_profile
+
+SIZE = (480, 360)
+
+
+CELL = 60
+
+
+def _patches(mode: str, profile: bytes | None = None) -> Image.Image:
+    """Blocks of many colours (or greys) inside sRGB's gamut, expressed in `profile`'s space
+    (so they are in gamut for the conversion back), large enough to survive JPEG."""
+    rng = np.random.default_rng(5)
+    cells = rng.integers(40, 216, (SIZE[1] // CELL, SIZE[0] // CELL, 3), dtype=np.uint8)
+    picture = Image.fromarray(cells, "RGB").resize(SIZE, Image.Resampling.NEAREST)
+    if mode == "L":
+        picture = picture.convert("L")
+    if profile is None:
+        return picture
+    target = ImageCms.ImageCmsProfile(io.BytesIO(profile))
+    srgb = ImageCms.createProfile("sRGB")
+    converted = ImageCms.profileToProfile(
+        picture if mode == "RGB" else picture.convert("RGB"),
+        srgb,
+        target,
+        renderingIntent=ImageCms.Intent.RELATIVE_COLORIMETRIC,
+        outputMode=mode,
+    )
+    assert converted is not None
+    return converted
+
+
+def _lab(image: Image.Image) -> np.ndarray:
+    to_lab = ImageCms.buildTransform(
+        ImageCms.createProfile("sRGB"), ImageCms.createProfile("LAB"), "RGB", "LAB"
+    )
+    lab = np.asarray(to_lab.apply(image.convert("RGB")), dtype=np.float64)
+    # Pillow's LAB: L 0..255 for 0..100, a and b offset by 128.
+    return np.stack([lab[..., 0] * 100 / 255, lab[..., 1] - 128, lab[..., 2] - 128], -1)
+
+
+def _mean_delta_e(ours: Image.Image, reference: Image.Image) -> float:
+    """Mean ΔE76 between the two images' cell centres (JPEG blurs the cells' edges either way)."""
+    centres = [
+        (x + CELL // 3, y + CELL // 3, x + 2 * CELL // 3, y + 2 * CELL // 3)
+        for y in range(0, SIZE[1], CELL)
+        for x in range(0, SIZE[0], CELL)
+    ]
+    differences = [
+        _lab(ours.crop(box)).mean((0, 1)) - _lab(reference.crop(box)).mean((0, 1))
+        for box in centres
+    ]
+    return float(np.mean([np.sqrt((d**2).sum()) for d in differences]))
+
+
+@pytest.mark.parametrize(
+    ("mode", "profile", "fmt"),
+    [
+        ("RGB", adobe_rgb_profile(), "PNG"),
+        ("RGB", adobe_rgb_profile(), "JPEG"),
+        ("L", grey_profile(1.0), "PNG"),
+    ],
+    ids=["adobe-rgb-png", "adobe-rgb-jpeg", "linear-grey-png"],
+)
+def test_a_tagged_source_keeps_its_colours(mode: str, profile: bytes, fmt: str) -> None:
+    """Against a colour-managed reference of the same pixels, the output is within mean ΔE76 1;
+    the same pixels read as sRGB (the profile dropped) are visibly off."""
+    picture = _patches(mode, profile)
+    buffer = io.BytesIO()
+    picture.save(buffer, format=fmt, icc_profile=profile, quality=95)
+    source = Image.open(io.BytesIO(buffer.getvalue()))
+    source.load()
+    reference = ImageCms.profileToProfile(
+        source,
+        ImageCms.ImageCmsProfile(io.BytesIO(profile)),
+        ImageCms.createProfile("sRGB"),
+        renderingIntent=ImageCms.Intent.RELATIVE_COLORIMETRIC,
+        outputMode="RGB",
+    )
+    assert reference is not None
+    spec = RenderSpec((Ratio(4, 3),), max_side=SIZE[0], quality=95)
+    (rendition,) = render(buffer.getvalue(), spec)
+    ours = decode(rendition.data)
+    assert ours.size == SIZE
+    assert _mean_delta_e(ours, reference) < 1.0
+    assert _mean_delta_e(source.convert("RGB"), reference) > 2.0
+
+
+def test_an_srgb_tagged_source_is_left_as_it_is() -> None:
+    """Most cameras tag sRGB: those pixels are not run through a transform at all."""
+    picture = _patches("RGB")
+    srgb = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes()
+    tagged, untagged = io.BytesIO(), io.BytesIO()
+    picture.save(tagged, format="PNG", icc_profile=srgb)
+    picture.save(untagged, format="PNG")
+    spec = RenderSpec((Ratio(4, 3),), max_side=SIZE[0], quality=90)
+    assert render(tagged.getvalue(), spec)[0].data == render(untagged.getvalue(), spec)[0].data
+
+
+def test_a_broken_profile_is_ignored() -> None:
+    """Garbage in the ICC chunk loses nothing: the pixels are read as sRGB."""
+    picture = _patches("RGB")
+    broken, untagged = io.BytesIO(), io.BytesIO()
+    picture.save(broken, format="PNG", icc_profile=b"not a profile at all" * 8)
+    picture.save(untagged, format="PNG")
+    spec = RenderSpec((Ratio(4, 3),), max_side=SIZE[0], quality=90)
+    assert render(broken.getvalue(), spec)[0].data == render(untagged.getvalue(), spec)[0].data
