@@ -25,6 +25,7 @@ STRIP_PIXELS = 1 << 18
 """Pixels converted at a time by the strip-wise conversions (a few MiB of temporaries)."""
 SIXTEEN_BIT_MAX = 65535
 _WIDE_GRAY_MODES = frozenset({"I;16", "I;16L", "I;16B", "I;16N", "I"})
+_GREY_MODES = frozenset({"L", "LA", "La", "I;16", "I;16L", "I;16B", "I;16N", "I"})
 _ALPHA_MODES = frozenset({"RGBA", "RGBa", "LA", "La", "PA"})
 # Floating-point pixels have no agreed range (0..1, 0..255, HDR): no faithful 8-bit conversion.
 _REFUSED_MODES = frozenset({"F"})
@@ -46,8 +47,12 @@ def _profiled_to_srgb(source: Image.Image, rgb: Image.Image) -> Image.Image:
     if transform is None:
         return rgb
     space, apply = transform
-    # A grey source's RGB has three equal channels, so its grey is recovered exactly.
-    return apply(rgb.convert("L") if space == "GRAY" else rgb)
+    if space == "GRAY":
+        if source.mode not in _GREY_MODES:
+            return rgb  # a grey profile on colour pixels describes nothing we can apply
+        # A grey source's RGB has three equal channels, so its grey is recovered exactly.
+        return apply(rgb.convert("L"))
+    return apply(rgb)
 
 
 @lru_cache(maxsize=64)

@@ -57,8 +57,9 @@ _SWAPS_AXES = frozenset({5, 6, 7, 8})
 _DCT_FORMATS = frozenset({"JPEG", "MPO"})
 _BYTES_PER_PIXEL = {"1": 1, "L": 1, "P": 1, "I;16": 2, "I;16L": 2, "I;16B": 2, "I;16N": 2}
 _WEBP_DECODER_BYTES_PER_PIXEL = 12
-# Outputs, encoder buffers and the saliency copy: small and bounded by the output size.
-_COST_OVERHEAD_BYTES = 32 << 20
+# Encoder buffers, the saliency copy and libjpeg's working memory (outputs and canvases are
+# counted by the render's plan).
+_COST_OVERHEAD_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import math
 from dataclasses import dataclass
 
 from PIL import Image
@@ -62,8 +63,19 @@ def plan(opened: OpenedImage, spec: RenderSpec) -> Plan:
     factors = tuple(
         reduction(opened, OVERSAMPLE * needed_scale(window, spec.max_side)) for window in windows
     )
-    cost = max(decode_cost(opened, factor) for factor in {saliency_factor, *factors})
-    return Plan(saliency_factor, factors, windows, cost)
+    decode = max(decode_cost(opened, factor) for factor in {saliency_factor, *factors})
+    # Beside the decode: one canvas per scale (whole picture at that scale) and each output
+    # with its encoded bytes, all alive until the reduction's outputs are encoded.
+    canvases: dict[float, int] = {}
+    outputs = 0
+    for window in windows:
+        scale = needed_scale(window, spec.max_side)
+        canvases[scale] = (math.floor(width * scale) + 1) * (math.floor(height * scale) + 1)
+        outputs += (math.floor(window[0] * scale) + 1) * (math.floor(window[1] * scale) + 1)
+    # 4 bytes per pixel; an output also has its encoded bytes (at most about 1 per pixel).
+    return Plan(
+        saliency_factor, factors, windows, decode + 4 * sum(canvases.values()) + 5 * outputs
+    )
 
 
 def render(
@@ -109,7 +121,9 @@ def _render(
             pictures[decodes.saliency_factor] = picture
         del picture
     renditions: dict[int, Rendition] = {}
-    for factor in sorted(set(decodes.factors)):
+    # The kept saliency decode first, so that only one decode is ever alive.
+    order = sorted(set(decodes.factors), key=lambda f: (f not in pictures, f))
+    for factor in order:
         kept = pictures.pop(factor, None)
         picture = decode(factor) if kept is None else kept
         members = [i for i, f in enumerate(decodes.factors) if f == factor]

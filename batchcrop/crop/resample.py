@@ -60,9 +60,15 @@ def resample_all(
             max(1, math.floor(source_size[1] * scale)),
         )
         offset, box = _on_grid(cut, scale, source_size)
-        if offset[0] + cut.size[0] > canvas_size[0] or offset[1] + cut.size[1] > canvas_size[1]:
+        whole_pixels = source_size[0] * scale >= 1 and source_size[1] * scale >= 1
+        if (
+            not whole_pixels
+            or offset[0] + cut.size[0] > canvas_size[0]
+            or offset[1] + cut.size[1] > canvas_size[1]
+        ):
             # The window reaches the part of the last source pixel the canvas leaves out (it
-            # touches the right or bottom edge), or its output was rounded up past the canvas:
+            # touches the right or bottom edge), its output was rounded up past the canvas, or
+            # the canvas would be under one pixel on a side (a very thin source):
             # resample its box alone, which depends on nothing else either.
             results.append((resize(picture, cut.box, cut.size, decoded), cut.box))
             continue

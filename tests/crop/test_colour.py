@@ -116,3 +116,14 @@ def test_a_broken_profile_is_ignored() -> None:
     picture.save(untagged, format="PNG")
     spec = RenderSpec((Ratio(4, 3),), max_side=SIZE[0], quality=90)
     assert render(broken.getvalue(), spec)[0].data == render(untagged.getvalue(), spec)[0].data
+
+
+def test_a_grey_profile_on_colour_pixels_keeps_the_colour() -> None:
+    """A grey profile attached to an RGB source describes nothing we can apply to colour:
+    the pixels are read as sRGB, not turned grey."""
+    picture = _patches("RGB")
+    tagged, untagged = io.BytesIO(), io.BytesIO()
+    picture.save(tagged, format="PNG", icc_profile=grey_profile(1.0))
+    picture.save(untagged, format="PNG")
+    spec = RenderSpec((Ratio(4, 3),), max_side=SIZE[0], quality=90)
+    assert render(tagged.getvalue(), spec)[0].data == render(untagged.getvalue(), spec)[0].data

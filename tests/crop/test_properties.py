@@ -5,6 +5,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
@@ -202,3 +203,19 @@ def test_an_output_shows_its_crop_box() -> None:
             direct = source.resize(shared.shape[1::-1], Image.Resampling.LANCZOS, box=box)
             errors.append(np.abs(shared - np.asarray(direct, dtype=np.float64)).mean())
         assert min(errors) < 2.0, (rendition.ratio, errors)
+
+
+@pytest.mark.parametrize(
+    ("size", "ratio"),
+    [((800, 8), "100:1"), ((200, 3), "100:1"), ((3, 200), "1:100"), ((1, 1000), "1:100")],
+)
+@pytest.mark.parametrize("max_side", [16, 17])
+def test_very_thin_sources_render(size: tuple[int, int], ratio: str, max_side: int) -> None:
+    """A scale whose canvas would be under one pixel on a side resamples the window alone
+    (it raised a bare ValueError from Pillow and failed every ratio of the item)."""
+    data = encode(Image.new("RGB", size, (9, 99, 200)), "PNG")
+    (rendition,) = render(data, RenderSpec((Ratio.parse(ratio),), max_side, 85))
+    assert max(rendition.width, rendition.height) == max_side
+    left, top, right, bottom = rendition.crop_box
+    assert 0 <= left < right <= size[0]
+    assert 0 <= top < bottom <= size[1]
