@@ -23,6 +23,7 @@ from batchcrop.api.requests import path_id
 from batchcrop.api.routes import PROBLEM_RESPONSE, PROBLEM_RESPONSES
 from batchcrop.app import App
 from batchcrop.crop import MAX_SOURCE_PIXELS, BudgetBusy, CropError, MemoryBudget, Ratio
+from batchcrop.crop.budget import reserved
 from batchcrop.crop.decode import decode_cost, decode_rgb, open_image, reduction
 from storage import (
     AccessDenied,
@@ -128,12 +129,7 @@ def thumbnail_jpeg(
     source_size = opened.size
     scale = min(1.0, max_side / max(source_size))
     factor = reduction(opened, scale)
-    reserved = (
-        contextlib.nullcontext()
-        if budget is None
-        else budget.reserve(decode_cost(opened, factor), timeout=THUMBNAIL_QUEUE_SECONDS)
-    )
-    with reserved:
+    with reserved(budget, decode_cost(opened, factor), timeout=THUMBNAIL_QUEUE_SECONDS):
         image = decode_rgb(opened, factor)
         image.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
     buffer = io.BytesIO()

@@ -14,7 +14,7 @@ import ctypes
 import ctypes.util
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 from batchcrop.crop.errors import ImageTooLarge
 
@@ -68,6 +68,13 @@ class MemoryBudget:
             with self._changed:
                 self._used -= nbytes
                 self._changed.notify_all()
+
+
+def reserved(
+    budget: MemoryBudget | None, nbytes: int, *, timeout: float | None = None
+) -> AbstractContextManager[None]:
+    """`budget.reserve(nbytes, timeout=timeout)`, or nothing to hold when there is no budget."""
+    return nullcontext() if budget is None else budget.reserve(nbytes, timeout=timeout)
 
 
 def return_freed_pixels_promptly() -> bool:

@@ -11,7 +11,7 @@ Pure functions; safe from any thread.
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from functools import lru_cache
 
 import numpy as np
@@ -25,7 +25,7 @@ STRIP_PIXELS = 1 << 18
 """Pixels converted at a time by the strip-wise conversions (a few MiB of temporaries)."""
 SIXTEEN_BIT_MAX = 65535
 _WIDE_GRAY_MODES = frozenset({"I;16", "I;16L", "I;16B", "I;16N", "I"})
-_GREY_MODES = frozenset({"L", "LA", "La", "I;16", "I;16L", "I;16B", "I;16N", "I"})
+_GREY_MODES = _WIDE_GRAY_MODES | {"L", "LA", "La"}
 _ALPHA_MODES = frozenset({"RGBA", "RGBa", "LA", "La", "PA"})
 # Floating-point pixels have no agreed range (0..1, 0..255, HDR): no faithful 8-bit conversion.
 _REFUSED_MODES = frozenset({"F"})
@@ -33,53 +33,49 @@ _REFUSED_MODES = frozenset({"F"})
 
 def to_rgb(image: Image.Image) -> Image.Image:
     """Return `image` (loaded) as mode RGB in sRGB; raise UnsupportedImage for modes with no
-    conversion. An embedded RGB or grey ICC profile is honoured (untagged pixels are sRGB)."""
+    conversion. An embedded CMYK, RGB or grey ICC profile is honoured (untagged pixels are sRGB;
+    a CMYK image without a usable profile gets Pillow's naive conversion)."""
+    convert = _transform_to_srgb(image.info.get("icc_profile") or b"")
+    # The pixels the profile describes: "RGB", "L" or "CMYK" (None: untagged or sRGB).
+    reads = None if convert is None else convert.input_mode
+    if image.mode == "CMYK":
+        if convert is not None and reads == "CMYK":
+            return convert.apply(image)
+        return image.convert("RGB")
     rgb = _as_rgb(image)
-    if rgb.mode == "RGB" and image.mode != "CMYK":
-        return _profiled_to_srgb(image, rgb)
-    return rgb
-
-
-def _profiled_to_srgb(source: Image.Image, rgb: Image.Image) -> Image.Image:
-    """`rgb` (the source's pixels as RGB) converted from the source's embedded RGB or grey
-    profile to sRGB with LittleCMS; unchanged when untagged, tagged sRGB, or unreadable."""
-    transform = _transform_to_srgb(source.info.get("icc_profile") or b"")
-    if transform is None:
-        return rgb
-    space, apply = transform
-    if space == "GRAY":
-        if source.mode not in _GREY_MODES:
-            return rgb  # a grey profile on colour pixels describes nothing we can apply
+    if convert is not None and reads == "RGB":
+        return convert.apply(rgb)
+    if convert is not None and reads == "L" and image.mode in _GREY_MODES:
         # A grey source's RGB has three equal channels, so its grey is recovered exactly.
-        return apply(rgb.convert("L"))
-    return apply(rgb)
+        return convert.apply(rgb.convert("L"))
+    return rgb  # untagged, sRGB, or a profile describing other pixels than these
+
+
+# Per profile colour space: the pixels LittleCMS reads, and the intent (perceptual for print
+# profiles, whose gamut differs most from sRGB's).
+_PROFILE_INPUTS = {
+    "RGB": ("RGB", ImageCms.Intent.RELATIVE_COLORIMETRIC),
+    "GRAY": ("L", ImageCms.Intent.RELATIVE_COLORIMETRIC),
+    "CMYK": ("CMYK", ImageCms.Intent.PERCEPTUAL),
+}
 
 
 @lru_cache(maxsize=64)
-def _transform_to_srgb(icc: bytes) -> tuple[str, Callable[[Image.Image], Image.Image]] | None:
-    """A cached (colour space, apply) for an embedded profile, or None when nothing to do."""
+def _transform_to_srgb(icc: bytes) -> ImageCms.ImageCmsTransform | None:
+    """A cached transform from an embedded profile to sRGB, or None when there is nothing to
+    do: no profile, an sRGB one, another colour space, or an unreadable one (a broken profile
+    should not lose the picture)."""
     if not icc:
         return None
     try:
         profile = ImageCms.ImageCmsProfile(io.BytesIO(icc))
         space = profile.profile.xcolor_space.strip()
-        if space not in ("RGB", "GRAY") or _is_srgb(profile):
+        if space not in _PROFILE_INPUTS or (space == "RGB" and _is_srgb(profile)):
             return None
-        transform = ImageCms.buildTransform(
-            profile,
-            _SRGB,
-            "RGB" if space == "RGB" else "L",
-            "RGB",
-            renderingIntent=ImageCms.Intent.RELATIVE_COLORIMETRIC,
-        )
+        mode, intent = _PROFILE_INPUTS[space]
+        return ImageCms.buildTransform(profile, _SRGB, mode, "RGB", renderingIntent=intent)
     except (ImageCms.PyCMSError, OSError, ValueError, TypeError):
-        # A broken embedded profile should not lose the picture: treat it as sRGB.
         return None
-
-    def apply(image: Image.Image) -> Image.Image:
-        return transform.apply(image)
-
-    return space, apply
 
 
 def _is_srgb(profile: ImageCms.ImageCmsProfile) -> bool:
@@ -96,8 +92,6 @@ def _as_rgb(image: Image.Image) -> Image.Image:
         raise UnsupportedImage(f"image mode {mode} is not supported")
     if mode in _WIDE_GRAY_MODES:
         return _wide_gray_to_rgb(image)
-    if mode == "CMYK":
-        return _cmyk_to_rgb(image)
     if mode in _ALPHA_MODES or "transparency" in image.info:
         return _flatten(image)
     try:
@@ -139,25 +133,3 @@ def _wide_gray_to_rgb(image: Image.Image) -> Image.Image:
         scaled = (clipped * 255 + SIXTEEN_BIT_MAX // 2) // SIXTEEN_BIT_MAX
         result.paste(Image.fromarray(scaled.astype(np.uint8)).convert("RGB"), (0, top))
     return result
-
-
-def _cmyk_to_rgb(image: Image.Image) -> Image.Image:
-    """Use the embedded ICC profile when present and readable, else Pillow's naive conversion."""
-    icc = image.info.get("icc_profile")
-    if icc:
-        try:
-            source = ImageCms.ImageCmsProfile(io.BytesIO(icc))
-            converted = ImageCms.profileToProfile(
-                image,
-                source,
-                ImageCms.createProfile("sRGB"),
-                renderingIntent=ImageCms.Intent.PERCEPTUAL,
-                outputMode="RGB",
-            )
-        except (ImageCms.PyCMSError, OSError, ValueError):
-            # A broken embedded profile should not lose the picture: fall back to the naive
-            # conversion most viewers show for untagged CMYK.
-            converted = None
-        if converted is not None:
-            return converted
-    return image.convert("RGB")

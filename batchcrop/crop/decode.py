@@ -118,8 +118,9 @@ def decode_cost(opened: OpenedImage, factor: int) -> int:
 
     Pillow keeps 1 byte per pixel for 1/L/P, 2 for 16-bit grey and 4 for every other mode (RGB
     included). Alive together: the decoded image, its RGB conversion unless it is RGB already
-    (the strip-wise conversions add only a few MiB), the upright copy when EXIF turns it, and a
-    quarter more for the resampling's intermediates.
+    (the strip-wise conversions add only a few MiB), the upright copy when EXIF turns it, one
+    byte per pixel for the resampling's intermediates, and a progressive JPEG's or WebP's own
+    decoder buffers.
     """
     image = opened.image
     pixels = -(-image.width // factor) * -(-image.height // factor)

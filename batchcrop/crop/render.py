@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from PIL import Image
 
-from batchcrop.crop.budget import MemoryBudget
+from batchcrop.crop.budget import MemoryBudget, reserved
 from batchcrop.crop.decode import (
     MAX_SOURCE_PIXELS,
     OpenedImage,
@@ -36,16 +36,12 @@ from batchcrop.crop.window import Box, needed_scale, output_size, place_window, 
 JPEG_SUBSAMPLING = "4:2:0"
 JPEG_OPTIMIZE = True
 """Optimised Huffman tables: ~12 % smaller files for ~2 ms per 1200 px output; deterministic."""
-OVERSAMPLE = 1.0
-"""Each ratio decodes at no less than this many decoded pixels per output pixel (where the
-source has them). 1.5 would keep the detail of a full decode (the DCT's own 1/2 reduction
-loses 12-25 % of the fine detail, `docs/benchmarks.md`) at 1.7 times the render time."""
 
 
 @dataclass(frozen=True)
 class Plan:
-    """What a render decodes: the reduction for saliency, one per ratio, and the memory the
-    largest decode needs (only one decode is alive at a time)."""
+    """What a render decodes: the reduction for saliency and one per ratio (one decode is alive
+    at a time), and the memory its peak needs: the largest decode, the canvases and the outputs."""
 
     saliency_factor: int
     factors: tuple[int, ...]
@@ -60,9 +56,9 @@ def plan(opened: OpenedImage, spec: RenderSpec) -> Plan:
     # The reduction a whole-picture output would use: no ratio's window is longer than the
     # picture, so every ratio decodes at this reduction or a finer one, and usually this one.
     saliency_factor = reduction(opened, needed_scale((width, height), spec.max_side))
-    factors = tuple(
-        reduction(opened, OVERSAMPLE * needed_scale(window, spec.max_side)) for window in windows
-    )
+    # Each ratio at the largest reduction still covering its own output (ADR 0003 says why not
+    # finer: keeping a full decode's detail would cost 1.7 times the render time).
+    factors = tuple(reduction(opened, needed_scale(window, spec.max_side)) for window in windows)
     decode = max(decode_cost(opened, factor) for factor in {saliency_factor, *factors})
     # Beside the decode: one canvas per scale (whole picture at that scale) and each output
     # with its encoded bytes, all alive until the reduction's outputs are encoded.
@@ -94,9 +90,7 @@ def render(
     """
     opened = open_image(data, max_pixels)
     decodes = plan(opened, spec)
-    if budget is None:
-        return _render(data, opened, spec, decodes, max_pixels)
-    with budget.reserve(decodes.cost_bytes):
+    with reserved(budget, decodes.cost_bytes):
         return _render(data, opened, spec, decodes, max_pixels)
 
 
@@ -112,20 +106,20 @@ def _render(
         return decode_rgb(fresh, factor)
 
     boxes = [(0, 0, *size)] * len(decodes.windows)
-    pictures: dict[int, Image.Image] = {}
+    kept: Image.Image | None = None  # the saliency decode, when some ratio uses it too
     if any(window != size for window in decodes.windows):
         picture = decode(decodes.saliency_factor)
         saliency = saliency_map(small_copy(picture))
         boxes = [place_window(window, size, saliency) for window in decodes.windows]
         if decodes.saliency_factor in decodes.factors:
-            pictures[decodes.saliency_factor] = picture
+            kept = picture
         del picture
     renditions: dict[int, Rendition] = {}
     # The kept saliency decode first, so that only one decode is ever alive.
-    order = sorted(set(decodes.factors), key=lambda f: (f not in pictures, f))
-    for factor in order:
-        kept = pictures.pop(factor, None)
-        picture = decode(factor) if kept is None else kept
+    first = decodes.saliency_factor if kept is not None else None
+    for factor in sorted(set(decodes.factors), key=lambda f: (f != first, f)):
+        picture = kept if kept is not None and factor == first else decode(factor)
+        kept = None
         members = [i for i, f in enumerate(decodes.factors) if f == factor]
         scale = (picture.width / size[0], picture.height / size[1])
         cuts = []
