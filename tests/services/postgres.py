@@ -7,6 +7,7 @@ with Debian's `postgresql` package needs no setup; `.ci/run` installs the packag
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import socket
@@ -49,18 +50,44 @@ def _accepting() -> bool:
 
 
 def ensure() -> str:
-    """Start the cluster unless it already answers; return its URL."""
+    """Start the cluster unless it already answers; return its URL.
+
+    Test processes (pytest-xdist workers, benchmarks) call this at the same moment on a fresh
+    machine; a lock file makes one of them create and start the cluster while the others wait, so
+    two `initdb` runs never share (and wipe) one data folder.
+    """
     if _accepting():
         return URL
+    ROOT.parent.mkdir(parents=True, exist_ok=True)
+    with open(ROOT.parent / "postgres.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _accepting():
+            return URL
+        return _create_and_start()
+
+
+def _run(args: list[str], what: str, log: Path | None = None) -> None:
+    done = subprocess.run(args, check=False, capture_output=True, text=True)
+    if done.returncode != 0:
+        tail = ""
+        if log is not None and log.exists():
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
+        raise RuntimeError(
+            f"{what} failed (exit {done.returncode}): {done.stdout}{done.stderr}\n{tail}".strip()
+        )
+
+
+def _create_and_start() -> str:
     bin_dir = _bin_dir()
     data = ROOT / "data"
-    if not (data / "PG_VERSION").exists():
+    initialised = ROOT / "initialised"  # written after initdb succeeds, so a cut-off one is redone
+    if not initialised.exists():
         shutil.rmtree(ROOT, ignore_errors=True)
         data.mkdir(parents=True)
         if os.geteuid() == 0:
             shutil.chown(ROOT, "postgres")
             shutil.chown(data, "postgres")
-        subprocess.run(
+        _run(
             _as_postgres(
                 [
                     str(bin_dir / "initdb"),
@@ -74,14 +101,14 @@ def ensure() -> str:
                     "UTF8",
                 ]
             ),
-            check=True,
-            capture_output=True,
+            "initdb",
         )
+        initialised.touch()
     options = (
         f"-c listen_addresses=127.0.0.1 -c port={PORT} -c unix_socket_directories={data} "
         "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
     )
-    subprocess.run(
+    _run(
         _as_postgres(
             [
                 str(bin_dir / "pg_ctl"),
@@ -97,8 +124,8 @@ def ensure() -> str:
                 "start",
             ]
         ),
-        check=True,
-        capture_output=True,
+        "pg_ctl start",
+        data / "log.txt",
     )
     deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS
     while not _accepting():
