@@ -18,6 +18,7 @@ class Category(StrEnum):
     INVALID_IMAGE = "invalid_image"
     IMAGE_TOO_LARGE = "image_too_large"
     UNSUPPORTED_IMAGE = "unsupported_image"
+    INVALID_FOCUS = "invalid_focus"
     SOURCE_NOT_FOUND = "source_not_found"
     SOURCE_TOO_LARGE = "source_too_large"
     DERIVATIVE_CONFLICT = "derivative_conflict"

@@ -25,6 +25,12 @@ class ImageTooLarge(CropError):
     category = Category.IMAGE_TOO_LARGE
 
 
+class InvalidFocus(CropError):
+    """The item's focus box lies outside the picture (after EXIF orientation)."""
+
+    category = Category.INVALID_FOCUS
+
+
 class UnsupportedImage(CropError):
     """A real image in a format or mode the engine does not take (SVG, PDF, PSD, HEIC, ...)."""
 

@@ -28,6 +28,8 @@ from batchcrop.crop.decode import (
     open_image,
     reduction,
 )
+from batchcrop.crop.errors import InvalidFocus
+from batchcrop.crop.faces import DETECTION_BYTES, find_faces, keep_box
 from batchcrop.crop.resample import Cut, resample_all
 from batchcrop.crop.saliency import saliency_map, small_copy
 from batchcrop.crop.spec import Ratio, RenderSpec, Rendition
@@ -69,19 +71,26 @@ def plan(opened: OpenedImage, spec: RenderSpec) -> Plan:
         canvases[scale] = (math.floor(width * scale) + 1) * (math.floor(height * scale) + 1)
         outputs += (math.floor(window[0] * scale) + 1) * (math.floor(window[1] * scale) + 1)
     # 4 bytes per pixel; an output also has its encoded bytes (at most about 1 per pixel).
-    return Plan(
-        saliency_factor, factors, windows, decode + 4 * sum(canvases.values()) + 5 * outputs
-    )
+    cost = decode + 4 * sum(canvases.values()) + 5 * outputs
+    if any(window != (width, height) for window in windows):
+        cost += DETECTION_BYTES
+    return Plan(saliency_factor, factors, windows, cost)
 
 
 def render(
     data: bytes,
     spec: RenderSpec,
     *,
+    focus: Box | None = None,
     max_pixels: int = MAX_SOURCE_PIXELS,
     budget: MemoryBudget | None = None,
 ) -> list[Rendition]:
     """Render every ratio of `spec` from the image `data`, in `spec.ratios` order.
+
+    `focus` is the item's focus box `(left, top, right, bottom)` in upright source pixels (after
+    EXIF orientation, as `crop_box`): each window contains it when it can and is centred on it
+    otherwise, instead of keeping the faces found (it then only avoids cutting them). A focus box
+    reaching past the picture is clipped to it; one wholly outside raises `InvalidFocus`.
 
     Raises `InvalidImage`, `ImageTooLarge` (checked before decoding pixels, against
     `max_pixels` and, when given, against the whole memory `budget`) or `UnsupportedImage`.
@@ -89,13 +98,29 @@ def render(
     (waiting while other renders hold it). No I/O beyond memory; safe from concurrent threads.
     """
     opened = open_image(data, max_pixels)
+    if focus is not None:
+        focus = _clipped(focus, opened.size)
     decodes = plan(opened, spec)
     with reserved(budget, decodes.cost_bytes):
-        return _render(data, opened, spec, decodes, max_pixels)
+        return _render(data, opened, spec, decodes, max_pixels=max_pixels, focus=focus)
+
+
+def _clipped(focus: Box, size: tuple[int, int]) -> Box:
+    left, top = max(0, focus[0]), max(0, focus[1])
+    right, bottom = min(size[0], focus[2]), min(size[1], focus[3])
+    if right <= left or bottom <= top:
+        raise InvalidFocus(f"focus box {list(focus)} lies outside the {size[0]}x{size[1]} picture")
+    return left, top, right, bottom
 
 
 def _render(
-    data: bytes, opened: OpenedImage, spec: RenderSpec, decodes: Plan, max_pixels: int
+    data: bytes,
+    opened: OpenedImage,
+    spec: RenderSpec,
+    decodes: Plan,
+    *,
+    max_pixels: int,
+    focus: Box | None,
 ) -> list[Rendition]:
     size = opened.size
     unused = [opened]
@@ -110,7 +135,17 @@ def _render(
     if any(window != size for window in decodes.windows):
         picture = decode(decodes.saliency_factor)
         saliency = saliency_map(small_copy(picture))
-        boxes = [place_window(window, size, saliency) for window in decodes.windows]
+        faces = find_faces(picture, size)
+        boxes = [
+            place_window(
+                window,
+                size,
+                saliency,
+                keep=focus if focus is not None else keep_box(faces, window, size),
+                whole=faces,
+            )
+            for window in decodes.windows
+        ]
         if decodes.saliency_factor in decodes.factors:
             kept = picture
         del picture

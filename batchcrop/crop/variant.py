@@ -9,13 +9,15 @@ from __future__ import annotations
 import hashlib
 from functools import cache
 
+import cv2
 import numpy as np
 import PIL
 from PIL import features
 
 from batchcrop.crop.spec import RenderSpec
+from batchcrop.crop.window import Box
 
-ALGORITHM_VERSION = "3"
+ALGORITHM_VERSION = "4"
 OUTPUT_FORMAT = "jpeg-baseline-420"
 VARIANT_HEX_CHARS = 12
 
@@ -25,19 +27,20 @@ def _library_versions() -> str:
     """Versions of the libraries whose output reaches the bytes.
 
     Pillow, libjpeg(-turbo) and LittleCMS make the pixels and bytes; numpy computes the saliency
-    that places the windows.
+    and OpenCV finds the faces that place the windows.
     """
     libjpeg = features.version("jpg") or "none"
     turbo = features.version("libjpeg_turbo") or "none"
     lcms = features.version("littlecms2") or "none"
     return (
         f"pillow={PIL.__version__};libjpeg={libjpeg};turbo={turbo};lcms={lcms};"
-        f"numpy={np.__version__}"
+        f"numpy={np.__version__};opencv={cv2.__version__}"
     )
 
 
-def variant_of(spec: RenderSpec) -> str:
-    """A 12-hex-digit hash of max side, quality, format, algorithm and library versions.
+def variant_of(spec: RenderSpec, focus: Box | None = None) -> str:
+    """A 12-hex-digit hash of max side, quality, format, algorithm, library versions and the
+    item's focus box when it has one.
 
     The ratios are not part of it: the key names the ratio separately. Pure and thread-safe.
     """
@@ -45,4 +48,6 @@ def variant_of(spec: RenderSpec) -> str:
         f"max_side={spec.max_side};quality={spec.quality};format={OUTPUT_FORMAT};"
         f"algorithm={ALGORITHM_VERSION};{_library_versions()}"
     )
+    if focus is not None:
+        text += ";focus={},{},{},{}".format(*focus)
     return hashlib.sha256(text.encode()).hexdigest()[:VARIANT_HEX_CHARS]

@@ -2,7 +2,10 @@
 
 Every window is the largest of its ratio that fits the source (it spans the full width or the full
 height), so only its position along one axis is chosen, from the saliency summed across the other
-axis. The position keeps (nearly) the most salient mass; among those positions it prefers edges
+axis. A box the window must keep (the people in it, or the item's focus box) limits the positions
+to those containing it, or centres the window on it when it is longer than the window; among the
+positions left, those that do not cut through another face come first. Then the position keeps
+(nearly) the most salient mass; among those positions it prefers edges
 that cut through the least salience, then the one centred on the mass it keeps: a small subject
 ends up centred, not pushed against the window's edge, and a subject at the image border stays
 whole (the window is clamped to the image; its edge there cuts nothing).
@@ -12,6 +15,7 @@ Pure functions.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from fractions import Fraction
 
 import numpy as np
@@ -70,47 +74,104 @@ def output_size(ratio: Ratio, available: tuple[float, float], max_side: int) -> 
 
 
 def place_window(
-    window: tuple[int, int], size: tuple[int, int], saliency: npt.NDArray[np.float32]
+    window: tuple[int, int],
+    size: tuple[int, int],
+    saliency: npt.NDArray[np.float32],
+    keep: Box | None = None,
+    whole: Sequence[Box] = (),
 ) -> Box:
     """Position `window` inside a source of `size` using the saliency map (any resolution).
 
-    Returns `(left, top, right, bottom)` in source pixels, right/bottom exclusive.
+    `keep` (source pixels) is contained whenever the window can hold it along its free axis and
+    centred otherwise; positions that leave each box of `whole` either inside or outside the
+    window come first. Returns `(left, top, right, bottom)` in source pixels, right/bottom
+    exclusive.
     """
     (win_w, win_h), (width, height) = window, size
-    rows, cols = saliency.shape
     # Whole numbers of 1/SALIENCY_QUANTA: every sum below is then exact, so last-bit float
     # differences between machines cannot flip a near-tie and change the crop (and the bytes).
     quanta = np.rint(saliency.astype(np.float64) * SALIENCY_QUANTA)
     if win_w < width:
-        cell = width / cols
-        start = _place(quanta.sum(axis=0), win_w / cell) * cell
-        left = min(max(0, round_half_up(start)), width - win_w)
+        left = _start(quanta.sum(axis=0), width, win_w, _spans(keep, whole, 0))
         return left, 0, left + win_w, win_h
     if win_h < height:
-        cell = height / rows
-        start = _place(quanta.sum(axis=1), win_h / cell) * cell
-        top = min(max(0, round_half_up(start)), height - win_h)
+        top = _start(quanta.sum(axis=1), height, win_h, _spans(keep, whole, 1))
         return 0, top, win_w, top + win_h
     return 0, 0, width, height
 
 
-def _place(profile: npt.NDArray[np.float64], length: float) -> float:
+_Span = tuple[int, int]
+
+
+def _spans(
+    keep: Box | None, whole: Sequence[Box], axis: int
+) -> tuple[_Span | None, tuple[_Span, ...]]:
+    """The boxes' extents along `axis` (0: x, 1: y)."""
+    kept = None if keep is None else (keep[axis], keep[axis + 2])
+    return kept, tuple((box[axis], box[axis + 2]) for box in whole)
+
+
+def _start(
+    profile: npt.NDArray[np.float64],
+    extent: int,
+    length: int,
+    spans: tuple[_Span | None, tuple[_Span, ...]],
+) -> int:
+    """The window's first pixel along its free axis (see `place_window`)."""
+    keep, whole = spans
+    low, high = 0, extent - length
+    if keep is not None:
+        if keep[1] - keep[0] > length:  # cannot hold it: centre on it
+            centred = round_half_up(Fraction(keep[0] + keep[1] - length, 2))
+            return min(max(low, centred), high)
+        low, high = max(low, keep[1] - length), min(high, keep[0])
+    cell = extent / profile.shape[0]
+    start = _place(
+        profile,
+        length / cell,
+        (low / cell, high / cell),
+        tuple((a / cell, b / cell) for a, b in whole),
+    )
+    return min(max(low, round_half_up(start * cell)), high)
+
+
+def _place(
+    profile: npt.NDArray[np.float64],
+    length: float,
+    bounds: tuple[float, float] | None = None,
+    whole: Sequence[tuple[float, float]] = (),
+) -> float:
     """Start (in cells) of a `length`-cell window over a 1-D saliency profile.
 
-    Three preferences, in order: keep nearly the most salient mass; among those positions, cut
-    through as little salience as possible (a window edge lying on the subject both cuts it and
-    pushes it against the edge); among those, centre the window on the mass it keeps.
+    Starts lie within `bounds` (default: the whole profile). Four preferences, in order: leave
+    each span of `whole` entirely inside or outside; keep nearly the most salient mass; among
+    those positions, cut through as little salience as possible (a window edge lying on the
+    subject both cuts it and pushes it against the edge); among those, centre the window on the
+    mass it keeps.
     """
     cells = int(profile.shape[0])
     slack = cells - length
     if slack <= 0:
         return 0.0
+    low, high = (0.0, slack) if bounds is None else (max(0.0, bounds[0]), min(slack, bounds[1]))
+    if high <= low:
+        return low
     weights = profile.astype(np.float64)
-    starts = np.append(np.arange(0.0, slack, PLACEMENT_STEP_CELLS), slack)
+    starts = np.append(np.arange(low, high, PLACEMENT_STEP_CELLS), high)
+    filtered = False
+    if whole:
+        intact = np.ones(starts.shape, dtype=bool)
+        for first, last in whole:
+            inside = (starts <= first + _FLOOR_SLACK) & (starts + length >= last - _FLOOR_SLACK)
+            outside = (starts >= last - _FLOOR_SLACK) | (starts + length <= first + _FLOOR_SLACK)
+            intact &= inside | outside
+        if intact.any() and not intact.all():
+            starts, filtered = starts[intact], True
     mass, moment = _window_sums(weights, starts, length)
     best = float(mass.max())
-    if best <= 0.0:
-        return slack / 2
+    if best <= 0.0:  # nothing salient: the middle of what is allowed
+        middle = (low + high) / 2
+        return float(starts[int(np.argmin(np.abs(starts - middle)))]) if filtered else middle
     keeps = mass >= best * (1.0 - PLACEMENT_TOLERANCE)
     cut = _cut_salience(weights, starts, length)
     keeps &= cut <= cut[keeps].min() + CUT_TOLERANCE * float(weights.max())

@@ -1,0 +1,123 @@
+"""Boxes a window must keep (faces with their room, a focus box) and boxes it must not cut."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from batchcrop.crop.faces import HEADROOM, keep_box, with_room
+from batchcrop.crop.window import place_window
+
+Box = tuple[int, int, int, int]
+
+
+def _salient_left(size: tuple[int, int]) -> np.ndarray:
+    """A saliency map whose mass sits in the left eighth: windows go left on their own."""
+    saliency = np.zeros((48, 64), dtype=np.float32)
+    saliency[:, :8] = 1.0
+    return saliency
+
+
+def test_a_kept_box_overrides_the_saliency() -> None:
+    size, window = (1600, 900), (900, 900)
+    alone = place_window(window, size, _salient_left(size))
+    assert alone[0] == 0
+    kept = (1300, 100, 1500, 300)
+    box = place_window(window, size, _salient_left(size), keep=kept)
+    assert box[0] <= kept[0] and box[2] >= kept[2]
+
+
+def test_a_box_longer_than_the_window_is_centred_on() -> None:
+    size, window = (1600, 400), (400, 400)
+    kept = (600, 0, 1200, 400)
+    box = place_window(window, size, _salient_left(size), keep=kept)
+    assert box == (700, 0, 1100, 400)
+
+
+def test_a_kept_box_on_the_vertical_axis() -> None:
+    size, window = (900, 1600), (900, 506)
+    saliency = np.zeros((64, 36), dtype=np.float32)
+    saliency[:6, :] = 1.0  # mass at the top
+    kept = (300, 1200, 500, 1400)
+    box = place_window(window, size, saliency, keep=kept)
+    assert box[1] <= kept[1] and box[3] >= kept[3]
+
+
+def test_whole_boxes_are_left_inside_or_outside() -> None:
+    """The saliency alone would put the window's right edge through the face at 860..980."""
+    size, window = (1600, 900), (900, 900)
+    face = (860, 200, 980, 340)
+    cut = place_window(window, size, _salient_left(size))
+    assert cut[2] > face[0] and cut[2] < face[2]
+    box = place_window(window, size, _salient_left(size), whole=[face])
+    inside = box[0] <= face[0] and box[2] >= face[2]
+    outside = box[2] <= face[0] or box[0] >= face[2]
+    assert inside or outside
+
+
+def test_keep_box_gives_headroom() -> None:
+    size = (1000, 1500)
+    face = (400, 100, 600, 300)
+    kept = keep_box([face], (1000, 562), size)
+    assert kept is not None
+    assert kept[1] == face[1] - round(HEADROOM * 200)
+    assert kept == with_room(face, size)
+
+
+def test_keep_box_takes_the_largest_faces_that_fit_together() -> None:
+    size, window = (3000, 1000), (1000, 1000)
+    big, small, far = (100, 300, 400, 600), (450, 350, 550, 450), (2600, 300, 2700, 400)
+    kept = keep_box([far, small, big], window, size)
+    assert kept is not None
+    assert kept[0] <= big[0] and kept[2] >= small[2]
+    assert kept[2] < far[0]
+
+
+def test_keep_box_falls_back_to_the_bare_face() -> None:
+    """A face whose room does not fit is kept bare; one that does not fit at all is returned to
+    be centred on."""
+    size = (2000, 1000)
+    face = (500, 50, 1300, 950)
+    assert keep_box([face], (900, 1000), size) == face
+    assert keep_box([face], (700, 1000), size) == face
+    assert keep_box([], (700, 1000), size) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    width=st.integers(200, 3000),
+    window_fraction=st.floats(0.2, 0.95),
+    face_left=st.floats(0.0, 0.95),
+    face_fraction=st.floats(0.01, 0.5),
+    salient_cell=st.integers(0, 63),
+)
+def test_a_face_that_fits_is_always_inside(
+    width: int, window_fraction: float, face_left: float, face_fraction: float, salient_cell: int
+) -> None:
+    """Wherever the saliency is, a face the window can hold ends up inside it."""
+    height = 400
+    size = (width, height)
+    window = (max(1, int(width * window_fraction)), height)
+    left = int(face_left * width)
+    right = min(width, left + max(1, int(face_fraction * width)))
+    face = (left, 100, right, 200)
+    saliency = np.zeros((32, 64), dtype=np.float32)
+    saliency[:, salient_cell] = 1.0
+    kept = keep_box([face], window, size)
+    box = place_window(window, size, saliency, keep=kept, whole=[face])
+    assert box[2] - box[0] == window[0]
+    if right - left <= window[0]:
+        assert box[0] <= left and box[2] >= right, (box, face)
+    else:
+        centre = (left + right) / 2
+        assert abs((box[0] + box[2]) / 2 - centre) <= 1 or box[0] == 0 or box[2] == width
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_nothing_salient_and_nothing_kept_stays_centred(axis: int) -> None:
+    size = (1600, 900) if axis == 0 else (900, 1600)
+    window = (900, 900)
+    box = place_window(window, size, np.zeros((30, 30), dtype=np.float32))
+    assert box[axis] == 350
