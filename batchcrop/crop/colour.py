@@ -25,7 +25,8 @@ STRIP_PIXELS = 1 << 18
 """Pixels converted at a time by the strip-wise conversions (a few MiB of temporaries)."""
 SIXTEEN_BIT_MAX = 65535
 _WIDE_GRAY_MODES = frozenset({"I;16", "I;16L", "I;16B", "I;16N", "I"})
-_GREY_MODES = _WIDE_GRAY_MODES | {"L", "LA", "La"}
+GREY_MODES = _WIDE_GRAY_MODES | {"1", "L", "LA", "La"}
+"""Decoded modes of grey pictures: their outputs are written as 1-channel (grey) JPEGs."""
 _ALPHA_MODES = frozenset({"RGBA", "RGBa", "LA", "La", "PA"})
 # Floating-point pixels have no agreed range (0..1, 0..255, HDR): no faithful 8-bit conversion.
 _REFUSED_MODES = frozenset({"F"})
@@ -45,7 +46,7 @@ def to_rgb(image: Image.Image) -> Image.Image:
     rgb = _as_rgb(image)
     if convert is not None and reads == "RGB":
         return convert.apply(rgb)
-    if convert is not None and reads == "L" and image.mode in _GREY_MODES:
+    if convert is not None and reads == "L" and image.mode in GREY_MODES:
         # A grey source's RGB has three equal channels, so its grey is recovered exactly.
         return convert.apply(rgb.convert("L"))
     return rgb  # untagged, sRGB, or a profile describing other pixels than these

@@ -5,9 +5,9 @@ of the other ratios asked for with it (docs/design.md §6, determinism). Salienc
 decode a whole-picture output would use (source and `max_side` alone); each ratio is resampled
 with Lanczos from a decode whose DCT reduction depends on that ratio alone, decoding once per
 distinct reduction, and cut from a canvas that depends on its scale alone (`resample`); every
-output is encoded baseline JPEG. Deterministic: same bytes + ratio + spec + libraries ⇒ same
-output bytes and crop box. Thread-safe: no shared mutable state; the heavy steps (decode, resize,
-encode) run inside Pillow, which releases the GIL.
+output is encoded baseline JPEG, 1-channel for grey sources. Deterministic: same bytes + ratio +
+spec + libraries ⇒ same output bytes and crop box. Thread-safe: no shared mutable state; the
+heavy steps (decode, resize, encode) run inside Pillow, which releases the GIL.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from PIL import Image
 
 from batchcrop.crop.budget import MemoryBudget, reserved
+from batchcrop.crop.colour import GREY_MODES
 from batchcrop.crop.decode import (
     MAX_SOURCE_PIXELS,
     OpenedImage,
@@ -123,6 +124,7 @@ def _render(
     focus: Box | None,
 ) -> list[Rendition]:
     size = opened.size
+    grey = opened.image.mode in GREY_MODES
     unused = [opened]
 
     def decode(factor: int) -> Image.Image:
@@ -163,7 +165,9 @@ def _render(
             available = ((box[2] - box[0]) * scale[0], (box[3] - box[1]) * scale[1])
             cuts.append(Cut(box, output_size(spec.ratios[index], available, spec.max_side)))
         for index, (image, box) in zip(members, resample_all(picture, cuts, size), strict=True):
-            renditions[index] = _encoded(spec.ratios[index], image, box, spec.quality)
+            # A grey source's three channels are equal: L keeps every value.
+            output = image.convert("L") if grey else image
+            renditions[index] = _encoded(spec.ratios[index], output, box, spec.quality)
         del picture
     return [renditions[index] for index in range(len(spec.ratios))]
 

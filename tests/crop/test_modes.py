@@ -49,9 +49,27 @@ def test_rgb_formats(fmt: str, options: dict[str, object]) -> None:
 
 
 def test_grayscale() -> None:
-    """8-bit grayscale becomes neutral RGB of the same level."""
+    """8-bit grayscale keeps its level."""
     data = encode(Image.new("L", (60, 40), 100), "JPEG", quality=95)
     assert_close((100, 100, 100), rendered_colour(data))
+
+
+@pytest.mark.parametrize(
+    ("mode", "fmt", "value"),
+    [("L", "JPEG", 90), ("L", "PNG", 90), ("LA", "PNG", (90, 255)), ("1", "PNG", 1)],
+)
+def test_grey_sources_give_one_channel_jpegs(mode: str, fmt: str, value: object) -> None:
+    """Grey in, grey out: one channel is a third of the samples to store, and what a viewer
+    shows is the same."""
+    picture = Image.effect_noise((300, 200), 40).convert(mode) if mode == "L" else None
+    picture = picture or Image.new(mode, (300, 200), value)  # type: ignore[arg-type]
+    colour_spec = RenderSpec(ratios=(Ratio(16, 9),), max_side=200)
+    (grey,) = render(encode(picture, fmt), colour_spec)
+    assert decode(grey.data).mode == "L"
+    (colour,) = render(encode(picture.convert("RGB"), fmt), colour_spec)
+    assert decode(colour.data).mode == "RGB"
+    assert grey.crop_box == colour.crop_box
+    assert len(grey.data) < len(colour.data)
 
 
 def test_bilevel() -> None:
