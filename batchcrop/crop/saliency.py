@@ -14,6 +14,8 @@ Pure numpy on ~30 k pixels: a few ms.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
 from PIL import Image, ImageFilter
@@ -59,6 +61,19 @@ def small_copy(image: Image.Image) -> Image.Image:
     return image.resize(size, Image.Resampling.BILINEAR, reducing_gap=2.0)
 
 
+def skin_mask(
+    luma: npt.NDArray[Any], cb: npt.NDArray[Any], cr: npt.NDArray[Any]
+) -> npt.NDArray[np.bool_]:
+    """Pixels whose YCbCr chroma lies in the skin-like box (Chai & Ngan), above a luma floor."""
+    return (
+        (cb >= _SKIN_CB[0])
+        & (cb <= _SKIN_CB[1])
+        & (cr >= _SKIN_CR[0])
+        & (cr <= _SKIN_CR[1])
+        & (luma >= _SKIN_MIN_LUMA)
+    )
+
+
 def saliency_map(image: Image.Image) -> FloatArray:
     """Saliency of an RGB image as a (rows, cols) float32 array ≥ 0, same size as `image`."""
     # Y, Cb, Cr carried in an "RGB"-labelled image: Pillow's box blur refuses mode YCbCr.
@@ -81,13 +96,7 @@ def saliency_map(image: Image.Image) -> FloatArray:
     edges = np.sqrt(grad_rows * grad_rows + grad_cols * grad_cols) / 255.0
     blue, red = cb - 128.0, cr - 128.0
     chroma = np.sqrt(blue * blue + red * red) / 128.0
-    skin = (
-        (cb >= _SKIN_CB[0])
-        & (cb <= _SKIN_CB[1])
-        & (cr >= _SKIN_CR[0])
-        & (cr <= _SKIN_CR[1])
-        & (luma >= _SKIN_MIN_LUMA)
-    ).astype(np.float32)
+    skin = skin_mask(luma, cb, cr).astype(np.float32)
     # Colourfulness and skin count only where they stand out from the neighbourhood: a blue
     # sky, green grass or skin-coloured sand covering a large area is background.
     wide = max(1, round(min(image.size) * SURROUND_FRACTIONS[-1]))

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from batchcrop.crop.faces import HEADROOM, keep_box, with_room
 from batchcrop.crop.window import place_window
+from tests.crop.images import contains
 
 Box = tuple[int, int, int, int]
 
@@ -26,7 +27,8 @@ def test_a_kept_box_overrides_the_saliency() -> None:
     assert alone[0] == 0
     kept = (1300, 100, 1500, 300)
     box = place_window(window, size, _salient_left(size), keep=kept)
-    assert box[0] <= kept[0] and box[2] >= kept[2]
+    assert box[0] <= kept[0]
+    assert box[2] >= kept[2]
 
 
 def test_a_box_longer_than_the_window_is_centred_on() -> None:
@@ -42,7 +44,8 @@ def test_a_kept_box_on_the_vertical_axis() -> None:
     saliency[:6, :] = 1.0  # mass at the top
     kept = (300, 1200, 500, 1400)
     box = place_window(window, size, saliency, keep=kept)
-    assert box[1] <= kept[1] and box[3] >= kept[3]
+    assert box[1] <= kept[1]
+    assert box[3] >= kept[3]
 
 
 def test_whole_boxes_are_left_inside_or_outside() -> None:
@@ -50,7 +53,8 @@ def test_whole_boxes_are_left_inside_or_outside() -> None:
     size, window = (1600, 900), (900, 900)
     face = (860, 200, 980, 340)
     cut = place_window(window, size, _salient_left(size))
-    assert cut[2] > face[0] and cut[2] < face[2]
+    assert cut[2] > face[0]
+    assert cut[2] < face[2]
     box = place_window(window, size, _salient_left(size), whole=[face])
     inside = box[0] <= face[0] and box[2] >= face[2]
     outside = box[2] <= face[0] or box[0] >= face[2]
@@ -71,16 +75,18 @@ def test_keep_box_takes_the_largest_faces_that_fit_together() -> None:
     big, small, far = (100, 300, 400, 600), (450, 350, 550, 450), (2600, 300, 2700, 400)
     kept = keep_box([far, small, big], window, size)
     assert kept is not None
-    assert kept[0] <= big[0] and kept[2] >= small[2]
+    assert kept[0] <= big[0]
+    assert kept[2] >= small[2]
     assert kept[2] < far[0]
 
 
 def test_keep_box_falls_back_to_the_bare_face() -> None:
-    """A face whose room does not fit is kept bare; one that does not fit at all is returned to
-    be centred on."""
+    """A face whose room does not fit gets less of it, then none; one that does not fit at all
+    is returned to be centred on."""
     size = (2000, 1000)
     face = (500, 50, 1300, 950)
-    assert keep_box([face], (900, 1000), size) == face
+    assert keep_box([face], (900, 1000), size) == with_room(face, size, 0.25)
+    assert keep_box([face], (810, 1000), size) == with_room(face, size, 0.0)
     assert keep_box([face], (700, 1000), size) == face
     assert keep_box([], (700, 1000), size) is None
 
@@ -109,7 +115,7 @@ def test_a_face_that_fits_is_always_inside(
     box = place_window(window, size, saliency, keep=kept, whole=[face])
     assert box[2] - box[0] == window[0]
     if right - left <= window[0]:
-        assert box[0] <= left and box[2] >= right, (box, face)
+        assert contains(box, face), (box, face)
     else:
         centre = (left + right) / 2
         assert abs((box[0] + box[2]) / 2 - centre) <= 1 or box[0] == 0 or box[2] == width

@@ -1,0 +1,92 @@
+"""People first, on real photographs: the faces found are the faces marked by hand, and every
+window that can hold a face keeps it, with headroom when there is room, whatever the EXIF
+orientation. `bench/crop.py --set real` reports the whole real-photo set, including the faces the
+detector misses (small faces in a crowd, a profile)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from PIL import Image
+
+from batchcrop.crop import Ratio, RenderSpec, render
+from batchcrop.crop.decode import decode_rgb, open_image
+from batchcrop.crop.faces import find_faces
+from tests.crop.images import Box, contains
+from tests.crop.real_photos import RealPhoto, by_name, rotated
+
+RATIOS = tuple(Ratio.parse(text) for text in ("1:1", "4:3", "16:9", "2:1", "9:16", "3:4"))
+SPEC = RenderSpec(RATIOS, max_side=400)
+PORTRAITS = ("grace_hopper", "astronaut")
+"""Photos whose face the detector finds (the test set's others are reported by the bench)."""
+
+
+def _upright(photo: RealPhoto) -> Image.Image:
+    return decode_rgb(open_image(photo.data, 10**8), 1)
+
+
+def _overlap(a: Box, b: Box) -> float:
+    width = min(a[2], b[2]) - max(a[0], b[0])
+    height = min(a[3], b[3]) - max(a[1], b[1])
+    if width <= 0 or height <= 0:
+        return 0.0
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - width * height
+    return width * height / union
+
+
+@pytest.mark.parametrize("name", PORTRAITS)
+def test_the_face_found_is_the_face_marked(name: str) -> None:
+    photo = by_name(name)
+    (found,) = find_faces(_upright(photo), photo.size)
+    (marked,) = photo.faces
+    assert _overlap(found, marked) > 0.6, (found, marked)
+
+
+@pytest.mark.parametrize("orientation", [1, 3, 6, 8])
+@pytest.mark.parametrize("name", PORTRAITS)
+def test_every_window_that_can_hold_the_face_keeps_it(name: str, orientation: int) -> None:
+    photo = by_name(name)
+    source = photo if orientation == 1 else rotated(photo, orientation)
+    (face,) = photo.faces
+    for rendition in render(source.data, SPEC):
+        crop = rendition.crop_box
+        if face[2] - face[0] <= crop[2] - crop[0] and face[3] - face[1] <= crop[3] - crop[1]:
+            assert contains(crop, face), (rendition.ratio, crop, face)
+
+
+def test_a_face_gets_headroom_when_the_window_has_room() -> None:
+    """Grace Hopper's 4:3 crop can hold her face with room: it does not start at her forehead."""
+    photo = by_name("grace_hopper")
+    (face,) = photo.faces
+    (wide,) = render(photo.data, RenderSpec((Ratio(4, 3),), max_side=400))
+    assert wide.crop_box[1] <= face[1] - 0.2 * (face[3] - face[1])
+
+
+def test_pictures_without_skin_skip_the_detector_and_grey_ones_do_not() -> None:
+    """A product on a plain ground costs no detection; a grey picture says nothing about skin."""
+    product = Image.new("RGB", (400, 300), (40, 90, 200))
+    assert find_faces(product, product.size) == ()
+    grace = _upright(by_name("grace_hopper"))
+    grey = grace.convert("L").convert("RGB")
+    assert len(find_faces(grey, grace.size)) == 1
+
+
+def test_detection_is_the_same_from_every_thread() -> None:
+    """Each thread has its own classifier; results do not depend on which thread asks."""
+    photo = by_name("astronaut")
+    picture = _upright(photo)
+    alone = find_faces(picture, photo.size)
+    results: list[tuple[Box, ...]] = []
+
+    def detect() -> None:
+        for _ in range(3):
+            results.append(find_faces(picture, photo.size))
+
+    threads = [threading.Thread(target=detect) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(results) == 12
+    assert all(result == alone for result in results)
