@@ -7,13 +7,14 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from batchcrop import queries
-from batchcrop.crop import RenderSpec
+from batchcrop.crop import MAX_SOURCE_PIXELS, RenderSpec
+from batchcrop.crop.window import Box
 from batchcrop.documents import (
     Batch,
     batch_state,
@@ -61,12 +62,81 @@ class BadCursor(BatchcropError):
     """A pagination cursor that this server did not hand out."""
 
 
+FOCUS_TERMS = ("left", "top", "right", "bottom")
+FOCUS_PX_MAX = MAX_SOURCE_PIXELS
+"""No side of a picture the engine accepts is longer than its pixel limit, so a larger
+coordinate could never fall inside one; the limit also keeps every value a small integer."""
+
+
+class FocusError(ValueError):
+    """A focus box that is not four whole numbers forming a box; `term` names the offending one
+    (`left`, `top`, `right`, `bottom`), so the CLI can name its CSV column and the API its
+    field."""
+
+    def __init__(self, term: str, message: str) -> None:
+        super().__init__(message)
+        self.term = term
+
+
+def focus_box(values: Sequence[object]) -> Box:
+    """The focus box `(left, top, right, bottom)` of `values`, checked; FocusError otherwise.
+
+    Coordinates are upright source pixels (after EXIF orientation), right and bottom exclusive,
+    as a derivative's `crop_box`. Only the shape is checked here: whether the box meets the
+    picture is known once the source is read (the item then fails `invalid_focus`).
+    """
+    if len(values) != len(FOCUS_TERMS):
+        raise FocusError("left", "a focus box is four numbers: left, top, right, bottom")
+    checked: list[int] = []
+    for term, value in zip(FOCUS_TERMS, values, strict=True):
+        # bool is an int to Python, never a coordinate to a caller.
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise FocusError(term, f"{term} must be a whole number")
+        if not 0 <= value <= FOCUS_PX_MAX:
+            raise FocusError(term, f"{term} must be in 0..{FOCUS_PX_MAX}")
+        checked.append(value)
+    left, top, right, bottom = checked
+    if right <= left:
+        raise FocusError("right", "right must be greater than left")
+    if bottom <= top:
+        raise FocusError("bottom", "bottom must be greater than top")
+    return left, top, right, bottom
+
+
+def payload_focus(payload: Mapping[str, Any]) -> Box | None:
+    """An item payload's focus box as a tuple (JSON stores it as a list), or None."""
+    values = payload.get("focus_box")
+    return None if values is None else focus_box(values)
+
+
 @dataclass(frozen=True)
 class ItemRequest:
-    """One source to crop, with the caller's reference (e.g. a SKU)."""
+    """One source to crop, with the caller's reference (e.g. a SKU) and, when the caller knows
+    where the product is, a focus box every derivative keeps (docs/design.md §6)."""
 
     source: str
     ref: str | None = None
+    focus_box: Box | None = None
+
+    def __post_init__(self) -> None:
+        if self.focus_box is not None:
+            # A list from a caller becomes the tuple the crop engine and the hash expect.
+            object.__setattr__(self, "focus_box", focus_box(self.focus_box))
+
+    def payload(self) -> dict[str, Any]:
+        """The lease item's payload: `focus_box` only when set, so items without one (and every
+        item written before focus boxes existed) look alike."""
+        payload: dict[str, Any] = {"source": self.source, "ref": self.ref}
+        if self.focus_box is not None:
+            payload["focus_box"] = list(self.focus_box)
+        return payload
+
+    def fingerprinted(self) -> list[Any]:
+        """This item in the request fingerprint: (source, ref), plus the focus box when set, so
+        requests without focus boxes keep the fingerprints they always had."""
+        if self.focus_box is None:
+            return [self.source, self.ref]
+        return [self.source, self.ref, list(self.focus_box)]
 
 
 @dataclass(frozen=True)
@@ -84,7 +154,7 @@ class BatchRequest:
         The render request's record sits at the top level, beside the batch's own fields.
         """
         body = {
-            "items": [[i.source, i.ref] for i in self.items],
+            "items": [i.fingerprinted() for i in self.items],
             **self.spec.fingerprinted(),
             "deadline_seconds": self.deadline_seconds,
             "max_attempts": self.max_attempts,
@@ -128,10 +198,7 @@ class BatchService:
             if existing is not None:
                 return self.status(existing), False
         batch_id = str(uuid.uuid4())
-        items = (
-            NewItem(id=str(uuid.uuid4()), payload={"source": i.source, "ref": i.ref})
-            for i in request.items
-        )
+        items = (NewItem(id=str(uuid.uuid4()), payload=i.payload()) for i in request.items)
         row = queries.insert_batch(
             batch_id=batch_id,
             spec=request.spec.to_record(),

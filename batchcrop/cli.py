@@ -181,7 +181,10 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table
         "sources", nargs="*", metavar="SRC", help="image files, folders or s3:// prefixes"
     )
     p.add_argument(
-        "--items-csv", metavar="FILE", help="CSV with columns source,ref (one item per row)"
+        "--items-csv",
+        metavar="FILE",
+        help="CSV with a source column and optional ref and focus_left,focus_top,focus_right,"
+        "focus_bottom columns (one item per row; focus in upright source pixels)",
     )
     p.add_argument(
         "--idempotency-key", metavar="K", help="same key + same request ⇒ the same batch"

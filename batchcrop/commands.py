@@ -8,6 +8,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -21,8 +22,9 @@ from typing import Any
 from prometheus_client import start_http_server
 
 from batchcrop.app import App, build
-from batchcrop.batches import BatchRequest, ItemRequest
+from batchcrop.batches import FOCUS_TERMS, BatchRequest, FocusError, ItemRequest, focus_box
 from batchcrop.crop import RenderSpec
+from batchcrop.crop.window import Box
 from batchcrop.errors import BatchcropError
 from batchcrop.exit_codes import Exit
 from batchcrop.logs import log_event
@@ -102,20 +104,50 @@ def _items(args: argparse.Namespace, reader: SourceReader) -> list[ItemRequest]:
     return items
 
 
+FOCUS_COLUMNS = tuple(f"focus_{term}" for term in FOCUS_TERMS)
+_WHOLE_NUMBER = re.compile(r"-?[0-9]{1,100}")
+
+
 def _csv_items(csv_path: str, reader: SourceReader) -> list[ItemRequest]:
-    """Items from a CSV with a `source` (and an optional `ref`) column; unreadable ⇒ usage error."""
+    """Items from a CSV with a `source` column and optional `ref` and `focus_left`, `focus_top`,
+    `focus_right`, `focus_bottom` columns; unreadable or invalid ⇒ usage error naming the row."""
     try:
         with open(csv_path, newline="", encoding="utf-8") as handle:
-            rows = list(csv.DictReader(handle))
+            table = csv.DictReader(handle)
+            # The line a row ends on (a quoted field may span lines): what an editor shows.
+            rows = [(table.line_num, row) for row in table]
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise UsageError(f"{csv_path}: cannot read the items CSV: {exc}") from exc
     items = []
-    for row in rows:
+    for line, row in rows:
         if not row.get("source"):
             raise UsageError(f"{csv_path}: every row needs a source column")
         source = reader.normalize(row["source"])
-        items.append(ItemRequest(source=source, ref=row.get("ref") or None))
+        focus = _csv_focus(row, where=f"{csv_path}: row {line}")
+        items.append(ItemRequest(source=source, ref=row.get("ref") or None, focus_box=focus))
     return items
+
+
+def _csv_focus(row: dict[str, Any], *, where: str) -> Box | None:
+    """A CSV row's focus box: all four focus columns filled, or none of them."""
+    texts = [(row.get(column) or "").strip() for column in FOCUS_COLUMNS]
+    if not any(texts):
+        return None
+    values = []
+    for column, text in zip(FOCUS_COLUMNS, texts, strict=True):
+        if not text:
+            raise UsageError(
+                f"{where}: {column} has no value: give all four of {', '.join(FOCUS_COLUMNS)}, "
+                "or none"
+            )
+        # ASCII digits only: int() also takes "１２" and "1_000", which no importer means.
+        if not _WHOLE_NUMBER.fullmatch(text):
+            raise UsageError(f"{where}: {column} must be a whole number of pixels, not {text!r}")
+        values.append(int(text))
+    try:
+        return focus_box(values)
+    except FocusError as exc:
+        raise UsageError(f"{where}: focus_{exc.term}: {exc}") from exc
 
 
 def _request(args: argparse.Namespace, reader: SourceReader) -> BatchRequest:

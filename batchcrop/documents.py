@@ -109,12 +109,17 @@ def derivative_document(row: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def item_document(item: ItemRow, derivatives: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The item document: its state, its attempt and its manifest."""
+    """The item document: its state, its attempt and its manifest.
+
+    `focus_box` is the submitted [left, top, right, bottom], or null (also for items written
+    before focus boxes existed, whose payload has no such key).
+    """
     return {
         "id": item.id,
         "batch_id": item.group_id,
         "ref": item.payload.get("ref"),
         "source": item.payload.get("source"),
+        "focus_box": item.payload.get("focus_box"),
         "state": item.state.value,
         "attempt": item.attempt,
         "error_category": item.error_category,

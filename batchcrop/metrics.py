@@ -41,6 +41,12 @@ class Metrics:
             "Attempts dropped because their lease was lost (nothing written).",
             registry=self.registry,
         )
+        self.derivative_bytes_differ = Counter(
+            "batchcrop_derivative_bytes_differ",
+            "Derivative writes that found their key holding other bytes of the same derivative "
+            "(same source, ratio and variant: another CPU's rounding); the stored one stands.",
+            registry=self.registry,
+        )
         self.polls_not_modified = Counter(
             "batchcrop_poll_not_modified",
             "Status polls answered 304 Not Modified.",

@@ -8,13 +8,16 @@ public. Lease loss, cancellation and shutdown are not failures: they have their 
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from batchcrop.batches import payload_focus
 from batchcrop.crop import MemoryBudget, RenderSpec, Rendition, render, variant_of
 from batchcrop.documents import Derivative
 from batchcrop.errors import Category, PermanentItemError, TransientItemError
+from batchcrop.facts import derivative_facts, stored_derivative
 from batchcrop.logs import log_event
 from leases import Claim, Heartbeater, LeaseManager, StopReason
 from storage import (
@@ -73,21 +76,43 @@ def read_source(sources: SourceReader, source: str, *, max_bytes: int) -> bytes:
         raise TransientItemError(str(exc), category=Category.SOURCE_UNAVAILABLE) from exc
 
 
-def store_rendition(store: ObjectStore, key: str, rendition: Rendition) -> None:
-    """put_if_absent one derivative; an identical object already there is success."""
+def store_rendition(
+    store: ObjectStore, key: str, rendition: Rendition, *, source_sha256: str, variant: str
+) -> Derivative:
+    """put_if_absent one derivative with its facts (`batchcrop.facts`); return its manifest row.
+
+    An identical object already there is success. So is other bytes whose stored facts name the
+    same source, ratio and variant (the same derivative rendered on another CPU): the row is then
+    the STORED object's, since the store is the truth. Anything else is `derivative_conflict`.
+    """
+    ratio = str(rendition.ratio)
     try:
         store.put_if_absent(
             key,
             rendition.data,
             content_type=DERIVATIVE_CONTENT_TYPE,
-            metadata={"ratio": str(rendition.ratio)},
+            metadata=derivative_facts(source_sha256, variant, rendition),
         )
     except ObjectConflict as exc:
-        raise PermanentItemError(str(exc), category=Category.DERIVATIVE_CONFLICT) from exc
+        stored = stored_derivative(
+            exc.existing, source_sha256=source_sha256, ratio=ratio, variant=variant
+        )
+        if stored is None:
+            raise PermanentItemError(str(exc), category=Category.DERIVATIVE_CONFLICT) from exc
+        return stored
     except AccessDenied as exc:
         raise PermanentItemError(str(exc), category=Category.STORAGE_ACCESS_DENIED) from exc
     except (StorageUnavailable, StorageError) as exc:
         raise TransientItemError(str(exc), category=Category.STORAGE_UNAVAILABLE) from exc
+    return Derivative(
+        ratio=ratio,
+        key=key,
+        width=rendition.width,
+        height=rendition.height,
+        bytes=len(rendition.data),
+        sha256=rendition.sha256,
+        crop_box=rendition.crop_box,
+    )
 
 
 @dataclass
@@ -103,6 +128,8 @@ class Attempt:
     decode_budget: MemoryBudget | None
     give_back_now: threading.Event
     on_stage: Callable[[str], None] = lambda stage: None
+    on_write_differs: Callable[[], None] = lambda: None
+    """Called when a taken key held other bytes of the same derivative (a metric)."""
 
     def run(self, heartbeat: Heartbeater) -> list[Derivative]:
         """Read, crop, store; return the manifest to commit. Raises LeaseLost, Interruption or
@@ -111,7 +138,9 @@ class Attempt:
         data = read_source(self.sources, claim.payload["source"], max_bytes=self.max_source_bytes)
         source_sha256 = hashlib.sha256(data).hexdigest()
         self.checkpoint(heartbeat)
-        renditions = render(data, self.spec, budget=self.decode_budget)
+        # The item's focus box (a JSON list in the payload) reaches the window and the variant.
+        focus = payload_focus(claim.payload)
+        renditions = render(data, self.spec, focus=focus, budget=self.decode_budget)
         del data
         log_event(
             "crop",
@@ -121,12 +150,14 @@ class Attempt:
             corr=claim.correlation_id,
             ratios=len(renditions),
         )
-        variant = variant_of(self.spec)
+        variant = variant_of(self.spec, focus)
         manifest: list[Derivative] = []
         for rendition in renditions:
             self.checkpoint(heartbeat)
             key = derivative_key(source_sha256, rendition, variant)
-            store_rendition(self.store, key, rendition)
+            derivative = store_rendition(
+                self.store, key, rendition, source_sha256=source_sha256, variant=variant
+            )
             log_event(
                 "write",
                 item=claim.item_id,
@@ -135,17 +166,21 @@ class Attempt:
                 ratio=str(rendition.ratio),
                 bytes=len(rendition.data),
             )
-            manifest.append(
-                Derivative(
+            if derivative.sha256 != rendition.sha256:
+                self.on_write_differs()
+                log_event(
+                    "write_differs",
+                    level=logging.WARNING,
+                    item=claim.item_id,
+                    attempt=claim.attempt,
+                    corr=claim.correlation_id,
                     ratio=str(rendition.ratio),
                     key=key,
-                    width=rendition.width,
-                    height=rendition.height,
-                    bytes=len(rendition.data),
-                    sha256=rendition.sha256,
-                    crop_box=rendition.crop_box,
+                    ours=rendition.sha256,
+                    stored=derivative.sha256,
+                    stored_bytes=derivative.bytes,
                 )
-            )
+            manifest.append(derivative)
         self.checkpoint(heartbeat)
         return manifest
 

@@ -129,10 +129,11 @@ def print_batches(documents: Sequence[dict[str, Any]]) -> None:
 
 
 def print_items(documents: Sequence[dict[str, Any]]) -> None:
-    """One line per item."""
-    table = Table("id", "ref", "state", "attempt", "error", "derivatives")
+    """One line per item; `focus` is the item's focus box as left,top,right,bottom."""
+    table = Table("id", "ref", "focus", "state", "attempt", "error", "derivatives")
     for d in documents:
-        cells = (d["id"], d["ref"], d["state"], d["attempt"], d["error_category"])
+        focus = ",".join(map(str, d["focus_box"])) if d.get("focus_box") else None
+        cells = (d["id"], d["ref"], focus, d["state"], d["attempt"], d["error_category"])
         table.add_row(*map(literal, cells), str(len(d["derivatives"])))
     _console().print(table)
 

@@ -281,6 +281,7 @@ class Worker:
             max_source_bytes=self.options.max_source_bytes,
             decode_budget=self.decode_budget,
             give_back_now=self._give_back_now,
+            on_write_differs=self.metrics.derivative_bytes_differ.inc,
         )
         try:
             return attempt.run(heartbeat)

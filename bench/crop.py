@@ -130,6 +130,37 @@ def draw_figure(draw: ImageDraw.ImageDraw, box: Box, rng: np.random.Generator) -
     )
 
 
+def generate_real(directory: Path) -> None:
+    """Write the real-photo test set (tests/crop/real_photos.py), each also EXIF-rotated (6), and
+    manifest.json with the faces marked by hand (upright source pixels)."""
+    from tests.crop.real_photos import photos, rotated  # noqa: PLC0415 - the real set only
+
+    manifest = []
+    for photo in photos():
+        for orientation in (1, 6):
+            copy = photo if orientation == 1 else rotated(photo, orientation)
+            path = directory / f"{photo.name}-{orientation}.img"
+            path.write_bytes(copy.data)
+            manifest.append({"file": path.name, "faces": [list(face) for face in photo.faces]})
+    (directory / "manifest.json").write_text(json.dumps(manifest))
+
+
+def kept(boxes: list[Box], entry: dict[str, list[int] | list[list[int]]]) -> tuple[int, int]:
+    """(kept, counted): the synthetic subject in every crop; a real photo's faces in every crop
+    big enough to hold them."""
+    if "faces" not in entry:
+        subject = tuple(entry["subject"])
+        return sum(contains(box, subject) for box in boxes), len(boxes)
+    counted = done = 0
+    for box in boxes:
+        for face in entry["faces"]:
+            assert isinstance(face, list)
+            if face[2] - face[0] <= box[2] - box[0] and face[3] - face[1] <= box[3] - box[1]:
+                counted += 1
+                done += contains(box, tuple(face))
+    return done, counted
+
+
 def generate(directory: Path, count: int) -> None:
     """Write `count` JPEGs (odd ones progressive) and manifest.json with subject boxes."""
     manifest = []
@@ -170,7 +201,8 @@ def make_vips(shrink_on_load: bool) -> Callable[[bytes], list[Box]]:
     def run(data: bytes) -> list[Box]:
         probe = pyvips.Image.new_from_buffer(data, "")
         shrink = shrink_for(probe.width, probe.height) if shrink_on_load else 1
-        image = pyvips.Image.new_from_buffer(data, "", shrink=shrink).autorot().copy_memory()
+        options = {"shrink": shrink} if shrink > 1 else {}  # only JPEG loaders take shrink
+        image = pyvips.Image.new_from_buffer(data, "", **options).autorot().copy_memory()
         boxes = []
         for ratio in RATIOS:
             win_w, win_h = window_size(ratio, image.width, image.height)
@@ -242,9 +274,9 @@ def worker(engine: str, directory: Path) -> None:
         boxes = run(data)
         wall.append((time.perf_counter() - start) * 1000)
         cpu.append((time.process_time() - start_cpu) * 1000)
-        subject = tuple(entry["subject"])
-        contained += sum(contains(box, subject) for box in boxes)
-        total += len(boxes)
+        done, counted = kept(boxes, entry)
+        contained += done
+        total += counted
     hwm, maxrss = peak_rss_mb()
     result = {
         "median_ms": statistics.median(wall),
@@ -271,6 +303,14 @@ def main() -> None:
         help="run the engines in turn this many times, keep each "
         "engine's fastest round (lessens the effect of other load on a shared machine)",
     )
+    parser.add_argument(
+        "--set",
+        choices=("synthetic", "real"),
+        default="synthetic",
+        help="synthetic: generated 12 MP JPEGs with a known subject; real: the test suite's "
+        "photographs of people (each also EXIF-rotated), kept = faces inside crops that can "
+        "hold them",
+    )
     parser.add_argument("--worker", choices=ENGINES, help=argparse.SUPPRESS)
     parser.add_argument("--generate", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--dir", type=Path, help=argparse.SUPPRESS)
@@ -279,13 +319,20 @@ def main() -> None:
         worker(args.worker, args.dir)
         return
     if args.generate is not None:
-        generate(args.dir, args.generate)
+        if args.set == "real":
+            generate_real(args.dir)
+        else:
+            generate(args.dir, args.generate)
         return
     env = {**os.environ, **SINGLE_THREAD_ENV}
     with tempfile.TemporaryDirectory(prefix="bench-crop-") as temp:
-        print(f"generating {args.images} {WIDTH_PX}x{HEIGHT_PX} JPEGs ...", flush=True)
+        if args.set == "real":
+            print("writing the real-photo set ...", flush=True)
+        else:
+            print(f"generating {args.images} {WIDTH_PX}x{HEIGHT_PX} JPEGs ...", flush=True)
         # In a subprocess, so this process stays small: children inherit its ru_maxrss.
         generator = [sys.executable, __file__, "--generate", str(args.images), "--dir", temp]
+        generator += ["--set", args.set]
         subprocess.run(generator, env=env, check=True)
         results: dict[str, dict[str, float]] = {}
         for _ in range(args.rounds):

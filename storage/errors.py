@@ -7,6 +7,11 @@ transient error; every other subclass is permanent for the given key or source. 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from storage.port import ObjectInfo
+
 
 class StorageError(Exception):
     """Base of every error raised by the `storage` package."""
@@ -25,7 +30,15 @@ class AccessDenied(StorageError):
 
 
 class ObjectConflict(StorageError):
-    """Permanent: *different* content already exists under the key; it is never replaced."""
+    """Permanent: *different* content already exists under the key; it is never replaced.
+
+    `existing` is the stored object as the store reports it (size, sha256, the user metadata it
+    was written with) when it could be read, so the caller can judge what stands there.
+    """
+
+    def __init__(self, message: str, *, existing: ObjectInfo | None = None) -> None:
+        super().__init__(message)
+        self.existing = existing
 
 
 class InvalidKey(StorageError):

@@ -1,17 +1,26 @@
 """Local folder adapter: atomic, never-overwriting puts by linking a staged file into place.
 
 Layout: objects live at `root/<key>`; in-flight writes live in `root/.staging/` (same file system,
-so `os.link` works) and are swept when older than `STAGING_STALE_SECONDS` at construction.
+so `os.link` works) and are swept when older than `STAGING_STALE_SECONDS` at construction; an
+object's user metadata (its "facts") lives in `root/.facts/<key>/<sha256>.json`.
 
 Put-if-absent: the data is written and fsynced to a fresh temp file in `.staging/`, then hard-linked
 to its final name. `link(2)` fails with EEXIST instead of replacing, so exactly one of several
 concurrent writers (threads or processes) creates the object, and the final name only ever points
 at a complete, fsynced file: a reader or a listing never sees a partial object.
 
-The sha256 of an existing object is computed from its bytes (no sidecar file): a sidecar would be
-a second file that can be missing or stale after a crash, while the bytes are the truth. It costs
-one read of the object on `head` and on a put that finds the key taken. Local objects keep no
-content type or user metadata; `put_if_absent` accepts and ignores them.
+The sha256 of an existing object is computed from its bytes, the truth: it costs one read of the
+object on `head` and on a put that finds the key taken. Local objects keep no content type.
+
+User metadata is kept beside the object, in a file named by the key AND the sha256 of the bytes it
+describes: `.facts/<key>/<sha256>.json` holding `{"key", "sha256", "metadata"}`. It is staged,
+fsynced and linked (never replacing) BEFORE the object is linked, so an object never exists
+without its facts, and facts can never describe other bytes: a crashed or losing writer's facts
+carry another sha256 and are never read for the object that stands (they stay, tiny and harmless,
+like an orphan object). Two writers of the same bytes share one facts file (the first one's).
+`.facts/` is reserved on every store, so a sidecar is never a key nor listed. An object without a
+facts file (written without metadata, or put in the folder by hand) has empty metadata; so has one
+whose facts file is unreadable JSON or names another key or sha256.
 
 Keys are resolved one folder at a time with `O_NOFOLLOW` relative to the parent's descriptor, so a
 symlink anywhere below the root is refused (`InvalidKey`) rather than followed out of the root.
@@ -21,6 +30,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 import stat
 import time
@@ -42,12 +52,14 @@ from storage.errors import (
 )
 from storage.port import (
     DEFAULT_CONTENT_TYPE,
+    FACTS_DIR_NAME,
     STAGING_DIR_NAME,
     ObjectInfo,
     PutResult,
     is_reserved,
     sha256_hex,
     validate_key,
+    validate_metadata,
     validate_prefix,
 )
 
@@ -134,11 +146,13 @@ class LocalStore:
             return stream.read()
 
     def head(self, key: str) -> ObjectInfo:
-        """Return size and sha256 (computed by reading the object) of `key`."""
+        """Return size, sha256 (computed by reading the object) and metadata (its facts file)."""
         validate_key(key)
-        with _os_errors(key), self._open_object(key) as stream:
-            size = os.fstat(stream.fileno()).st_size
-            return ObjectInfo(key=key, size=size, sha256=_hash_stream(stream))
+        with _os_errors(key):
+            with self._open_object(key) as stream:
+                size = os.fstat(stream.fileno()).st_size
+                digest = _hash_stream(stream)
+            return ObjectInfo(key, size, digest, metadata=self._read_facts(key, digest))
 
     def put_if_absent(
         self,
@@ -150,9 +164,10 @@ class LocalStore:
     ) -> PutResult:
         """Create `key` with `data` unless it exists (see the module docstring for the protocol).
 
-        `content_type` and `metadata` are accepted for the port's sake and not stored.
+        `metadata` is linked into `.facts/` before the object; `content_type` is not stored.
         """
         validate_key(key)
+        facts = validate_metadata(metadata)
         digest = sha256_hex(data)
         with _os_errors(key):
             try:
@@ -161,17 +176,27 @@ class LocalStore:
                 # Only the root can be missing here (folders below it are created).
                 raise StorageUnavailable(f"store folder is missing: {self.root}") from exc
             try:
-                existing = self._existing_sha256(parent_fd, name, key)
+                existing = self._existing(parent_fd, name, key)
                 if existing is None:
+                    if facts:
+                        self._link_facts(key, digest, facts)
                     if self._link_new(parent_fd, name, data):
                         return PutResult(key=key, created=True, sha256=digest)
-                    existing = self._existing_sha256(parent_fd, name, key)
+                    existing = self._existing(parent_fd, name, key)
             finally:
                 os.close(parent_fd)
-        if existing == digest:
-            return PutResult(key=key, created=False, sha256=digest)
+            if existing is None:
+                # Linking met a name that is gone again: nothing deletes objects but a person.
+                raise StorageUnavailable(f"{self.url}/{key} changed while being written")
+            existing_sha256, size = existing
+            if existing_sha256 == digest:
+                return PutResult(key=key, created=False, sha256=digest)
+            stored = ObjectInfo(
+                key, size, existing_sha256, metadata=self._read_facts(key, existing_sha256)
+            )
         raise ObjectConflict(
-            f"{self.url}/{key} holds different content (sha256 {existing}, ours {digest})"
+            f"{self.url}/{key} holds different content (sha256 {existing_sha256}, ours {digest})",
+            existing=stored,
         )
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
@@ -272,8 +297,8 @@ class LocalStore:
                 raise ObjectNotFound(f"not found (a folder): {key}")
             yield stream
 
-    def _existing_sha256(self, parent_fd: int, name: str, key: str) -> str | None:
-        """sha256 of the object `name` in `parent_fd`, or None if there is none."""
+    def _existing(self, parent_fd: int, name: str, key: str) -> tuple[str, int] | None:
+        """(sha256, size) of the object `name` in `parent_fd`, or None if there is none."""
         try:
             stream = open(name, "rb", opener=_opener(parent_fd))  # noqa: SIM115 - closed below
         except FileNotFoundError:
@@ -282,9 +307,48 @@ class LocalStore:
             self._refuse_odd_path(exc, name, parent_fd, key, create=True)
             raise
         with stream:
-            if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
+            info = os.fstat(stream.fileno())
+            if not stat.S_ISREG(info.st_mode):
                 raise InvalidKey(f"a folder stands at {key!r}")
-            return _hash_stream(stream)
+            return _hash_stream(stream), info.st_size
+
+    @staticmethod
+    def _facts_path(key: str, digest: str) -> str:
+        """Where the facts of `key` holding bytes of sha256 `digest` live, relative to the root."""
+        return f"{FACTS_DIR_NAME}/{key}/{digest}.json"
+
+    def _link_facts(self, key: str, digest: str, facts: Mapping[str, str]) -> None:
+        """Stage and link the facts of (key, digest); facts already there are of the same bytes."""
+        body = json.dumps(
+            {"key": key, "sha256": digest, "metadata": dict(facts)}, sort_keys=True
+        ).encode()
+        parent_fd, name = self._open_parent(self._facts_path(key, digest), create=True)
+        try:
+            # Durable (its folder fsynced) before the object is linked; an existing file is another
+            # writer's facts for the very same bytes under this key, which may not have synced yet.
+            if not self._link_new(parent_fd, name, body):
+                os.fsync(parent_fd)
+        finally:
+            os.close(parent_fd)
+
+    def _read_facts(self, key: str, digest: str) -> dict[str, str]:
+        """The metadata stored with `key` holding bytes of sha256 `digest`; {} if it has none."""
+        try:
+            with self._open_object(self._facts_path(key, digest)) as stream:
+                record = json.loads(stream.read())
+        except (ObjectNotFound, FileNotFoundError, NotADirectoryError, InvalidKey, ValueError):
+            return {}
+        if not isinstance(record, dict) or (record.get("key"), record.get("sha256")) != (
+            key,
+            digest,
+        ):
+            return {}
+        metadata = record.get("metadata")
+        if not isinstance(metadata, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
+        ):
+            return {}
+        return metadata
 
     def _link_new(self, parent_fd: int, name: str, data: bytes) -> bool:
         """Stage `data`, link it to `name` unless taken; True if this call created the object."""

@@ -8,14 +8,20 @@ and computes the content's sha256 itself so `put_if_absent` can tell "my own ear
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from storage.errors import InvalidKey
 
 SHA256_METADATA_KEY = "sha256"
-"""User-metadata name under which adapters store the hex sha256 of an object's bytes."""
+"""User-metadata name under which adapters store the hex sha256 of an object's bytes (reserved:
+callers may not set it)."""
+MAX_METADATA_BYTES = 2048
+"""S3's limit on user metadata: the UTF-8 bytes of every name and value, the adapter's sha256
+entry included; applied to every store so metadata stays portable."""
+_METADATA_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
 
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
 MAX_KEY_BYTES = 1024
@@ -24,17 +30,25 @@ STAGING_DIR_NAME = ".staging"
 """Top-level folder of a local store holding in-flight writes."""
 PROBE_DIR_NAME = ".probe"
 """Top-level folder of an S3 store holding `check()`'s probe objects."""
-RESERVED_TOP_LEVEL_NAMES = frozenset({STAGING_DIR_NAME, PROBE_DIR_NAME})
+FACTS_DIR_NAME = ".facts"
+"""Top-level folder of a local store holding each object's user metadata (its "facts")."""
+RESERVED_TOP_LEVEL_NAMES = frozenset({STAGING_DIR_NAME, PROBE_DIR_NAME, FACTS_DIR_NAME})
 """First key segments reserved to the adapters on every store, and never listed."""
 
 
 @dataclass(frozen=True)
 class ObjectInfo:
-    """One stored object: key relative to the store root, size in bytes, sha256 hex if known."""
+    """One stored object: key relative to the store root, size in bytes, sha256 hex if known.
+
+    `metadata` is the user metadata given to `put_if_absent` when the object was written (without
+    the adapter's own sha256 entry); `head` and a conflict report it, listings leave it empty, and
+    an object written by someone else has whatever they gave it, often nothing.
+    """
 
     key: str
     size: int
     sha256: str | None
+    metadata: Mapping[str, str] = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True)
@@ -72,7 +86,9 @@ class ObjectStore(Protocol):
     ) -> PutResult:
         """Store `data` unless the key exists; equal content ⇒ `created=False`, else conflict.
 
-        Raises `ObjectConflict` when different content is already stored: never overwrites.
+        `metadata` (see `validate_metadata`) is stored with the object, atomically: no reader sees
+        the object without it. Raises `ObjectConflict` when different content is already stored,
+        carrying the stored object's size, sha256 and metadata (`existing`): never overwrites.
         """
         ...
 
@@ -119,6 +135,28 @@ def validate_key(key: str) -> str:
     if is_reserved(key):
         raise InvalidKey(f"key under a folder reserved to the store refused: {key!r}")
     return key
+
+
+def validate_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
+    """Return user metadata as a dict if every store can keep it, else raise `ValueError`.
+
+    Names are lowercase ASCII letters, digits and hyphens (S3 lowercases names, and proxies drop
+    headers with underscores); values are printable ASCII; `sha256` is the adapters' own; names
+    and values together, with the adapter's sha256 entry, fit `MAX_METADATA_BYTES`.
+    """
+    checked = dict(metadata or {})
+    total = len(SHA256_METADATA_KEY) + hashlib.sha256().digest_size * 2
+    for name, value in checked.items():
+        if not isinstance(name, str) or not _METADATA_NAME.fullmatch(name):
+            raise ValueError(f"metadata name must be lowercase ASCII, digits, hyphens: {name!r}")
+        if name == SHA256_METADATA_KEY:
+            raise ValueError(f"metadata name {name!r} is reserved to the store")
+        if not isinstance(value, str) or not all(0x20 <= ord(char) < 0x7F for char in value):
+            raise ValueError(f"metadata value of {name!r} must be printable ASCII: {value!r}")
+        total += len(name) + len(value)
+    if total > MAX_METADATA_BYTES:
+        raise ValueError(f"metadata of {total} bytes exceeds {MAX_METADATA_BYTES}")
+    return checked
 
 
 def is_reserved(key: str) -> bool:

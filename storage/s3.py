@@ -1,9 +1,11 @@
 """S3-compatible adapter (AWS S3, Ceph RGW, MinIO, R2 ...) on boto3.
 
-Put-if-absent is ONE `PutObject` with `If-None-Match: *` carrying the content's sha256 in user
-metadata. A 412 means the key is taken — possibly by our *own* first attempt whose response was
-lost and which botocore retried — so a 412 is resolved by `head_object` and a sha256 comparison:
-equal ⇒ success (`created=False`), different ⇒ `ObjectConflict`. We never overwrite. AWS may
+Put-if-absent is ONE `PutObject` with `If-None-Match: *` carrying the content's sha256 and the
+caller's metadata in user metadata (`x-amz-meta-*`), so an object and its metadata appear together.
+A 412 means the key is taken — possibly by our *own* first attempt whose response was lost and
+which botocore retried — so a 412 is resolved by `head_object` and a sha256 comparison: equal ⇒
+success (`created=False`), different ⇒ `ObjectConflict` carrying the stored object's size, sha256
+and user metadata, for the caller to judge. We never overwrite. AWS may
 answer 409 ConditionalRequestConflict to concurrent conditional writes; that is retried a bounded
 number of times. Multipart uploads, `upload_file` and CopyObject are avoided on purpose: s3transfer
 rejects `IfNoneMatch`, and Ceph RGW ignores conditions on multipart completion and copies.
@@ -38,6 +40,7 @@ from storage.port import (
     is_reserved,
     sha256_hex,
     validate_key,
+    validate_metadata,
     validate_prefix,
 )
 from storage.s3errors import (
@@ -144,12 +147,16 @@ class S3Store:
                 body.close()
 
     def head(self, key: str) -> ObjectInfo:
-        """Return size and the sha256 from our user metadata (None if written by someone else)."""
+        """Return size, the sha256 from our user metadata (None if written by someone else) and
+        the rest of the user metadata."""
         full_key = self._full_key(key)
         with translated(f"head {self.url}/{key}"):
             response = self.client.head_object(Bucket=self.bucket, Key=full_key)
-        sha256 = response.get("Metadata", {}).get(SHA256_METADATA_KEY)
-        return ObjectInfo(key=key, size=int(response["ContentLength"]), sha256=sha256)
+        metadata = {str(k): str(v) for k, v in response.get("Metadata", {}).items()}
+        sha256 = metadata.pop(SHA256_METADATA_KEY, None)
+        return ObjectInfo(
+            key=key, size=int(response["ContentLength"]), sha256=sha256, metadata=metadata
+        )
 
     def put_if_absent(
         self,
@@ -161,8 +168,9 @@ class S3Store:
     ) -> PutResult:
         """One conditional PutObject; a 412 is resolved by comparing sha256 (module docstring)."""
         full_key = self._full_key(key)
+        user_metadata = validate_metadata(metadata)
         digest = sha256_hex(data)
-        user_metadata = {**(metadata or {}), SHA256_METADATA_KEY: digest}
+        user_metadata[SHA256_METADATA_KEY] = digest
         with translated(f"put {self.url}/{key}"):
             try:
                 self._conditional_put(full_key, data, content_type, user_metadata)
@@ -260,7 +268,8 @@ class S3Store:
             return PutResult(key=key, created=False, sha256=digest)
         raise ObjectConflict(
             f"{self.url}/{key} holds different content "
-            f"(sha256 {existing.sha256 or 'unknown'}, ours {digest})"
+            f"(sha256 {existing.sha256 or 'unknown'}, ours {digest})",
+            existing=existing,
         )
 
     def _probe_write(self, full_key: str, *, first: bool) -> None:

@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, WithJsonSchema
 
+from batchcrop.batches import FOCUS_PX_MAX, focus_box
 from batchcrop.crop.spec import (
     MAX_SIDE_PX_DEFAULT,
     MAX_SIDE_PX_MAX,
@@ -84,11 +85,32 @@ class _Strict(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid")
 
 
+def _focus_box(values: list[int]) -> list[int]:
+    """The checks of `batchcrop.batches.focus_box` (right after left, bottom after top)."""
+    return list(focus_box(values))
+
+
+Coordinate = Annotated[int, Field(ge=0, le=FOCUS_PX_MAX)]
+FocusBox = Annotated[
+    list[Coordinate],
+    Field(
+        min_length=4,
+        max_length=4,
+        description="[left, top, right, bottom] in upright source pixels (after EXIF "
+        "orientation), right and bottom exclusive: every derivative contains this box when it "
+        "fits and is centred on it otherwise",
+    ),
+    AfterValidator(_focus_box),
+]
+
+
 class ItemBody(_Strict):
-    """One source image: a path under an allowed root or `s3://bucket/key`, and a caller ref."""
+    """One source image: a path under an allowed root or `s3://bucket/key`, a caller ref, and
+    optionally where the product is (`focus_box`)."""
 
     source: SourceText
     ref: RefText | None = None
+    focus_box: FocusBox | None = None
 
 
 class BatchBody(_Strict):
@@ -161,6 +183,7 @@ class ItemDocument(BaseModel):
     batch_id: str
     ref: str | None
     source: str
+    focus_box: list[int] | None
     state: StateName
     attempt: int
     error_category: str | None

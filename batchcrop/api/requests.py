@@ -11,7 +11,7 @@ import uuid
 
 from batchcrop.api.models import BatchBody
 from batchcrop.api.problems import Problem, field_problem
-from batchcrop.batches import BatchRequest, ItemRequest
+from batchcrop.batches import BatchRequest, ItemRequest, focus_box
 from batchcrop.crop import RenderSpec, SpecError
 from storage import SourceNotAllowed, SourceReader
 
@@ -56,7 +56,8 @@ def batch_request(body: BatchBody, sources: SourceReader) -> BatchRequest:
         except (SourceNotAllowed, ValueError, OSError) as exc:
             # The reader's message may hold the resolved path (a symlink target): not echoed.
             raise field_problem(f"items[{index}].source", SOURCE_REFUSED) from exc
-        items.append(ItemRequest(source=source, ref=item.ref))
+        focus = None if item.focus_box is None else focus_box(item.focus_box)
+        items.append(ItemRequest(source=source, ref=item.ref, focus_box=focus))
     return BatchRequest(
         items=tuple(items),
         spec=spec,

@@ -75,6 +75,7 @@ def test_one_item(api: LiveServer, sources: list[str]) -> None:
         "batch_id",
         "ref",
         "source",
+        "focus_box",
         "state",
         "attempt",
         "error_category",
@@ -82,6 +83,7 @@ def test_one_item(api: LiveServer, sources: list[str]) -> None:
         "derivatives",
     }
     assert (item["batch_id"], item["state"], item["attempt"]) == (batch["id"], "queued", 0)
+    assert item["focus_box"] is None
     assert_problem(api.client.get(f"/v1/batches/{other['id']}/items/{item_id}"), 404)
     assert_problem(api.client.get(f"/v1/batches/{batch['id']}/items/{uuid.uuid4()}"), 404)
 

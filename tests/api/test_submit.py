@@ -44,6 +44,26 @@ def test_items_keep_refs_and_normalised_sources(
     assert sources[0] == items[0]["source"]
 
 
+def test_focus_boxes_reach_the_item_documents(api: LiveServer, sources: list[str]) -> None:
+    """An item's `focus_box` is stored as given and shown by the item endpoints (null without
+    one); it is part of the request, so the same key with another focus box is a 409."""
+    body = batch_body(sources[:2])
+    body["items"][0]["focus_box"] = [10, 20, 60, 70]
+    headers = {"Idempotency-Key": "import-focus"}
+    response = api.client.post("/v1/batches", json=body, headers=headers)
+    assert response.status_code == 201, response.text
+    batch_id = response.json()["id"]
+    items = api.client.get(f"/v1/batches/{batch_id}/items").json()["items"]
+    assert [i["focus_box"] for i in items] == [[10, 20, 60, 70], None]
+    one = api.client.get(f"/v1/batches/{batch_id}/items/{items[0]['id']}").json()
+    assert one["focus_box"] == [10, 20, 60, 70]
+    assert api.client.post("/v1/batches", json=body, headers=headers).status_code == 200
+    body["items"][0]["focus_box"] = [10, 20, 60, 71]
+    assert_problem(api.client.post("/v1/batches", json=body, headers=headers), 409)
+    body["items"][0]["focus_box"] = None  # null is the same as leaving it out
+    assert_problem(api.client.post("/v1/batches", json=body, headers=headers), 409)
+
+
 def test_defaults_apply(api: LiveServer, sources: list[str]) -> None:
     """Only items are required: ratios, max_side and quality take the documented defaults."""
     response = api.client.post("/v1/batches", json={"items": [{"source": sources[0]}]})
@@ -107,6 +127,25 @@ BAD_BODIES: list[tuple[str, dict[str, Any], str]] = [
     ("max_attempts zero", {"max_attempts": 0}, "max_attempts"),
     ("max_attempts huge", {"max_attempts": 10**9}, "max_attempts"),
     ("unknown field", {"priority": 1}, "priority"),
+    *(
+        (f"focus_box {case}", {"items": [{"source": "/x.jpg", "focus_box": box}]}, field)
+        for case, box, field in [
+            ("as text", "10,20,300,400", "items[0].focus_box"),
+            ("as object", {"left": 1}, "items[0].focus_box"),
+            ("of three", [10, 20, 300], "items[0].focus_box"),
+            ("of five", [10, 20, 300, 400, 500], "items[0].focus_box"),
+            ("empty", [], "items[0].focus_box"),
+            ("fractional", [10, 20, 300.5, 400], "items[0].focus_box[2]"),
+            ("float", [10.0, 20, 300, 400], "items[0].focus_box[0]"),
+            ("string term", ["10", 20, 300, 400], "items[0].focus_box[0]"),
+            ("boolean term", [10, True, 300, 400], "items[0].focus_box[1]"),
+            ("null term", [10, 20, None, 400], "items[0].focus_box[2]"),
+            ("negative", [-1, 20, 300, 400], "items[0].focus_box[0]"),
+            ("too big", [10, 20, 300, 80_000_001], "items[0].focus_box[3]"),
+            ("right not after left", [300, 20, 300, 400], "items[0].focus_box"),
+            ("bottom before top", [10, 400, 300, 20], "items[0].focus_box"),
+        ]
+    ),
 ]
 
 

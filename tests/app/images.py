@@ -48,3 +48,35 @@ def write_corrupt(folder: Path) -> list[Path]:
     truncated = folder / "truncated.jpg"
     truncated.write_bytes(photo(400, 300)[:700])
     return [text, truncated]
+
+
+# Orientation ⇒ the transpose that turns the upright picture into what a camera stores (the
+# inverse of what a viewer applies), for the orientations the focus tests use.
+STORED_AS = {6: Image.Transpose.ROTATE_90, 8: Image.Transpose.ROTATE_270}
+
+
+def busy_corner(
+    width: int = 960,
+    height: int = 640,
+    *,
+    busy: tuple[int, int, int, int] = (40, 40, 240, 240),
+    orientation: int = 1,
+) -> bytes:
+    """A plain grey JPEG with a busy striped object in `busy` (upright pixels), where saliency
+    puts every window, stored rotated with that EXIF orientation (upright size width x height)."""
+    image = Image.new("RGB", (width, height), (150, 150, 150))
+    draw = ImageDraw.Draw(image)
+    left, top, right, bottom = busy
+    draw.rectangle((left, top, right - 1, bottom - 1), fill=(200, 40, 40))
+    stripe = max(1, (right - left) // 6)
+    for x in range(left + stripe, right - stripe, 2 * stripe):
+        draw.rectangle((x, top + stripe, x + stripe - 1, bottom - stripe - 1), fill=(250, 220, 60))
+    options: dict[str, object] = {"quality": 95}
+    if orientation != 1:
+        image = image.transpose(STORED_AS[orientation])
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        options["exif"] = exif.tobytes()
+    out = io.BytesIO()
+    image.save(out, "JPEG", **options)
+    return out.getvalue()

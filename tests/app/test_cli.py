@@ -453,6 +453,39 @@ def test_crafted_refs_are_printed_literally(cli: Cli, tmp_path: Path) -> None:
     assert not any(c in listed.stdout for c in ("\x1b", "\r", "\x07", "\u202e"))
 
 
+def test_items_csv_focus_columns_reach_the_item_document(cli: Cli, tmp_path: Path) -> None:
+    """`submit --items-csv` with focus columns: `items --json` shows each focus box (null for
+    a row without one) and the table a focus column; a row with three of the four columns is a
+    usage error naming the row and the column, and submits nothing."""
+    photos = write_photos(tmp_path / "src", 2)
+    header = ["source", "ref", "focus_left", "focus_top", "focus_right", "focus_bottom"]
+    with (tmp_path / "items.csv").open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        writer.writerow([photos[0], "focused", "500", "100", "700", "300"])
+        writer.writerow([photos[1], "plain", "", "", "", ""])
+    submitted = cli("submit", "--items-csv", str(tmp_path / "items.csv"))
+    assert submitted.returncode == 0, submitted.stderr
+    batch_id = submitted.stdout.strip()
+    items = cli.json("items", batch_id)["items"]
+    assert [(i["ref"], i["focus_box"]) for i in items] == [
+        ("focused", [500, 100, 700, 300]),
+        ("plain", None),
+    ]
+    cli.env["COLUMNS"] = "400"
+    listed = cli("items", batch_id)
+    assert "500,100,700,300" in listed.stdout
+
+    with (tmp_path / "partial.csv").open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        writer.writerow([photos[0], "partial", "500", "100", "700", ""])
+    refused = cli("submit", "--items-csv", str(tmp_path / "partial.csv"))
+    assert (refused.returncode, "Traceback" in refused.stderr) == (2, False)
+    assert "row 2: focus_bottom has no value" in refused.stderr
+    assert len(cli.json("batches")["batches"]) == 1
+
+
 @pytest.mark.rgw
 def test_sigterm_stops_a_worker_whose_slot_is_stuck_reading_a_source(
     cli: Cli, inspect: App, rgw: rgw_service.RGWEndpoint, rgw_bucket: S3Store, tmp_path: Path

@@ -2,22 +2,30 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import io
 import json
+import logging
 import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import boto3
 import pytest
 import sqlalchemy as sa
 from PIL import Image
 
-from batchcrop import queries
+import batchcrop
+from batchcrop import processing, queries
 from batchcrop.app import App
 from batchcrop.batches import BatchRequest, BatchService, IdempotencyConflict, ItemRequest
-from batchcrop.crop import Ratio, RenderSpec
+from batchcrop.crop import Ratio, RenderSpec, Rendition, render, variant_of
+from batchcrop.facts import derivative_facts
+from batchcrop.logs import log_event
+from batchcrop.processing import derivative_key
 from batchcrop.worker import WorkerOptions
 from storage import LocalStore, ObjectStore, S3Settings, S3Store
 from tests.app.conftest import run_batch
@@ -338,19 +346,180 @@ def test_a_held_item_told_to_stop_ends_as_its_reason_says(
     assert app.batches.manifest(status["id"]) == []
 
 
-def test_derivatives_are_stored_with_their_type_and_ratio(
-    app: App, moto_s3: S3Store, tmp_path: Path
+def test_derivatives_are_stored_with_their_type_and_facts(
+    app: App, store: ObjectStore, tmp_path: Path
 ) -> None:
-    """Each derivative object says what it is to any S3 client: `Content-Type: image/jpeg` and
-    its ratio in the object's metadata."""
+    """Each derivative object carries its facts — source sha256, ratio, variant, crop box, width,
+    height, bytes, writer — read back by the store, and on S3 it says what it is to any S3 client:
+    `Content-Type: image/jpeg` and the facts as `x-amz-meta-*` beside the sha256."""
     sources = write_photos(tmp_path / "src", 1)
     status, _ = app.batches.submit(_request(sources))
-    run_batch(app, moto_s3, status["id"])
+    run_batch(app, store, status["id"])
     manifest = app.batches.manifest(status["id"])
     assert sorted(str(r) for r in RATIOS) == sorted(row["ratio"] for row in manifest)
     for row in manifest:
-        head = moto_s3.client.head_object(Bucket=moto_s3.bucket, Key=row["key"])
-        assert ("image/jpeg", row["ratio"]) == (head["ContentType"], head["Metadata"]["ratio"])
+        facts = {
+            "source-sha256": hashlib.sha256(sources[0].read_bytes()).hexdigest(),
+            "ratio": row["ratio"],
+            "variant": variant_of(_request(sources).spec),
+            "crop-box": row["crop_box"],
+            "width": str(row["width"]),
+            "height": str(row["height"]),
+            "bytes": str(row["bytes"]),
+            "writer": f"batchcrop/{batchcrop.__version__}",
+        }
+        info = store.head(row["key"])
+        assert (facts, row["sha256"], row["bytes"]) == (info.metadata, info.sha256, info.size)
+        if isinstance(store, S3Store):
+            head = store.client.head_object(Bucket=store.bucket, Key=row["key"])
+            assert ("image/jpeg", {**facts, "sha256": row["sha256"]}) == (
+                head["ContentType"],
+                head["Metadata"],
+            )
+
+
+def _first_rendition(source: Path) -> tuple[str, str, str, Rendition]:
+    """(key, source sha256, variant, rendition) of the first ratio, as a worker renders it."""
+    data = source.read_bytes()
+    spec = _request([source]).spec
+    rendition = render(data, spec)[0]
+    source_sha256, variant = hashlib.sha256(data).hexdigest(), variant_of(spec)
+    return derivative_key(source_sha256, rendition, variant), source_sha256, variant, rendition
+
+
+def _as_another_cpu_would(rendition: Rendition) -> Rendition:
+    """The same derivative with other bytes and a crop box one pixel off (other SIMD rounding)."""
+    buffer = io.BytesIO()
+    Image.open(io.BytesIO(rendition.data)).save(buffer, "JPEG", quality=79)
+    data = buffer.getvalue()
+    left, top, right, bottom = rendition.crop_box
+    return dataclasses.replace(
+        rendition,
+        data=data,
+        sha256=hashlib.sha256(data).hexdigest(),
+        crop_box=(left, top + 1, right, bottom + 1),
+    )
+
+
+def _recorded_events(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict[str, Any]]]:
+    """The attempt's log events, recorded (whatever the logging configuration)."""
+    events: list[tuple[str, dict[str, Any]]] = []
+
+    def record(event: str, **fields: Any) -> None:
+        events.append((event, fields))
+        log_event(event, **fields)
+
+    monkeypatch.setattr(processing, "log_event", record)
+    return events
+
+
+def _differ_count(app: App) -> float:
+    value = app.metrics.registry.get_sample_value("batchcrop_derivative_bytes_differ_total")
+    return 0.0 if value is None else value
+
+
+def test_a_key_holding_the_same_derivative_in_other_bytes_succeeds_with_the_stored_facts(
+    app: App, store: ObjectStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker whose write meets other bytes whose facts name the same source, ratio and variant
+    (another CPU got there first) succeeds: the manifest records the STORED object's sha256,
+    bytes, size and crop box, the stored object stays, and the difference is counted and logged."""
+    sources = write_photos(tmp_path / "src", 1)
+    key, source_sha256, variant, ours = _first_rendition(sources[0])
+    theirs = _as_another_cpu_would(ours)
+    assert theirs.sha256 != ours.sha256
+    store.put_if_absent(
+        key,
+        theirs.data,
+        content_type="image/jpeg",
+        metadata=derivative_facts(source_sha256, variant, theirs),
+    )
+    events = _recorded_events(monkeypatch)
+    status, _ = app.batches.submit(_request(sources))
+
+    assert run_batch(app, store, status["id"])["state"] == "succeeded"
+
+    (item,) = app.batches.items(status["id"])[0]
+    derivatives = {d["ratio"]: d for d in item["derivatives"]}
+    assert derivatives.pop(str(ours.ratio)) == {
+        "ratio": str(ours.ratio),
+        "key": key,
+        "width": theirs.width,
+        "height": theirs.height,
+        "bytes": len(theirs.data),
+        "sha256": theirs.sha256,
+        "crop_box": list(theirs.crop_box),
+    }
+    assert store.get(key) == theirs.data
+    for other in derivatives.values():  # the ratios nobody wrote before are ours
+        assert hashlib.sha256(store.get(other["key"])).hexdigest() == other["sha256"]
+    assert _differ_count(app) == 1.0
+    (differs,) = [fields for event, fields in events if event == "write_differs"]
+    assert differs == {
+        "level": logging.WARNING,
+        "item": item["id"],
+        "attempt": 1,
+        "corr": differs["corr"],
+        "ratio": str(ours.ratio),
+        "key": key,
+        "ours": ours.sha256,
+        "stored": theirs.sha256,
+        "stored_bytes": len(theirs.data),
+    }
+
+
+TAKEN_BY = {
+    "another source": {"source-sha256": "0" * 64},
+    "another ratio": {"ratio": "2:1"},
+    "another variant": {"variant": "ffffffffffff"},
+    "a writer other than batchcrop": {"writer": "somebody/1.0"},
+}
+
+
+@pytest.mark.parametrize("taken_by", [*TAKEN_BY, "an object without facts"])
+def test_a_key_holding_something_else_fails_derivative_conflict(
+    app: App, store: ObjectStore, tmp_path: Path, taken_by: str
+) -> None:
+    """Other bytes whose facts name another source, ratio or variant — or that carry no facts
+    at all (batchcrop did not write them) — fail the item `derivative_conflict` at once, and the
+    stored object stays as it was."""
+    sources = write_photos(tmp_path / "src", 1)
+    key, source_sha256, variant, ours = _first_rendition(sources[0])
+    theirs = _as_another_cpu_would(ours)
+    facts = derivative_facts(source_sha256, variant, theirs)
+    metadata = {**facts, **TAKEN_BY[taken_by]} if taken_by in TAKEN_BY else None
+    store.put_if_absent(key, theirs.data, metadata=metadata)
+    status, _ = app.batches.submit(_request(sources))
+
+    final = run_batch(app, store, status["id"])
+
+    (item,) = app.batches.items(status["id"])[0]
+    assert (item["state"], item["error_category"], item["attempt"]) == (
+        "failed",
+        "derivative_conflict",
+        1,
+    )
+    assert final["failures"] == {"derivative_conflict": 1}
+    assert app.batches.manifest(status["id"]) == []
+    assert (store.get(key), _differ_count(app)) == (theirs.data, 0.0)
+
+
+def test_a_key_holding_identical_bytes_without_facts_succeeds_as_before(
+    app: App, store: ObjectStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An object written before derivatives carried facts, with the very bytes we render, is
+    success (`created=False`) and the manifest is ours: nothing differs, nothing is counted."""
+    sources = write_photos(tmp_path / "src", 1)
+    key, _, _, ours = _first_rendition(sources[0])
+    store.put_if_absent(key, ours.data, metadata={"ratio": str(ours.ratio)})
+    events = _recorded_events(monkeypatch)
+    status, _ = app.batches.submit(_request(sources))
+
+    assert run_batch(app, store, status["id"])["state"] == "succeeded"
+
+    (row,) = [r for r in app.batches.manifest(status["id"]) if r["key"] == key]
+    assert (row["sha256"], row["bytes"]) == (ours.sha256, len(ours.data))
+    assert (_differ_count(app), [e for e, _ in events if e == "write_differs"]) == (0.0, [])
 
 
 def test_a_source_needing_more_than_the_decode_memory_fails_alone(

@@ -11,11 +11,13 @@ import pytest
 from storage import (
     InvalidKey,
     ObjectConflict,
+    ObjectInfo,
     ObjectNotFound,
     ObjectStore,
     ObjectTooLarge,
     PutResult,
 )
+from storage.port import MAX_METADATA_BYTES
 
 RACE_THREADS = 8
 RACE_BODY_BYTES = 512 * 1024
@@ -33,6 +35,16 @@ BAD_KEYS = [
     "é\x7f",
     ".staging/x",
     ".probe/x",
+    ".facts/x",
+]
+FACTS = {"source-sha256": "ab" * 32, "ratio": "16:9", "variant": "0123456789ab", "width": "1200"}
+BAD_METADATA = [
+    {"Ratio": "16:9"},
+    {"crop_box": "0,0,1,1"},
+    {"sha256": "0" * 64},
+    {"": "x"},
+    {"ratio": "16∶9"},
+    {"ratio": "16:9\r\nx-amz-acl: public-read"},
 ]
 UNICODE_KEYS = ["photos/été 2024/naïve café.jpg", "日本/画像 1.png", "emoji/😀 smile.jpg", "a b"]
 
@@ -195,3 +207,118 @@ def test_concurrent_different_writers_never_overwrite(race_store: ObjectStore) -
         winners = [body for body in pool.map(write, range(RACE_THREADS)) if body is not None]
     assert len(winners) == 1
     assert winners[0] == race_store.get("race/contested.bin")
+
+
+def test_metadata_is_stored_with_the_object_and_read_back(store: ObjectStore) -> None:
+    """head returns the user metadata the object was written with, without the store's sha256."""
+    store.put_if_absent("derivatives/s/16x9-v.jpg", b"jpeg", metadata=FACTS)
+    assert ObjectInfo("derivatives/s/16x9-v.jpg", 4, _sha(b"jpeg"), FACTS) == store.head(
+        "derivatives/s/16x9-v.jpg"
+    )
+    assert [info.key for info in store.list()] == ["derivatives/s/16x9-v.jpg"]
+
+
+def test_an_object_written_without_metadata_has_none(store: ObjectStore) -> None:
+    """An object put without metadata reports an empty mapping (not the store's sha256 entry)."""
+    store.put_if_absent("plain.bin", b"plain")
+    assert dict(store.head("plain.bin").metadata) == {}
+
+
+def test_identical_retry_keeps_the_first_metadata(store: ObjectStore) -> None:
+    """Identical bytes under a taken key are success; the stored object keeps its own metadata."""
+    store.put_if_absent("k.jpg", b"same", metadata=FACTS)
+    again = store.put_if_absent("k.jpg", b"same", metadata={**FACTS, "width": "1"})
+    assert (again.created, store.head("k.jpg").metadata) == (False, FACTS)
+
+
+def test_a_conflict_carries_the_stored_objects_facts(store: ObjectStore) -> None:
+    """Different bytes under a taken key raise ObjectConflict naming the STORED object: its size,
+    sha256 and the metadata it was written with; the stored object is untouched."""
+    store.put_if_absent("k.jpg", b"theirs!", metadata=FACTS)
+    with pytest.raises(ObjectConflict) as raised:
+        store.put_if_absent("k.jpg", b"ours", metadata={**FACTS, "width": "1199"})
+    assert ObjectInfo("k.jpg", 7, _sha(b"theirs!"), FACTS) == raised.value.existing
+    assert (store.get("k.jpg"), store.head("k.jpg").metadata) == (b"theirs!", FACTS)
+
+
+def test_a_conflict_with_an_object_without_metadata_says_so(store: ObjectStore) -> None:
+    """A taken key whose object was written without metadata reports empty metadata."""
+    store.put_if_absent("k.jpg", b"foreign")
+    with pytest.raises(ObjectConflict) as raised:
+        store.put_if_absent("k.jpg", b"ours", metadata=FACTS)
+    assert raised.value.existing is not None
+    assert ({}, _sha(b"foreign")) == (
+        dict(raised.value.existing.metadata),
+        raised.value.existing.sha256,
+    )
+
+
+@pytest.mark.parametrize("metadata", BAD_METADATA, ids=range(len(BAD_METADATA)))
+def test_metadata_every_store_cannot_keep_is_refused(
+    store: ObjectStore, metadata: dict[str, str]
+) -> None:
+    """Names other than lowercase ASCII/digits/hyphens, the store's own `sha256`, non-ASCII or
+    control characters in values are refused on every store before anything is written."""
+    with pytest.raises(ValueError, match="metadata"):
+        store.put_if_absent("k.jpg", b"x", metadata=metadata)
+    assert list(store.list()) == []
+
+
+def test_metadata_is_limited_to_s3s_2_kib(store: ObjectStore) -> None:
+    """Names and values, the store's sha256 entry included, may take up 2 KiB and no more."""
+    room = MAX_METADATA_BYTES - len("sha256") - 64 - len("pad")
+    store.put_if_absent("fits.bin", b"x", metadata={"pad": "p" * room})
+    assert len(store.head("fits.bin").metadata["pad"]) == room
+    with pytest.raises(ValueError, match="exceeds"):
+        store.put_if_absent("too-much.bin", b"x", metadata={"pad": "p" * (room + 1)})
+    assert [info.key for info in store.list()] == ["fits.bin"]
+
+
+def test_an_object_is_never_seen_without_its_metadata(store: ObjectStore) -> None:
+    """Objects listed or read while others are being written always have their metadata."""
+    done = threading.Event()
+    seen: list[dict[str, str]] = []
+
+    def writer() -> None:
+        try:
+            for index in range(20):
+                store.put_if_absent(
+                    f"facts/{index:02d}.bin", b"f" * 50_000, metadata={"index": str(index)}
+                )
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    while not done.is_set():
+        for info in store.list("facts/"):
+            seen.append({**store.head(info.key).metadata, "key": info.key})
+    thread.join()
+    assert all(f"facts/{int(m['index']):02d}.bin" == m["key"] for m in seen)
+    assert len(list(store.list("facts/"))) == 20
+
+
+def test_concurrent_different_writers_all_see_the_winners_facts(race_store: ObjectStore) -> None:
+    """8 threads writing different bytes and facts to one key: every loser's conflict names the
+    winner's bytes and facts, which are what the store holds."""
+    bodies = [bytes([index]) * RACE_BODY_BYTES for index in range(RACE_THREADS)]
+    barrier = threading.Barrier(RACE_THREADS)
+
+    def write(index: int) -> ObjectInfo | None:
+        barrier.wait()
+        try:
+            race_store.put_if_absent(
+                "race/facts.bin", bodies[index], metadata={"writer": str(index)}
+            )
+        except ObjectConflict as exc:
+            return exc.existing
+        return None
+
+    with ThreadPoolExecutor(RACE_THREADS) as pool:
+        stored = [info for info in pool.map(write, range(RACE_THREADS)) if info is not None]
+    head = race_store.head("race/facts.bin")
+    winner = int(head.metadata["writer"])
+    assert race_store.get("race/facts.bin") == bodies[winner]
+    assert head.sha256 == _sha(bodies[winner])
+    assert len(stored) == RACE_THREADS - 1
+    assert all(info == head for info in stored)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import multiprocessing
 import os
 import shutil
@@ -10,9 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from storage import InvalidKey, LocalStore, ObjectNotFound, StorageUnavailable
+from storage import (
+    InvalidKey,
+    LocalStore,
+    ObjectConflict,
+    ObjectNotFound,
+    StorageUnavailable,
+)
 from storage.local import STAGING_STALE_SECONDS
-from storage.port import STAGING_DIR_NAME
+from storage.port import FACTS_DIR_NAME, STAGING_DIR_NAME, sha256_hex
 
 PROCESS_WRITERS = 4
 
@@ -123,3 +130,80 @@ def test_check_reports_a_vanished_root_as_unavailable(tmp_path: Path) -> None:
         store.check()
     with pytest.raises(StorageUnavailable):
         store.put_if_absent("k", b"x")
+
+
+FACTS = {"source-sha256": "cd" * 32, "ratio": "1:1", "variant": "0123456789ab"}
+
+
+def _facts_file(store: LocalStore, key: str, data: bytes) -> Path:
+    return store.root / FACTS_DIR_NAME / key / f"{sha256_hex(data)}.json"
+
+
+def test_facts_live_in_a_reserved_folder_never_listed(tmp_path: Path) -> None:
+    """An object's metadata is a file under `.facts/<key>/<sha256>.json`; the folder is never
+    listed and refused as a key, and nothing is left staged."""
+    store = LocalStore(tmp_path / "root")
+    store.put_if_absent("d/s/1x1-v.jpg", b"jpeg", metadata=FACTS)
+    assert _facts_file(store, "d/s/1x1-v.jpg", b"jpeg").is_file()
+    assert [info.key for info in store.list()] == ["d/s/1x1-v.jpg"]
+    with pytest.raises(InvalidKey):
+        store.get(f"{FACTS_DIR_NAME}/d/s/1x1-v.jpg/{sha256_hex(b'jpeg')}.json")
+    assert list((store.root / STAGING_DIR_NAME).iterdir()) == []
+
+
+def test_a_crash_between_facts_and_object_leaves_no_object(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer dying after its facts were linked and before its object was: no object is seen,
+    and the next write of any bytes creates the object with ITS facts."""
+    store = LocalStore(tmp_path / "root")
+    real_link = os.link
+    links: list[str] = []
+
+    def die_at_the_object(src: str, dst: str, *, src_dir_fd: int, dst_dir_fd: int) -> None:
+        links.append(dst)
+        if len(links) == 2:
+            raise OSError(errno.EIO, "simulated crash")
+        real_link(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+
+    monkeypatch.setattr(os, "link", die_at_the_object)
+    with pytest.raises(StorageUnavailable):
+        store.put_if_absent("k.jpg", b"first", metadata=FACTS)
+    monkeypatch.undo()
+    assert _facts_file(store, "k.jpg", b"first").is_file()
+    # A crashed writer's staged sidecar too (its temp files are swept after an hour).
+    (store.root / STAGING_DIR_NAME / "facts.tmp").write_bytes(b'{"metadata": {}}')
+    assert list(store.list()) == []
+    with pytest.raises(ObjectNotFound):
+        store.head("k.jpg")
+    second = {**FACTS, "ratio": "4:3"}
+    assert store.put_if_absent("k.jpg", b"second", metadata=second).created
+    assert (b"second", second) == (store.get("k.jpg"), store.head("k.jpg").metadata)
+    assert [info.key for info in store.list()] == ["k.jpg"]
+
+
+def test_facts_of_other_bytes_are_never_read(tmp_path: Path) -> None:
+    """An object put in the folder by hand has no metadata, even beside facts left for other
+    bytes under its key, or a facts file for its bytes naming another key or broken."""
+    store = LocalStore(tmp_path / "root")
+    store.put_if_absent("k.jpg", b"left behind", metadata=FACTS)
+    (store.root / "k.jpg").unlink()  # leaves the facts of b"left behind"
+    (store.root / "k.jpg").write_bytes(b"by hand")
+    assert dict(store.head("k.jpg").metadata) == {}
+    with pytest.raises(ObjectConflict) as raised:
+        store.put_if_absent("k.jpg", b"ours", metadata=FACTS)
+    assert raised.value.existing is not None
+    assert dict(raised.value.existing.metadata) == {}
+    forged = _facts_file(store, "k.jpg", b"by hand")
+    for body in (b'{"key": "other.jpg", "sha256": "x", "metadata": {"a": "b"}}', b"{not json"):
+        forged.write_bytes(body)
+        assert dict(store.head("k.jpg").metadata) == {}
+
+
+def test_writers_of_the_same_bytes_share_the_first_facts(tmp_path: Path) -> None:
+    """Facts left by a crashed writer of the very same bytes are kept: they describe them."""
+    store = LocalStore(tmp_path / "root")
+    store.put_if_absent("k.jpg", b"same", metadata=FACTS)
+    (store.root / "k.jpg").unlink()  # as if the first writer died before linking the object
+    assert store.put_if_absent("k.jpg", b"same", metadata={**FACTS, "ratio": "9:9"}).created
+    assert store.head("k.jpg").metadata == FACTS

@@ -167,6 +167,21 @@ def test_put_sends_if_none_match_and_sha256_metadata(stub_client: Any) -> None:
         stubber.assert_no_pending_responses()
 
 
+def test_metadata_is_plain_s3_user_metadata(s3_factory: StoreFactory) -> None:
+    """The metadata is what any S3 client sees as `x-amz-meta-*`, beside our sha256, and the
+    conflict of a later write reports it back."""
+    store = s3_factory()
+    facts = {"source-sha256": "ab" * 32, "ratio": "4:3", "crop-box": "0,10,400,310"}
+    store.put_if_absent("meta/k.jpg", b"jpeg", content_type="image/jpeg", metadata=facts)
+    head = store.client.head_object(Bucket=store.bucket, Key=f"{store.prefix}/meta/k.jpg")
+    assert {**facts, "sha256": hashlib.sha256(b"jpeg").hexdigest()} == head["Metadata"]
+    assert head["ResponseMetadata"]["HTTPHeaders"]["x-amz-meta-crop-box"] == "0,10,400,310"
+    with pytest.raises(ObjectConflict) as raised:
+        store.put_if_absent("meta/k.jpg", b"other", metadata={**facts, "ratio": "1:1"})
+    assert raised.value.existing is not None
+    assert facts == raised.value.existing.metadata
+
+
 def test_check_refuses_a_store_that_silently_overwrites(stub_client: Any) -> None:
     """A store accepting the second conditional probe write raises ConditionalWritesUnsupported."""
     store = S3Store("bucket", client=stub_client)
