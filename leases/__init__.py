@@ -17,7 +17,7 @@ from leases.errors import (
     SchemaMissing,
 )
 from leases.heartbeat import Heartbeater
-from leases.manager import LEASE_SECONDS, MAX_ATTEMPT_SECONDS, LeaseManager
+from leases.manager import LEASE_SECONDS, MAX_ATTEMPT_SECONDS, WORKER_TIMEOUT_SECONDS, LeaseManager
 from leases.migrate import upgrade
 from leases.models import (
     REQUEUEABLE,
@@ -32,8 +32,10 @@ from leases.models import (
     ReapResult,
     State,
     StopReason,
+    WorkerRow,
     state_names,
 )
+from leases.registry import WORKER_LOST
 
 __all__ = [
     "LEASE_SECONDS",
@@ -41,6 +43,8 @@ __all__ = [
     "REQUEUEABLE",
     "TERMINAL",
     "UNFINISHED",
+    "WORKER_LOST",
+    "WORKER_TIMEOUT_SECONDS",
     "Claim",
     "ConstraintViolation",
     "DatabaseUnavailable",
@@ -60,6 +64,7 @@ __all__ = [
     "SchemaMissing",
     "State",
     "StopReason",
+    "WorkerRow",
     "configure_sqlite",
     "make_engine",
     "state_names",

@@ -12,14 +12,14 @@ import contextlib
 import itertools
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.sql.dml import Update
 
-from leases import group_queries, pgqueries, queries, schema, transitions
+from leases import group_queries, pgqueries, queries, registry, schema, transitions
 from leases.engine import creation_turn
 from leases.errors import GroupExists, LeaseLost, NoSuchGroup, RequeueNeedsDeadline
 from leases.executor import Executor
@@ -31,6 +31,7 @@ from leases.models import (
     ReapResult,
     State,
     StopReason,
+    WorkerRow,
     from_ms,
     to_ms,
 )
@@ -57,6 +58,12 @@ UNSEALED_EXPIRY_SECONDS = 3600.0
 # stale statistics (say, an empty queue), claims would sort every queued row instead of walking
 # the queue index, until autovacuum caught up.
 ANALYZE_AFTER_ITEMS = 1000
+# A registered worker not seen for this long is taken for dead: the reaper releases its leases
+# (docs/design.md §3, worker registry). Workers refresh their row several times per timeout.
+WORKER_TIMEOUT_SECONDS = 30.0
+# The row of a worker not seen for this long is deleted by the reaper (its leases are long
+# released); until then operators see it as absent.
+WORKER_FORGET_SECONDS = 3600.0
 # Worker transitions: out of `in_progress`, logged with the attempt's own correlation id.
 WORKER_SOURCE = Source(State.IN_PROGRESS)
 
@@ -73,9 +80,13 @@ class LeaseManager(Reader):
         retry_backoff_seconds: float = RETRY_BACKOFF_SECONDS,
         retry_backoff_max_seconds: float = RETRY_BACKOFF_MAX_SECONDS,
         counter_shards: int = COUNTER_SHARDS,
+        worker_timeout_seconds: float = WORKER_TIMEOUT_SECONDS,
     ) -> None:
         if lease_seconds <= 0 or max_attempt_seconds <= 0 or counter_shards < 1:
             raise ValueError("lease_seconds, max_attempt_seconds and counter_shards must be > 0")
+        if worker_timeout_seconds <= 0:
+            raise ValueError("worker_timeout_seconds must be > 0")
+        self.worker_timeout_seconds = worker_timeout_seconds
         self._db = Executor(engine)
         self._engine = engine
         self.lease_seconds = lease_seconds
@@ -357,10 +368,13 @@ class LeaseManager(Reader):
         other expired lease becomes `retryable` (`lease_expired`) or `failed`
         (`attempts_exhausted`) at the cap. Last, groups whose creation began
         `UNSEALED_EXPIRY_SECONDS` ago and never sealed are deleted. Each batch of moves is its
-        own transaction.
+        own transaction. First of all, the leases of registered workers not seen for
+        `worker_timeout_seconds` are released like expired ones (`worker_lost`), so that the
+        same pass abandons them if their group is closed.
         """
         cid = transitions.new_correlation_id()
-        moved: Counter[str] = Counter()
+        released = self._release_absent(cid)
+        moved: Counter[str] = Counter(released)
         with self._db.read() as c:
             closed = self._db.rows(c, queries.closed_groups_with_work())
         for group in closed:
@@ -380,7 +394,87 @@ class LeaseManager(Reader):
             failed=moved[State.FAILED.value],
             abandoned=moved[State.ABANDONED.value],
             discarded_groups=len(stale),
+            released=released.total(),
         )
+
+    # --- worker registry ---------------------------------------------------------------------
+
+    def worker_seen(self, worker_id: str, info: Mapping[str, Any]) -> None:
+        """Write or refresh `worker_id`'s registry row: seen now (database time), with `info`
+        (the application's description of the process). Call it at start and every few seconds
+        (well within `worker_timeout_seconds`)."""
+        with self._db.write() as c:
+            stmt = registry.seen(self._db.dialect_name)
+            self._db.execute_many(c, stmt, [{"p_worker_id": worker_id, "p_info": dict(info)}])
+
+    def forget_worker(self, worker_id: str) -> None:
+        """Delete `worker_id`'s registry row (a clean shutdown, after its items ended)."""
+        with self._db.write() as c:
+            self._db.execute(c, registry.forget(worker_id))
+
+    def release_absent(self) -> ReapResult:
+        """G': release the leases held by registered workers not seen for
+        `worker_timeout_seconds`: `retryable` (`worker_lost`) or `failed` (`attempts_exhausted`)
+        at the cap. Idempotent and safe from many processes; a part of every `reap`, and cheap
+        enough to run every few seconds (it reads the in-progress items only)."""
+        moved = self._release_absent(transitions.new_correlation_id())
+        return ReapResult(
+            retried=moved[State.RETRYABLE.value],
+            failed=moved[State.FAILED.value],
+            abandoned=0,
+            released=moved.total(),
+        )
+
+    def _release_absent(self, cid: str) -> Counter[str]:
+        stmt = registry.release_absent(
+            MOVE_BATCH_ROWS,
+            timeout_ms=to_ms(self.worker_timeout_seconds),
+            base_ms=self._backoff_ms,
+            max_ms=self._backoff_max_ms,
+        )
+        moved = self._move_all(stmt, {}, Source(State.IN_PROGRESS, None, cid))
+        with self._db.write() as c:
+            self._db.execute(c, registry.forget_absent(to_ms(WORKER_FORGET_SECONDS)))
+        return moved
+
+    def workers(self, group_id: str | None = None) -> list[WorkerRow]:
+        """Every registered worker, then every holder of a lease without a row, with the
+        leases each holds (only in `group_id` when given). A worker is `absent` once not seen
+        for `worker_timeout_seconds`."""
+        with self._db.read() as c:
+            rows = self._db.rows(c, registry.registered())
+            held = {r.worker_id: r for r in self._db.rows(c, registry.holders(group_id))}
+            now: int = self._db.scalar(c, registry.now())
+        timeout_ms = to_ms(self.worker_timeout_seconds)
+        listed: list[WorkerRow] = []
+        for row in rows:
+            mine = held.pop(row.id, None)
+            listed.append(
+                WorkerRow(
+                    id=row.id,
+                    status="alive" if row.last_seen_at > now - timeout_ms else "absent",
+                    started_at=from_ms(row.started_at),
+                    last_seen_at=from_ms(row.last_seen_at),
+                    seen_seconds_ago=max(0, now - row.last_seen_at) / 1000,
+                    info=dict(row.info),
+                    leases_held=0 if mine is None else int(mine.held),
+                    oldest_lease_started_at=None if mine is None else from_ms(mine.oldest),
+                )
+            )
+        for worker_id, mine in sorted(held.items(), key=lambda kv: str(kv[0])):
+            listed.append(
+                WorkerRow(
+                    id=str(worker_id),
+                    status="unregistered",
+                    started_at=None,
+                    last_seen_at=None,
+                    seen_seconds_ago=None,
+                    info={},
+                    leases_held=int(mine.held),
+                    oldest_lease_started_at=from_ms(mine.oldest),
+                )
+            )
+        return listed
 
     def _move_all(self, stmt: Update, params: dict[str, Any], source: Source) -> Counter[str]:
         moved: Counter[str] = Counter()

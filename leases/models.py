@@ -102,11 +102,32 @@ class ReapResult:
     abandoned: int
     # Groups whose creation was left half-done by a crashed submitter, deleted by the pass.
     discarded_groups: int = 0
+    # Of `retried` and `failed`: items released because their worker was no longer seen.
+    released: int = 0
 
     @property
     def total(self) -> int:
         """All items moved by the pass."""
         return self.retried + self.failed + self.abandoned
+
+
+@dataclass(frozen=True)
+class WorkerRow:
+    """A lease holder as the registry sees it (docs/design.md §3, worker registry).
+
+    `status`: `alive` (seen within the timeout), `absent` (registered, not seen since: its
+    leases are being released) or `unregistered` (holds leases but never wrote a row: only the
+    per-item lease bounds them). Times are None for an unregistered holder.
+    """
+
+    id: str
+    status: str
+    started_at: datetime | None
+    last_seen_at: datetime | None
+    seen_seconds_ago: float | None
+    info: dict[str, Any]
+    leases_held: int
+    oldest_lease_started_at: datetime | None
 
 
 @dataclass(frozen=True)

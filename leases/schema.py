@@ -72,3 +72,15 @@ counters = sa.Table(
     sa.Column("n", sa.BigInteger, nullable=False),
     sa.Column("updated_at", sa.BigInteger, nullable=False),
 )
+
+# One row per live worker process (docs/design.md §3, worker registry): written at start,
+# `last_seen_at` refreshed every few seconds, deleted on a clean shutdown. `info` is the
+# application's own description of the process (host, pid, version, ...), opaque here.
+workers = sa.Table(
+    "lease_workers",
+    metadata,
+    sa.Column("id", sa.String(200), primary_key=True),
+    sa.Column("started_at", sa.BigInteger, nullable=False),
+    sa.Column("last_seen_at", sa.BigInteger, nullable=False),
+    sa.Column("info", sa.JSON, nullable=False),
+)

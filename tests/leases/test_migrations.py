@@ -26,7 +26,7 @@ def test_upgrade_twice_is_a_no_op(database_url: str) -> None:
                 {"f": False},
             )
         upgrade(engine)
-        assert current(engine) == revision == "0002"
+        assert current(engine) == revision == "0003"
         inspector = sa.inspect(engine)
         tables = set(inspector.get_table_names())
         assert LEASE_TABLES | {VERSION_TABLE} <= tables
@@ -69,8 +69,30 @@ def test_0002_seals_the_groups_that_exist(database_url: str) -> None:
                     "VALUES ('i', 'g', 0, 'queued', 0, 0, 1, 1, 1, '{}')"
                 )
             )
-        upgrade(engine)
+        upgrade(engine, "0002")
         assert current(engine) == "0002"
         assert [c.item_id for c in manager.claim("w", 5)] == ["i"]
+    finally:
+        engine.dispose()
+
+
+def test_0003_adds_the_worker_registry_and_downgrades(database_url: str) -> None:
+    """0003 creates `lease_workers` (and the holder index); its downgrade removes them."""
+    from alembic import command  # noqa: PLC0415
+
+    from leases.migrate import alembic_config  # noqa: PLC0415
+
+    engine = make_engine(database_url)
+    try:
+        upgrade(engine, "0002")
+        assert "lease_workers" not in sa.inspect(engine).get_table_names()
+        upgrade(engine)
+        assert current(engine) == "0003"
+        LeaseManager(engine).worker_seen("w", {"pid": 1})
+        assert [w.id for w in LeaseManager(engine).workers()] == ["w"]
+        with engine.begin() as connection:
+            command.downgrade(alembic_config(connection), "0002")
+        assert "lease_workers" not in sa.inspect(engine).get_table_names()
+        assert current(engine) == "0002"
     finally:
         engine.dispose()

@@ -1,0 +1,126 @@
+"""Statements of the worker registry (docs/design.md §3, worker registry; ADR 0011).
+
+A worker process writes its row (`lease_workers`) when it starts and refreshes `last_seen_at`
+every few seconds, in database time like every lease time; a clean shutdown deletes it. The
+reaper releases the leases held by workers not seen for `worker_timeout` (G', reason
+`worker_lost`), so a killed worker's items come back within seconds instead of when their
+leases (minutes) run out. Holders without a row (a process that never registered) keep the
+per-item lease rule alone.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.sql.dml import Delete, Insert, Update
+
+from leases.models import State
+from leases.queries import MOVED, _exhausted, backoff_ms, literal_limit, state_is
+from leases.schema import items, workers
+from leases.sqlfuncs import db_now_ms, in_picked
+
+WORKER_LOST = "worker_lost"
+"""The category (and event reason) of an item released because its worker stopped being seen."""
+
+
+@cache
+def seen(dialect_name: str) -> Insert:
+    """Insert or refresh worker `p_worker_id`'s row: seen now, with `p_info`.
+
+    A row the reaper forgot (a worker partitioned for long) is simply written again.
+    """
+    dialect_insert = postgresql.insert if dialect_name == "postgresql" else sqlite.insert
+    now = db_now_ms()
+    stmt = dialect_insert(workers).values(
+        id=sa.bindparam("p_worker_id", type_=sa.String),
+        started_at=now,
+        last_seen_at=now,
+        info=sa.bindparam("p_info", type_=sa.JSON),
+    )
+    return stmt.on_conflict_do_update(
+        index_elements=[workers.c.id],
+        set_={"last_seen_at": stmt.excluded.last_seen_at, "info": stmt.excluded.info},
+    )
+
+
+def forget(worker_id: str) -> Delete:
+    """Delete one worker's row (its clean shutdown)."""
+    return sa.delete(workers).where(workers.c.id == worker_id)
+
+
+def forget_absent(forget_ms: int) -> Delete:
+    """Delete the rows of workers not seen for `forget_ms` (long dead; their leases released)."""
+    return sa.delete(workers).where(workers.c.last_seen_at <= db_now_ms() - forget_ms)
+
+
+def _absent(timeout_ms: int) -> sa.Exists:
+    """The item's holder has a registry row not refreshed for `timeout_ms` or more."""
+    return sa.exists().where(
+        workers.c.id == items.c.worker_id,
+        workers.c.last_seen_at <= db_now_ms() - timeout_ms,
+    )
+
+
+@cache
+def release_absent(limit: int, *, timeout_ms: int, base_ms: int, max_ms: int) -> Update:
+    """Leases held by absent workers: to retryable (`worker_lost`, with backoff) or failed at
+    the cap, like an expired lease (G). The token stays on the row and in the event, and the
+    next claim draws a fresh one, so the worker, if it was only cut off, has its writes refused.
+
+    Rows picked with SKIP LOCKED and re-checked by the UPDATE, so reapers never move an item
+    twice; a worker that is seen again in between keeps its items.
+    """
+    now = db_now_ms()
+    picked = (
+        sa.select(items.c.id)
+        .where(state_is(State.IN_PROGRESS), _absent(timeout_ms))
+        .limit(literal_limit(limit))
+        .with_for_update(skip_locked=True, of=items)
+        .cte("picked")
+        .prefix_with("MATERIALIZED")
+    )
+    exhausted = _exhausted()
+    return (
+        sa.update(items)
+        .where(in_picked(items.c.id, picked), state_is(State.IN_PROGRESS), _absent(timeout_ms))
+        .values(
+            state=sa.case((exhausted, State.FAILED.value), else_=State.RETRYABLE.value),
+            error_category=sa.case((exhausted, "attempts_exhausted"), else_=WORKER_LOST),
+            next_attempt_at=sa.case(
+                (exhausted, items.c.next_attempt_at), else_=now + backoff_ms(base_ms, max_ms)
+            ),
+            lease_expires_at=None,
+            updated_at=now,
+        )
+        .returning(*MOVED)
+    )
+
+
+def registered() -> sa.Select[Any]:
+    """Every registered worker with the database clock's `now`."""
+    return sa.select(workers, db_now_ms().label("now")).order_by(workers.c.started_at, workers.c.id)
+
+
+def holders(group_id: str | None) -> sa.Select[Any]:
+    """Per holder (worker id): leases held and the oldest attempt's start, optionally in one
+    group. Reads the in-progress items only (a partial index: at most the leases held)."""
+    query = (
+        sa.select(
+            items.c.worker_id,
+            sa.func.count().label("held"),
+            sa.func.min(items.c.attempt_started_at).label("oldest"),
+        )
+        .where(state_is(State.IN_PROGRESS))
+        .group_by(items.c.worker_id)
+    )
+    if group_id is not None:
+        query = query.where(items.c.group_id == group_id)
+    return query
+
+
+def now() -> sa.Select[tuple[int]]:
+    """The database clock."""
+    return sa.select(db_now_ms())
