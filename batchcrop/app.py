@@ -109,6 +109,7 @@ def build(settings: Settings) -> App:
         engine,
         lease_seconds=settings.lease_seconds,
         max_attempt_seconds=settings.max_attempt_seconds,
+        worker_timeout_seconds=settings.worker_timeout_seconds,
     )
     batches = BatchService(
         leases,

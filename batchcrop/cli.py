@@ -38,6 +38,7 @@ from leases import (
     LEASE_SECONDS,
     MAX_ATTEMPT_SECONDS,
     REQUEUEABLE,
+    WORKER_TIMEOUT_SECONDS,
     DatabaseUnavailable,
     SchemaMissing,
     state_names,
@@ -77,6 +78,13 @@ def _database_flags(p: argparse.ArgumentParser) -> None:
         type=float,
         metavar="S",
         help=f"BATCHCROP_REAPER_INTERVAL_SECONDS (default {REAPER_INTERVAL_SECONDS:g})",
+    )
+    g.add_argument(
+        "--worker-timeout-seconds",
+        type=float,
+        metavar="S",
+        help="BATCHCROP_WORKER_TIMEOUT_SECONDS: a worker not seen this long is taken for dead and "
+        f"its leases are released (default {WORKER_TIMEOUT_SECONDS:g})",
     )
 
 
@@ -220,6 +228,11 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table
     _database_flags(p)
     _store_flags(p)
     p.set_defaults(handler=commands.worker)
+
+    p = sub.add_parser("workers", help="the worker registry: who is alive, what each holds")
+    _json_flag(p, "workers")
+    _database_flags(p)
+    p.set_defaults(handler=commands.workers)
 
     p = sub.add_parser("reap", help="one reaper pass")
     _database_flags(p)

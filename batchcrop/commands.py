@@ -27,12 +27,14 @@ from batchcrop.crop import RenderSpec
 from batchcrop.crop.window import Box
 from batchcrop.errors import BatchcropError
 from batchcrop.exit_codes import Exit
+from batchcrop.fleet import fleet_summary, worker_documents
 from batchcrop.logs import log_event
 from batchcrop.reporting import (
     print_batches,
     print_events,
     print_items,
     print_status,
+    print_workers,
     progress_bar,
     watch,
 )
@@ -59,6 +61,7 @@ SETTING_FLAGS = (
     "lease_seconds",
     "max_attempt_seconds",
     "reaper_interval_seconds",
+    "worker_timeout_seconds",
     "store",
     "s3_endpoint_url",
     "s3_request_checksum",
@@ -235,13 +238,16 @@ def run(args: argparse.Namespace) -> int:
 
         with _signals(on_signal):
             if document["state"] not in TERMINAL:
+                worker.start_presence()
                 worker.start()
             progress = not (args.no_progress or args.json)
             final = _follow(app, batch_id, interrupted, progress=progress)
             worker.stop()
-            if not worker.join(GIVE_BACK_WAIT_SECONDS):
+            ended = worker.join(GIVE_BACK_WAIT_SECONDS)
+            worker.retire(forget=ended)
+            if not ended:
                 # A slot stuck where no checkpoint comes (a read that never returns): its item
-                # comes back when its lease expires. The slots are daemon threads.
+                # comes back once this process is no longer seen. The slots are daemon threads.
                 print(
                     "Some items are still held; they return when their leases expire.",
                     file=sys.stderr,
@@ -306,13 +312,30 @@ def worker(args: argparse.Namespace) -> int:
         if args.metrics_port is not None:
             start_http_server(args.metrics_port, addr="127.0.0.1", registry=app.metrics.registry)
         with _signals(on_signal):
+            the_worker.start_presence()
             the_worker.start()
             while not signals.wait(0.5):
                 pass
-            if not the_worker.join(args.shutdown_grace_seconds):
+            ended = the_worker.join(args.shutdown_grace_seconds)
+            if not ended:
                 the_worker.give_back_now()
-                if not the_worker.join(GIVE_BACK_WAIT_SECONDS):
+                ended = the_worker.join(GIVE_BACK_WAIT_SECONDS)
+                if not ended:
                     log_event("shutdown_with_items_held", level=logging.WARNING)
+            # Every slot ended: nothing is held, the row goes. Else it goes stale, and the
+            # reaper releases what is still held within the worker timeout.
+            the_worker.retire(forget=ended)
+    return 0
+
+
+def workers(args: argparse.Namespace) -> int:
+    """`batchcrop workers`: the worker registry, who is alive and what each holds."""
+    with opened(args) as app:
+        documents = worker_documents(app.leases.workers())
+    if args.json:
+        _print_json({"workers": documents})
+    else:
+        print_workers(documents)
     return 0
 
 
@@ -347,7 +370,11 @@ def status(args: argparse.Namespace) -> int:
     """`batchcrop status`: the status document; exit 0 whatever the batch's state."""
     with opened(args) as app:
         if args.watch:
-            document = watch(lambda: app.batches.status(args.batch), stderr=args.json)
+
+            def fleet() -> dict[str, int]:
+                return fleet_summary(worker_documents(app.leases.workers(args.batch)))
+
+            document = watch(lambda: app.batches.status(args.batch), stderr=args.json, fleet=fleet)
         else:
             document = app.batches.status(args.batch)
     if args.json:

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import time
 import unicodedata
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 from rich.console import Console
@@ -15,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from leases import TERMINAL, State
+from leases import TERMINAL, DatabaseUnavailable, State
 
 WATCH_INTERVAL_SECONDS = 2.0
 
@@ -155,16 +157,114 @@ def print_events(documents: Sequence[dict[str, Any]]) -> None:
     _console().print(table)
 
 
-def watch(read: Callable[[], dict[str, Any]], *, stderr: bool = False) -> dict[str, Any]:
+def print_workers(documents: Sequence[dict[str, Any]]) -> None:
+    """One line per worker of the registry: whether it is alive, where, and what it holds."""
+    table = Table(
+        "id", "status", "host", "pid", "version", "seen", "slots", "batches", "store", "held",
+        "oldest lease",
+    )  # fmt: skip
+    for d in documents:
+        seen = None if d["seen_seconds_ago"] is None else f"{d['seen_seconds_ago']:g} s ago"
+        batches = "all" if d["status"] != "unregistered" and not d["batch_ids"] else d["batch_ids"]
+        cells = (
+            d["id"], d["status"], d["host"], d["pid"], d["version"], seen, d["concurrency"],
+            ",".join(batches) if isinstance(batches, list) else batches, d["store"],
+            d["leases_held"], d["oldest_lease_at"],
+        )  # fmt: skip
+        table.add_row(*map(literal, cells))
+    _console().print(table)
+    if not documents:
+        _console().print("no worker is registered and no lease is held")
+
+
+@dataclass
+class WatchState:
+    """What `status --watch` knows besides the document: recent progress samples (for the
+    rate and ETA), when the done count last moved, the fleet, and an ongoing outage."""
+
+    samples: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=30))
+    changed_at: float = field(default_factory=time.monotonic)
+    fleet: dict[str, int] | None = None
+    outage_since: float | None = None
+    outage_reason: str = ""
+
+    def observe(self, document: dict[str, Any]) -> None:
+        """Record one successful read."""
+        now, done = time.monotonic(), _done(document)
+        if not self.samples or self.samples[-1][1] != done:
+            self.changed_at = now
+        self.samples.append((now, done))
+        self.outage_since = None
+
+    def rate(self) -> float | None:
+        """Items finished per second over the recent samples (None before two samples)."""
+        if len(self.samples) < 2:
+            return None
+        (t0, d0), (t1, d1) = self.samples[0], self.samples[-1]
+        return (d1 - d0) / (t1 - t0) if t1 > t0 else None
+
+
+def watch_table(document: dict[str, Any], state: WatchState) -> Table:
+    """The status table with the watch's own rows: rate, ETA, quiet time, fleet, outage."""
+    table = status_table(document)
+    rate = state.rate()
+    left = document["total"] - _done(document)
+    if rate is not None:
+        table.add_row("rate", f"{rate:.2f} items/s")
+        if document["state"] not in TERMINAL:
+            eta = f"{left / rate:.0f} s" if rate > 0 else "unknown (no progress)"
+            table.add_row("eta", eta)
+    table.add_row("last change", f"{time.monotonic() - state.changed_at:.0f} s ago")
+    if state.fleet is not None:
+        table.add_row(
+            "workers",
+            f"{state.fleet['alive']} alive, holding {state.fleet['held_by_alive']} of this batch",
+        )
+        if state.fleet["held_by_absent"]:
+            table.add_row(
+                Text("  not seen", style="bold red"),
+                Text(
+                    f"{state.fleet['held_by_absent']} leases held by workers no longer seen",
+                    style="red",
+                ),
+            )
+    if state.outage_since is not None:
+        waited = time.monotonic() - state.outage_since
+        table.add_row(
+            Text("database", style="bold red"),
+            literal(f"unavailable for {waited:.0f} s ({state.outage_reason}); retrying"),
+        )
+    return table
+
+
+def watch(
+    read: Callable[[], dict[str, Any]],
+    *,
+    stderr: bool = False,
+    fleet: Callable[[], dict[str, int]] | None = None,
+    interval_seconds: float = WATCH_INTERVAL_SECONDS,
+) -> dict[str, Any]:
     """Redraw the status until the batch is terminal; returns the last document.
 
+    Shows the rate and ETA over the last minute of samples, the time since the done count last
+    moved and, with `fleet`, the live workers and the leases held by workers no longer seen. A
+    database outage is shown and waited out (the last table stays up), never a reason to exit.
     With `stderr` the table is drawn there, leaving stdout to a JSON document.
     """
+    state = WatchState()
     document = read()
+    state.observe(document)
     console = _console(stderr=stderr)
-    with Live(status_table(document), console=console, auto_refresh=False) as live:
+    with Live(watch_table(document, state), console=console, auto_refresh=False) as live:
         while document["state"] not in TERMINAL:
-            time.sleep(WATCH_INTERVAL_SECONDS)
-            document = read()
-            live.update(status_table(document), refresh=True)
+            time.sleep(interval_seconds)
+            try:
+                document = read()
+                state.observe(document)
+                state.fleet = fleet() if fleet is not None else None
+            except DatabaseUnavailable as exc:
+                if state.outage_since is None:
+                    state.outage_since = time.monotonic()
+                state.outage_reason = (str(exc).splitlines() or ["unreachable"])[0]
+            live.update(watch_table(document, state), refresh=True)
     return document

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from leases import LEASE_SECONDS, MAX_ATTEMPT_SECONDS
+from leases import LEASE_SECONDS, MAX_ATTEMPT_SECONDS, WORKER_TIMEOUT_SECONDS
 
 DATABASE_URL = "sqlite:///batchcrop.db"
 STORE_URL = "file://./derivatives"
@@ -71,6 +71,7 @@ class Settings:
     lease_seconds: float = LEASE_SECONDS
     max_attempt_seconds: float = MAX_ATTEMPT_SECONDS
     reaper_interval_seconds: float = REAPER_INTERVAL_SECONDS
+    worker_timeout_seconds: float = WORKER_TIMEOUT_SECONDS
     max_source_bytes: int = MAX_SOURCE_BYTES
     decode_memory_mib: int = DECODE_MEMORY_MIB
     api_token: str | None = None
@@ -78,7 +79,12 @@ class Settings:
     allowed_hosts: tuple[str, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
-        for name in ("lease_seconds", "max_attempt_seconds", "reaper_interval_seconds"):
+        for name in (
+            "lease_seconds",
+            "max_attempt_seconds",
+            "reaper_interval_seconds",
+            "worker_timeout_seconds",
+        ):
             # `not 0 < x <= max` also refuses NaN, which compares false with everything.
             if not 0 < getattr(self, name) <= DURATION_SECONDS_MAX:
                 raise SettingsError(f"{name} must be a positive, finite number of seconds")
@@ -135,7 +141,12 @@ def _convert(name: str, raw: str) -> Any:
         return _parse_roots(raw)
     if name == "allowed_hosts":
         return tuple(h.strip() for h in raw.split(",") if h.strip())
-    if name in ("lease_seconds", "max_attempt_seconds", "reaper_interval_seconds"):
+    if name in (
+        "lease_seconds",
+        "max_attempt_seconds",
+        "reaper_interval_seconds",
+        "worker_timeout_seconds",
+    ):
         try:
             return float(raw)
         except ValueError:

@@ -24,9 +24,17 @@ from batchcrop.documents import Derivative
 from batchcrop.errors import Category, ItemError, PermanentItemError, TransientItemError
 from batchcrop.logs import log_event
 from batchcrop.metrics import Metrics
+from batchcrop.presence import Presence, worker_info
 from batchcrop.processing import Attempt, GiveBack, Interruption
 from batchcrop.settings import CONCURRENCY, MAX_SOURCE_BYTES, REAPER_INTERVAL_SECONDS
-from leases import Claim, DatabaseUnavailable, Heartbeater, LeaseLost, LeaseManager
+from leases import (
+    Claim,
+    DatabaseUnavailable,
+    Heartbeater,
+    LeaseLost,
+    LeaseManager,
+    ReapResult,
+)
 from storage import ObjectStore, SourceReader
 
 IDLE_SLEEP_SECONDS = 1.0
@@ -115,6 +123,7 @@ class Worker:
         self._specs_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._outage = OutageGate()
+        self._presence: Presence | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -128,6 +137,29 @@ class Worker:
         reaper.start()
         self._threads.append(reaper)
         log_event("worker_started", worker=self.worker_id, concurrency=self.options.concurrency)
+
+    def start_presence(self) -> None:
+        """Write this worker's registry row now, then keep it fresh in a daemon thread (which
+        also releases the leases of workers no longer seen: docs/design.md §3, G')."""
+        info = worker_info(
+            concurrency=self.options.concurrency,
+            batch_ids=self.options.batch_ids,
+            store=self.store.url,
+        )
+        presence = Presence(self.leases, self.worker_id, info, on_released=self._count_released)
+        presence.beat()
+        presence.start()
+        self._presence = presence
+
+    def _count_released(self, result: ReapResult) -> None:
+        self.metrics.lease_expirations.inc(result.retried + result.failed)
+
+    def retire(self, *, forget: bool) -> None:
+        """Stop the registry refresh; `forget` (all slots ended, nothing held) deletes the row,
+        else it goes stale and the reaper releases whatever is still held."""
+        if self._presence is not None:
+            self._presence.stop(forget=forget)
+            self._presence = None
 
     def stop(self) -> None:
         """Stop claiming; held items run to completion."""

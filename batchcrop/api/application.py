@@ -19,6 +19,7 @@ from batchcrop.api.middleware import BODY_BYTES_MAX, BodyLimit, CrashGuard, NoSn
 from batchcrop.api.problems import Problem
 from batchcrop.api.routes import PROBLEM_RESPONSE, batch_router, json_response
 from batchcrop.app import App
+from batchcrop.fleet import worker_documents
 from batchcrop.web import page_router
 from leases import REQUEUEABLE, TERMINAL, UNFINISHED, DatabaseUnavailable, state_names
 
@@ -38,6 +39,11 @@ def _ops_router(app: App, api: FastAPI) -> APIRouter:
     def meta() -> Response:
         """The state vocabulary (which states are terminal, unfinished, requeueable)."""
         return json_response(meta_document())
+
+    @router.get("/v1/workers", response_model=models.WorkerList)
+    def workers() -> Response:
+        """The worker registry: every worker, alive or no longer seen, and what each holds."""
+        return json_response({"workers": worker_documents(app.leases.workers())})
 
     @router.get("/openapi.json", include_in_schema=False)
     def openapi() -> dict[str, Any]:

@@ -245,3 +245,29 @@ class Health(BaseModel):
     """`GET /healthz`: the database answered."""
 
     status: Literal["ok"]
+
+
+class WorkerDocument(BaseModel):
+    """One worker of the registry (`batchcrop.fleet`); `status` `alive`, `absent` (not seen for
+    the worker timeout: its leases are being released) or `unregistered` (holds leases, never
+    registered: host, times and settings are null)."""
+
+    id: str
+    status: Literal["alive", "absent", "unregistered"]
+    host: str | None
+    pid: int | None
+    version: str | None
+    started_at: str | None
+    last_seen_at: str | None
+    seen_seconds_ago: float | None
+    concurrency: int | None
+    batch_ids: list[str] | None
+    store: str | None
+    leases_held: int
+    oldest_lease_at: str | None
+
+
+class WorkerList(BaseModel):
+    """`GET /v1/workers`."""
+
+    workers: list[WorkerDocument]

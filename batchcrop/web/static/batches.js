@@ -92,11 +92,37 @@ async function loadPage(cursor, { refresh = false } = {}) {
   return page;
 }
 
+// The worker registry (GET /v1/workers): who is alive, who is no longer seen, what each holds.
+function workerRow(worker) {
+  const seen = worker.seen_seconds_ago === null ? "never registered" : `${worker.seen_seconds_ago} s ago`;
+  const where = worker.host === null ? "—" : `${worker.host} (pid ${worker.pid})`;
+  const batches = worker.batch_ids === null ? "all batches" : `batches ${worker.batch_ids.join(", ")}`;
+  const slots = worker.concurrency === null ? "—" : `${worker.concurrency} slots, ${batches}`;
+  return h(
+    "tr",
+    { "data-worker-id": worker.id, "data-status": worker.status },
+    h("th", { scope: "row" }, h("code", {}, worker.id)),
+    h("td", {}, h("span", { class: `badge worker-${worker.status}` }, worker.status)),
+    h("td", {}, where),
+    h("td", {}, seen),
+    h("td", {}, slots),
+    h("td", {}, String(worker.leases_held)),
+    h("td", {}, worker.oldest_lease_at ? ageOf(worker.oldest_lease_at) : "—"),
+  );
+}
+
+async function loadWorkers() {
+  const { workers } = await apiJson("/v1/workers");
+  byId("workers").tBodies[0].replaceChildren(...workers.map(workerRow));
+  byId("no-workers").hidden = workers.length > 0;
+}
+
 let loaded = false;
 
 async function load() {
   clearTimeout(refreshTimer);
   const page = await loadPage(null, { refresh: loaded });
+  await loadWorkers();
   loaded = true;
   byId("empty").hidden = byId("batches").tBodies[0].rows.length > 0;
   byId("refreshed").replaceChildren("Updated ", timeElement(new Date().toISOString()), ".");
