@@ -1,0 +1,73 @@
+"""`status --watch`: rate, ETA, quiet time, fleet, and a database outage waited out."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from rich.console import Console
+
+from batchcrop import reporting
+from leases import DatabaseUnavailable
+
+
+def _document(done: int, total: int = 10) -> dict[str, Any]:
+    counts = dict.fromkeys(
+        ("queued", "in_progress", "retryable", "succeeded", "failed", "abandoned"), 0
+    )
+    counts["succeeded"], counts["queued"] = done, total - done
+    return {
+        "id": "b",
+        "state": "succeeded" if done == total else "in_progress",
+        "cancel_requested": False,
+        "ratios": ["1:1"],
+        "total": total,
+        "counts": counts,
+        "failures": {},
+        "created_at": "2026-01-01T00:00:00.000Z",
+        "deadline_at": "2026-01-02T00:00:00.000Z",
+        "terminal_reason": None,
+    }
+
+
+def _text(table: Any) -> str:
+    console = Console(file=io.StringIO(), width=200)
+    console.print(table)
+    return console.file.getvalue()  # type: ignore[attr-defined]
+
+
+def test_watch_rides_out_an_outage_and_shows_the_fleet() -> None:
+    """A read failing with DatabaseUnavailable is shown and retried; the watch ends normally
+    at the terminal document, having shown rate, ETA and leases held by absent workers."""
+    replies: list[Any] = [
+        _document(2),
+        DatabaseUnavailable("connection refused"),
+        _document(6),
+        _document(10),
+    ]
+    shown: list[str] = []
+    original = reporting.watch_table
+
+    def spy(document: dict[str, Any], state: reporting.WatchState) -> Any:
+        table = original(document, state)
+        shown.append(_text(table))
+        return table
+
+    def read() -> dict[str, Any]:
+        reply = replies.pop(0)
+        if isinstance(reply, Exception):
+            raise reply
+        return dict(reply)
+
+    fleet = {"alive": 1, "held_by_alive": 1, "held_by_absent": 2}
+    reporting.watch_table = spy  # type: ignore[assignment]
+    try:
+        final = reporting.watch(read, fleet=lambda: fleet, interval_seconds=0.01, stderr=True)
+    finally:
+        reporting.watch_table = original  # type: ignore[assignment]
+    assert final["state"] == "succeeded"
+    assert any("database" in t and "connection refused" in t and "retrying" in t for t in shown)
+    assert any("items/s" in t and "eta" in t for t in shown)
+    assert any("2 leases held by workers no longer seen" in t for t in shown)
+    assert any("1 alive" in t for t in shown)
+    assert "last change" in shown[-1]
