@@ -114,5 +114,6 @@ def build(settings: Settings) -> App:
     batches = BatchService(
         leases,
         poll_margin_seconds=settings.lease_seconds + settings.reaper_interval_seconds,
+        store=settings.store,
     )
     return App(settings=settings, engine=engine, leases=leases, batches=batches)

@@ -34,6 +34,7 @@ from leases import (
     RequeueNeedsDeadline,
     State,
 )
+from storage import canonical_store_url, object_url
 
 PAGE_LIMIT_MAX = 1000
 IDEMPOTENCY_KEY_CHARS_MAX = 200
@@ -174,9 +175,12 @@ def _cursor(text: str | None) -> int | None:
 class BatchService:
     """Batch-level operations over the lease engine and the application tables."""
 
-    def __init__(self, leases: LeaseManager, *, poll_margin_seconds: float) -> None:
+    def __init__(
+        self, leases: LeaseManager, *, poll_margin_seconds: float, store: str | None = None
+    ) -> None:
         self.leases = leases
         self.poll_margin_seconds = poll_margin_seconds
+        self.store = store
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -185,16 +189,19 @@ class BatchService:
     ) -> tuple[dict[str, Any], bool]:
         """Create a batch and its items, atomically for every reader; returns (status, created).
 
-        The same idempotency key with the same request returns the existing batch
-        (created=False); with another request it raises IdempotencyConflict.
+        The batch records this service's store (its canonical URL): only workers of that store
+        serve it. The same idempotency key with the same request and store returns the existing
+        batch (created=False); with another request or store it raises IdempotencyConflict (the
+        store is not part of the fingerprint, so keys in flight across the upgrade keep matching).
         """
         if not request.items:
             raise EmptyBatch("a batch needs at least one source image")
         _check_limits(request)
+        store = None if self.store is None else canonical_store_url(self.store)
         fingerprint = request.fingerprint()
         if idempotency_key is not None:
             _check_idempotency_key(idempotency_key)
-            existing = self._by_idempotency_key(idempotency_key, fingerprint)
+            existing = self._by_idempotency_key(idempotency_key, fingerprint, store)
             if existing is not None:
                 return self.status(existing), False
         batch_id = str(uuid.uuid4())
@@ -204,6 +211,7 @@ class BatchService:
             spec=request.spec.to_record(),
             idempotency_key=idempotency_key,
             request_hash=fingerprint,
+            store=store,
         )
         try:
             # The batch row is written by the transaction that seals the group, so the batch
@@ -219,18 +227,20 @@ class BatchService:
             # Two submissions raced on one idempotency key: the loser returns the winner's batch.
             if idempotency_key is None:
                 raise
-            existing = self._by_idempotency_key(idempotency_key, fingerprint)
+            existing = self._by_idempotency_key(idempotency_key, fingerprint, store)
             if existing is None:
                 raise
             return self.status(existing), False
         return self.status(batch_id), True
 
-    def _by_idempotency_key(self, key: str, fingerprint: str) -> str | None:
+    def _by_idempotency_key(self, key: str, fingerprint: str, store: str | None) -> str | None:
         with self.leases.reading() as conn:
             row = conn.execute(queries.batch_by_idempotency_key(key)).mappings().first()
         if row is None:
             return None
-        if row["request_hash"] != fingerprint:
+        # A batch from before stores were recorded has none: it matches any.
+        other_store = None not in (row["store"], store) and row["store"] != store
+        if row["request_hash"] != fingerprint or other_store:
             raise IdempotencyConflict(
                 "this Idempotency-Key was already used for a different request"
             )
@@ -336,7 +346,7 @@ class BatchService:
         limit = max(1, min(limit, PAGE_LIMIT_MAX))
         rows = self.leases.items(batch_id, states=states, after_seq=_cursor(cursor), limit=limit)
         by_item = self._manifests([r.id for r in rows], batch.spec)
-        docs = [item_document(r, by_item.get(r.id, [])) for r in rows]
+        docs = [item_document(r, by_item.get(r.id, []), batch.store) for r in rows]
         next_cursor = str(rows[-1].seq) if len(rows) == limit else None
         return docs, next_cursor
 
@@ -345,8 +355,9 @@ class BatchService:
         row = self.leases.item(item_id)
         if row is None or row.group_id != batch_id:
             raise NoSuchBatch(f"no item {item_id} in batch {batch_id}")
-        manifests = self._manifests([item_id], self.batch(batch_id).spec)
-        return item_document(row, manifests.get(item_id, []))
+        batch = self.batch(batch_id)
+        manifests = self._manifests([item_id], batch.spec)
+        return item_document(row, manifests.get(item_id, []), batch.store)
 
     def _manifests(
         self, item_ids: Sequence[str], spec: RenderSpec
@@ -379,11 +390,25 @@ class BatchService:
         return [event_document(e) for e in rows], next_cursor
 
     def manifest(self, batch_id: str) -> list[dict[str, Any]]:
-        """Every manifest row of the batch (for audits and tests)."""
+        """Every manifest row of the batch, each with its `location` in the batch's store (for
+        audits and tests)."""
+        store = self.batch(batch_id).store
         with self.leases.reading() as conn:
-            return [
+            rows = [
                 dict(r) for r in conn.execute(queries.derivatives_of_batch(batch_id)).mappings()
             ]
+        for row in rows:
+            row["location"] = None if store is None else object_url(store, row["key"])
+        return rows
+
+    def stores(self, batch_ids: Collection[str]) -> dict[str, str | None]:
+        """The recorded store of each of these batches (None: submitted before stores were
+        recorded); unknown ids are left out."""
+        if not batch_ids:
+            return {}
+        with self.leases.reading() as conn:
+            rows = conn.execute(queries.batch_stores(batch_ids)).all()
+        return {str(row.id): row.store for row in rows}
 
 
 @contextmanager
@@ -418,4 +443,4 @@ def _check_idempotency_key(key: str) -> None:
 
 
 def _batch(row: Any) -> Batch:
-    return Batch(id=str(row["id"]), spec=RenderSpec.from_record(row["spec"]))
+    return Batch(id=str(row["id"]), spec=RenderSpec.from_record(row["spec"]), store=row["store"])

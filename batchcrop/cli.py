@@ -200,7 +200,8 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table
     _render_flags(p)
     _json_flag(p, "status document")
     _database_flags(p)
-    _store_flags(p, with_store=False)
+    # The batch records this store: only workers of the same store serve it.
+    _store_flags(p)
     p.set_defaults(handler=commands.submit)
 
     p = sub.add_parser("worker", help="long-running worker claiming from every open batch")

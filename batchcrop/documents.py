@@ -9,6 +9,7 @@ from typing import Any
 
 from batchcrop.crop import RenderSpec
 from leases import UNFINISHED, EventRow, GroupSummary, ItemRow, State
+from storage import object_url
 
 
 def iso(moment: datetime | None) -> str | None:
@@ -23,10 +24,12 @@ def iso(moment: datetime | None) -> str | None:
 
 @dataclass(frozen=True)
 class Batch:
-    """The batch row: its id and the render request every item of the batch gets."""
+    """The batch row: its id, the render request every item of the batch gets, and the store
+    its derivatives go to (None for batches submitted before stores were recorded)."""
 
     id: str
     spec: RenderSpec
+    store: str | None = None
 
 
 def batch_state(summary: GroupSummary) -> State:
@@ -83,6 +86,7 @@ def status_document(
         "oldest_updated_at": iso(summary.oldest_updated_at),
         "terminal_reason": terminal_reason(state, summary),
         "poll_until": iso(summary.deadline_at + timedelta(seconds=poll_margin_seconds)),
+        "store": batch.store,
     }
 
 
@@ -101,18 +105,42 @@ class Derivative:
     crop_box: tuple[int, int, int, int]
 
 
-def derivative_document(row: Mapping[str, Any]) -> dict[str, Any]:
-    """One manifest row (crop box stored as `l,t,r,b` text) as the item document shows it."""
-    document = {f.name: row[f.name] for f in fields(Derivative)}
+@dataclass(frozen=True)
+class DerivativeDocument:
+    """A derivative as documents show it: the manifest row with, beside its key, its full
+    `location` in the batch's store (`s3://bucket/prefix/key` or `file:///folder/key`; null for
+    batches submitted before stores were recorded)."""
+
+    ratio: str
+    key: str
+    location: str | None
+    width: int
+    height: int
+    bytes: int
+    sha256: str
+    crop_box: tuple[int, int, int, int]
+
+
+def derivative_document(row: Mapping[str, Any], store: str | None = None) -> dict[str, Any]:
+    """One manifest row (crop box stored as `l,t,r,b` text) as the item document shows it, in
+    the field order of `DerivativeDocument`, with its location in `store` (the batch's store)."""
+    location = None if store is None else object_url(store, str(row["key"]))
+    document = {
+        f.name: location if f.name == "location" else row[f.name]
+        for f in fields(DerivativeDocument)
+    }
     document["crop_box"] = [int(v) for v in str(row["crop_box"]).split(",")]
     return document
 
 
-def item_document(item: ItemRow, derivatives: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def item_document(
+    item: ItemRow, derivatives: Sequence[Mapping[str, Any]], store: str | None = None
+) -> dict[str, Any]:
     """The item document: its state, its attempt and its manifest.
 
     `focus_box` is the submitted [left, top, right, bottom], or null (also for items written
-    before focus boxes existed, whose payload has no such key).
+    before focus boxes existed, whose payload has no such key). `store` is the batch's store
+    URL, which gives each derivative its `location`.
     """
     return {
         "id": item.id,
@@ -124,7 +152,7 @@ def item_document(item: ItemRow, derivatives: Sequence[Mapping[str, Any]]) -> di
         "attempt": item.attempt,
         "error_category": item.error_category,
         "updated_at": iso(item.updated_at),
-        "derivatives": [derivative_document(d) for d in derivatives],
+        "derivatives": [derivative_document(d, store) for d in derivatives],
     }
 
 

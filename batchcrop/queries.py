@@ -16,6 +16,7 @@ def insert_batch(
     spec: dict[str, Any],
     idempotency_key: str | None,
     request_hash: str,
+    store: str | None,
 ) -> sa.Insert:
     """Insert one batch row; a duplicate idempotency key fails on its unique index."""
     return batches.insert().values(
@@ -23,6 +24,7 @@ def insert_batch(
         spec=spec,
         idempotency_key=idempotency_key,
         request_hash=request_hash,
+        store=store,
     )
 
 
@@ -34,6 +36,11 @@ def batch_by_id(batch_id: str) -> sa.Select[Any]:
 def batch_by_idempotency_key(key: str) -> sa.Select[Any]:
     """The batch row created with this idempotency key."""
     return sa.select(batches).where(batches.c.idempotency_key == key)
+
+
+def batch_stores(batch_ids: Collection[str]) -> sa.Select[Any]:
+    """(id, store) of these batches."""
+    return sa.select(batches.c.id, batches.c.store).where(batches.c.id.in_(list(batch_ids)))
 
 
 def batch_page(*, before_seq: int | None, limit: int) -> sa.Select[Any]:

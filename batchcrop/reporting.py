@@ -104,6 +104,8 @@ def status_table(document: dict[str, Any]) -> Table:
     for category, n in document["failures"].items():
         table.add_row(literal(f"  failure: {category}"), str(n))
     table.add_row("ratios", literal(", ".join(document["ratios"])))
+    if document.get("store"):
+        table.add_row("store", literal(document["store"]))
     table.add_row("created", literal(document["created_at"]))
     table.add_row("deadline", literal(document["deadline_at"]))
     if document["terminal_reason"]:

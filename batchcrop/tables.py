@@ -19,6 +19,9 @@ batches = sa.Table(
     sa.Column("spec", sa.JSON, nullable=False),
     sa.Column("idempotency_key", sa.String(200), nullable=True, unique=True),
     sa.Column("request_hash", sa.String(64), nullable=False),
+    # The canonical URL of the store its derivatives go to (docs/design.md §5); NULL for batches
+    # submitted before stores were recorded, which any worker serves.
+    sa.Column("store", sa.String(1100), nullable=True),
 )
 
 derivatives = sa.Table(

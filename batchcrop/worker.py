@@ -38,6 +38,9 @@ from leases import (
 from storage import ObjectStore, SourceReader
 
 IDLE_SLEEP_SECONDS = 1.0
+BATCHES_REFRESH_SECONDS = 2.0
+"""How long a worker's list of the open batches of its store is used before it is read again
+(a new batch is claimed from within about this long)."""
 OUTAGE_BACKOFF_MIN_SECONDS = 0.5
 OUTAGE_BACKOFF_MAX_SECONDS = 30.0
 # Attempts ending in these categories mean a dependency is down, not that the item is bad:
@@ -123,6 +126,10 @@ class Worker:
         self._specs_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._outage = OutageGate()
+        self._batches_lock = threading.Lock()
+        self._batches: list[str] = []
+        self._batches_read_at = -float("inf")
+        self._skipped: set[str] = set()
         self._presence: Presence | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -199,7 +206,7 @@ class Worker:
             if self._stopping.is_set():
                 break
             try:
-                claims = self.leases.claim(self.worker_id, 1, group_ids=self.options.batch_ids)
+                claims = self.leases.claim(self.worker_id, 1, group_ids=self.claimable_batches())
             except DatabaseUnavailable as exc:
                 log_event("database_unavailable", level=logging.WARNING, error=str(exc))
                 self._outage.failed()
@@ -209,6 +216,39 @@ class Worker:
                 continue
             for claim in claims:
                 self.process(claim)
+
+    def claimable_batches(self) -> list[str]:
+        """The open batches this worker claims from: those of its own store (and those from
+        before stores were recorded), among `options.batch_ids` when given. Read at most every
+        `BATCHES_REFRESH_SECONDS`; each batch of another store is logged once, when skipped."""
+        with self._batches_lock:
+            if time.monotonic() - self._batches_read_at < BATCHES_REFRESH_SECONDS:
+                return self._batches
+            open_ids = self.leases.open_groups()
+            if self.options.batch_ids is not None:
+                wanted = set(self.options.batch_ids)
+                open_ids = [batch_id for batch_id in open_ids if batch_id in wanted]
+            stores = self.batches.stores(open_ids)
+            mine = []
+            for batch_id in open_ids:
+                if batch_id not in stores:
+                    continue  # a lease group that is not a batch
+                store = stores[batch_id]
+                if store is None or store == self.store.url:
+                    mine.append(batch_id)
+                elif batch_id not in self._skipped:
+                    self._skipped.add(batch_id)
+                    log_event(
+                        "batch_of_another_store",
+                        level=logging.WARNING,
+                        worker=self.worker_id,
+                        batch=batch_id,
+                        batch_store=store,
+                        store=self.store.url,
+                    )
+            self._batches = mine
+            self._batches_read_at = time.monotonic()
+            return mine
 
     def _reaper(self) -> None:
         interval = self.options.reaper_interval_seconds

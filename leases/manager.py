@@ -232,15 +232,17 @@ class LeaseManager(Reader):
         Never claims in a group past its deadline or with cancel requested. Safe from any number
         of threads and processes at once: an attempt is given to exactly one claimer.
         """
-        if limit < 1:
+        if limit < 1 or (group_ids is not None and not group_ids):
             return []
         lease_ms = to_ms(self.lease_seconds)
+        params: dict[str, Any] = {"p_worker_id": worker_id}
+        if group_ids is not None:
+            params["p_group_ids"] = list(group_ids)
         if self._db.dialect_name == "postgresql":
-            groups = None if group_ids is None else tuple(group_ids)
-            stmt = pgqueries.claim(limit=limit, lease_ms=lease_ms, group_ids=groups)
-            claimed = list(self._move(stmt, {"p_worker_id": worker_id}, Source(None), None))
+            stmt = pgqueries.claim(limit=limit, lease_ms=lease_ms, filtered=group_ids is not None)
+            claimed = list(self._move(stmt, params, Source(None), None))
         else:
-            claimed = self._claim_sqlite(worker_id, limit, lease_ms, group_ids)
+            claimed = self._claim_sqlite(params, limit, lease_ms)
         return [
             Claim(
                 item_id=row.id,
@@ -254,9 +256,7 @@ class LeaseManager(Reader):
             for row in claimed
         ]
 
-    def _claim_sqlite(
-        self, worker_id: str, limit: int, lease_ms: int, group_ids: Sequence[str] | None
-    ) -> list[sa.Row[Any]]:
+    def _claim_sqlite(self, params: dict[str, Any], limit: int, lease_ms: int) -> list[sa.Row[Any]]:
         # One writer at a time (BEGIN IMMEDIATE): due retryable items, then queued ones.
         claimed: list[sa.Row[Any]] = []
         moves: list[tuple[Sequence[sa.Row[Any]], Source]] = []
@@ -265,9 +265,9 @@ class LeaseManager(Reader):
                 want = limit - len(claimed)
                 if want <= 0:
                     break
-                groups = None if group_ids is None else tuple(group_ids)
-                stmt = queries.claim(from_state, limit=want, lease_ms=lease_ms, group_ids=groups)
-                rows = self._db.rows(c, stmt, {"p_worker_id": worker_id})
+                filtered = "p_group_ids" in params
+                stmt = queries.claim(from_state, limit=want, lease_ms=lease_ms, filtered=filtered)
+                rows = self._db.rows(c, stmt, params)
                 moves.append((rows, Source(from_state)))
                 claimed.extend(rows)
             transitions.record(self._db, c, moves, self._shards)

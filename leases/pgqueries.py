@@ -127,7 +127,7 @@ def logged(move: Update, spec: LogSpec) -> sa.Select[tuple[object, ...]]:
 
 
 @cache
-def claim(*, limit: int, lease_ms: int, group_ids: tuple[str, ...] | None) -> Update:
+def claim(*, limit: int, lease_ms: int, filtered: bool) -> Update:
     """Claim up to `limit` items, due retryable ones first, then queued ones in `seq` order.
 
     Both candidates lists are picked with FOR UPDATE SKIP LOCKED inside one MATERIALIZED CTE;
@@ -138,7 +138,7 @@ def claim(*, limit: int, lease_ms: int, group_ids: tuple[str, ...] | None) -> Up
 
     def candidates(state: State, name: str) -> sa.Subquery:
         columns = (items.c.id, items.c.state)
-        return claimable(state, limit=limit, group_ids=group_ids, columns=columns).subquery(name)
+        return claimable(state, limit=limit, filtered=filtered, columns=columns).subquery(name)
 
     due = candidates(State.RETRYABLE, "due")
     fresh = candidates(State.QUEUED, "fresh")

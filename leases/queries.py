@@ -137,14 +137,15 @@ def claimable(
     state: State,
     *,
     limit: int,
-    group_ids: tuple[str, ...] | None,
+    filtered: bool,
     columns: tuple[ColumnElement[Any], ...],
 ) -> sa.Select[Any]:
     """Up to `limit` items in `state` that may be claimed now, locked and skipping locked rows.
 
     Claimable: due (`next_attempt_at <= now`), of a sealed group neither cancelled nor past its
-    deadline, optionally only of `group_ids`. Queued items come in `seq` order (which interleaves
-    groups), retryable ones by due time.
+    deadline; when `filtered`, only of the groups in the expanding parameter `p_group_ids` (a
+    bound list, so one cached statement serves every list). Queued items come in `seq` order
+    (which interleaves groups), retryable ones by due time.
     """
     now = db_now_ms()
     order = items.c.seq if state is State.QUEUED else items.c.next_attempt_at
@@ -162,8 +163,8 @@ def claimable(
         .limit(literal_limit(limit))
         .with_for_update(skip_locked=True, of=items)
     )
-    if group_ids is not None:
-        query = query.where(items.c.group_id.in_(list(group_ids)))
+    if filtered:
+        query = query.where(items.c.group_id.in_(sa.bindparam("p_group_ids", expanding=True)))
     return query
 
 
@@ -173,7 +174,7 @@ def claim(
     *,
     limit: int,
     lease_ms: int,
-    group_ids: tuple[str, ...] | None,
+    filtered: bool,
 ) -> Update:
     """Claim up to `limit` items now in `from_state` (queued or due retryable) of open groups.
 
@@ -185,7 +186,7 @@ def claim(
     """
     now = db_now_ms()
     picked = (
-        claimable(from_state, limit=limit, group_ids=group_ids, columns=(items.c.id,))
+        claimable(from_state, limit=limit, filtered=filtered, columns=(items.c.id,))
         .cte("picked")
         .prefix_with("MATERIALIZED")
     )
@@ -319,6 +320,18 @@ def closed_groups_with_work() -> sa.Select[Any]:
     closed = sa.or_(groups.c.cancel_requested, groups.c.deadline_at <= db_now_ms())
     return sa.select(groups.c.id, groups.c.cancel_requested).where(
         groups.c.sealed, closed, unfinished
+    )
+
+
+def open_groups_with_work() -> sa.Select[tuple[str]]:
+    """Sealed groups neither cancelled nor past their deadline that still hold unfinished items:
+    the groups a claim may take from. One probe of the unfinished-items index per open group."""
+    unfinished = sa.exists().where(items.c.group_id == groups.c.id, state_in(UNFINISHED))
+    return sa.select(groups.c.id).where(
+        groups.c.sealed,
+        sa.not_(groups.c.cancel_requested),
+        groups.c.deadline_at > db_now_ms(),
+        unfinished,
     )
 
 

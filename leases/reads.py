@@ -8,7 +8,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from leases import group_queries
+from leases import group_queries, queries
 from leases.errors import NoSuchGroup
 from leases.executor import Executor
 from leases.models import CATEGORISED, EventRow, GroupSummary, ItemRow, State, from_ms
@@ -103,6 +103,13 @@ class Reader:
         totals = self._db.rows(c, group_queries.counter_totals(group_id))
         oldest = self._db.scalar(c, group_queries.oldest_unfinished(group_id))
         return summary(group, totals, oldest)
+
+    def open_groups(self) -> list[str]:
+        """Ids of the groups a claim may take from now: sealed, neither cancelled nor past their
+        deadline, with unfinished items (a claimer that filters groups by its own rules, and
+        passes them as `claim(group_ids=...)`, starts from these)."""
+        with self._db.read() as c:
+            return [str(row.id) for row in self._db.rows(c, queries.open_groups_with_work())]
 
     def item(self, item_id: str) -> ItemRow | None:
         """One item, or None."""

@@ -22,7 +22,7 @@ from storage.local import LocalStore
 from storage.port import ObjectInfo, ObjectStore, PutResult
 from storage.s3 import S3Settings, S3Store
 from storage.sources import SourceReader
-from storage.urls import open_store
+from storage.urls import canonical_store_url, object_url, open_store
 
 __all__ = [
     "AccessDenied",
@@ -42,5 +42,7 @@ __all__ = [
     "SourceReader",
     "StorageError",
     "StorageUnavailable",
+    "canonical_store_url",
+    "object_url",
     "open_store",
 ]

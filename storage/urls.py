@@ -23,6 +23,33 @@ def split_s3_url(url: str) -> tuple[str, str]:
     return bucket, rest
 
 
+def canonical_store_url(url: str) -> str:
+    """The URL `open_store(url).url` will have, without opening anything (no folder is created).
+
+    `file://` folders are made absolute with symlinks resolved; `s3://bucket/prefix` loses
+    surrounding slashes of its prefix. Two spellings of one store give one canonical URL, so a
+    batch's recorded store can be compared with a worker's. `InvalidStoreUrl` otherwise.
+    """
+    if url.startswith(FILE_SCHEME):
+        folder = url.removeprefix(FILE_SCHEME)
+        if not folder:
+            raise InvalidStoreUrl(f"file URL without a folder: {url!r}")
+        return f"{FILE_SCHEME}{Path(folder).resolve()}"
+    if url.startswith(S3_SCHEME):
+        bucket, prefix = split_s3_url(url)
+        prefix = prefix.strip("/")
+        if "/" in bucket or not bucket:
+            raise InvalidStoreUrl(f"invalid s3 store URL {url!r}")
+        return f"{S3_SCHEME}{bucket}/{prefix}" if prefix else f"{S3_SCHEME}{bucket}"
+    raise InvalidStoreUrl(f"store URL must be file://DIR or s3://bucket[/prefix]: {url!r}")
+
+
+def object_url(store_url: str, key: str) -> str:
+    """Where the object `key` of the store at `store_url` lives: `s3://bucket/prefix/key`, or
+    `file:///folder/key` (the store URL, a slash and the key, as `--store` spells URLs)."""
+    return store_url + key if store_url.endswith("/") else f"{store_url}/{key}"
+
+
 def open_store(url: str, *, s3: S3Settings | None = None) -> ObjectStore:
     """Build the store named by `url`; `InvalidStoreUrl` (a `ValueError`) on anything else.
 

@@ -147,7 +147,7 @@ def ratio_text(path_ratio: str) -> str:
 
 def _derivative_key(app: App, batch_id: str, item_id: str, path_ratio: str) -> str:
     wanted = ratio_text(path_ratio)
-    item = app.batches.item(path_id(batch_id, what="batch"), path_id(item_id, what="item"))
+    item = app.batches.item(batch_id, item_id)
     for derivative in item["derivatives"]:
         if derivative["ratio"] == wanted:
             return str(derivative["key"])
@@ -176,26 +176,29 @@ def _busy() -> Problem:
     )
 
 
-class _LazyStore:
-    """The derivative store, opened (without a probe) on first use and then shared.
+class _LazyStores:
+    """Derivative stores by URL, each opened (without a probe) on first use and then shared.
 
-    Opening builds a client (boto3 for S3), so it is done once; lazily, so building the API
-    never fails on a store setting only these endpoints need. Thread-safe.
+    A batch's derivatives are read from the store recorded on the batch (the configured one for
+    batches from before stores were recorded). Opening builds a client (boto3 for S3), so it is
+    done once per store; lazily, so building the API never fails on a store setting only these
+    endpoints need. Thread-safe.
     """
 
     def __init__(self, app: App) -> None:
         self._app = app
-        self._store: ObjectStore | None = None
+        self._stores: dict[str, ObjectStore] = {}
         self._lock = threading.Lock()
 
-    def get(self) -> ObjectStore:
+    def get(self, url: str | None) -> ObjectStore:
+        url = url or self._app.settings.store
         with self._lock:
-            if self._store is None:
+            if url not in self._stores:
                 try:
-                    self._store = self._app.open_store(check=False)
+                    self._stores[url] = self._app.open_store(url, check=False)
                 except StorageError as exc:
                     raise _store_unavailable("derivative store") from exc
-            return self._store
+            return self._stores[url]
 
 
 def media_router(app: App) -> APIRouter:
@@ -204,7 +207,7 @@ def media_router(app: App) -> APIRouter:
     # Read as the workers read them: confined to the roots again (a symlink swapped after
     # submission must not serve a file from outside them).
     sources = app.stored_source_reader()
-    store = _LazyStore(app)
+    stores = _LazyStores(app)
     max_bytes = app.settings.max_source_bytes
     decodes = threading.BoundedSemaphore(THUMBNAIL_DECODES_MAX)
 
@@ -255,9 +258,12 @@ def media_router(app: App) -> APIRouter:
         responses={200: {"content": _JPEG_CONTENT, "description": "the derivative's bytes"}},
     )
     def derivative(batch_id: str, item_id: str, ratio: RatioPath) -> Response:
-        """The stored bytes of the item's derivative for `ratio` (`16x9` for 16:9)."""
+        """The stored bytes of the item's derivative for `ratio` (`16x9` for 16:9), read from the
+        batch's own store."""
+        batch_id, item_id = path_id(batch_id, what="batch"), path_id(item_id, what="item")
         key = _derivative_key(app, batch_id, item_id, ratio)
-        data = _read_derivative(store.get(), key, max_bytes=max_bytes)
+        store = stores.get(app.batches.batch(batch_id).store)
+        data = _read_derivative(store, key, max_bytes=max_bytes)
         headers = {"Cache-Control": f"private, max-age={DERIVATIVE_CACHE_SECONDS}, immutable"}
         return Response(data, media_type=JPEG_MEDIA_TYPE, headers=headers)
 

@@ -25,7 +25,7 @@ from batchcrop.crop.spec import (
     RATIOS_DEFAULT,
     RATIOS_MAX_COUNT,
 )
-from batchcrop.documents import Derivative
+from batchcrop.documents import DerivativeDocument
 from batchcrop.settings import (
     DEADLINE_SECONDS,
     DEADLINE_SECONDS_MAX,
@@ -167,6 +167,13 @@ class StatusDocument(BaseModel):
     oldest_updated_at: str | None
     terminal_reason: str | None
     poll_until: str
+    store: Annotated[
+        str | None,
+        Field(
+            description="the store its derivatives go to (`s3://bucket/prefix` or `file:///dir`), "
+            "recorded at submission; null for batches submitted before stores were recorded"
+        ),
+    ]
 
 
 class BatchPage(BaseModel):
@@ -188,7 +195,7 @@ class ItemDocument(BaseModel):
     attempt: int
     error_category: str | None
     updated_at: str
-    derivatives: list[Derivative]
+    derivatives: list[DerivativeDocument]
 
 
 class ItemPage(BaseModel):

@@ -22,9 +22,20 @@ RUN_TIMEOUT_SECONDS = 90.0
 
 
 @pytest.fixture
-def make_app(database_url: str, tmp_path: Path) -> Iterator[Callable[..., App]]:
-    """Build apps on this test's database (every app shares it), upgraded, disposed after."""
-    with app_factory(database_url=database_url, store=f"file://{tmp_path / 'out'}") as make:
+def make_app(
+    database_url: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Callable[..., App]]:
+    """Build apps on this test's database (every app shares it), upgraded, disposed after.
+
+    Batches record the app's store and workers serve only their own store's batches, so the
+    apps use the test's `store` when it has one, else the folder `LocalStore(tmp_path / "store")`
+    opens.
+    """
+    if "store" in request.fixturenames:
+        url = request.getfixturevalue("store").url
+    else:
+        url = f"file://{tmp_path / 'store'}"
+    with app_factory(database_url=database_url, store=url) as make:
         yield make
 
 

@@ -64,7 +64,7 @@ def test_a_database_outage_mid_attempt_is_an_outage_not_a_lost_lease(
         with app_factory(database_url=proxied) as make:
             app = make()
             batch_id = _submit(app, tmp_path, missing=missing)
-            worker = app.worker(LocalStore(tmp_path / "out"), WorkerOptions(batch_ids=[batch_id]))
+            worker = app.worker(LocalStore(tmp_path / "store"), WorkerOptions(batch_ids=[batch_id]))
             (claim,) = app.leases.claim("w", 1, group_ids=[batch_id])
             proxy.outage(OUTAGE_SECONDS)
 

@@ -139,9 +139,9 @@ def test_a_lost_race_on_an_idempotency_key_returns_the_winners_batch(
     looks: list[str] = []
     look_up = loser._by_idempotency_key
 
-    def first_look_misses(key: str, fingerprint: str) -> str | None:
+    def first_look_misses(key: str, fingerprint: str, store: str | None) -> str | None:
         looks.append(key)
-        return None if len(looks) == 1 else look_up(key, fingerprint)
+        return None if len(looks) == 1 else look_up(key, fingerprint, store)
 
     loser._by_idempotency_key = first_look_misses  # type: ignore[method-assign]
     document, created = loser.submit(_request(sources), idempotency_key="import-8")
@@ -191,8 +191,11 @@ def test_an_unexpected_error_at_commit_is_retried_and_the_slot_lives_on(
     ) == ("retryable", "retryable", "internal_error")
 
 
-def test_an_unreachable_store_makes_items_retryable_not_failed(app: App, tmp_path: Path) -> None:
+def test_an_unreachable_store_makes_items_retryable_not_failed(
+    make_app: Callable[..., App], tmp_path: Path
+) -> None:
     """A store outage is transient: attempts end retryable (storage_unavailable), never failed."""
+    app = make_app(store="s3://derivatives")  # the batch's store, which the worker serves
     sources = write_photos(tmp_path / "src", 2)
     status, _ = app.batches.submit(_request(sources))
     dead = S3Settings(
@@ -444,6 +447,7 @@ def test_a_key_holding_the_same_derivative_in_other_bytes_succeeds_with_the_stor
     assert derivatives.pop(str(ours.ratio)) == {
         "ratio": str(ours.ratio),
         "key": key,
+        "location": f"{store.url}/{key}",
         "width": theirs.width,
         "height": theirs.height,
         "bytes": len(theirs.data),

@@ -55,7 +55,7 @@ def loaded(postgres_url: str) -> Iterator[tuple[sa.Engine, str, str]]:
     engine.dispose()
 
 
-def _plan(engine: sa.Engine, stmt: sa.Select[Any], **params: str) -> str:
+def _plan(engine: sa.Engine, stmt: sa.Select[Any], **params: object) -> str:
     bound = stmt.params(p_worker_id="w", log_correlation_id="c", **params)
     compiled = bound.compile(dialect=engine.dialect, compile_kwargs={"literal_binds": True})
     with engine.connect() as conn:
@@ -79,15 +79,15 @@ def _assert_uses(plan: str, *indexes: str) -> None:
 def test_claim_uses_the_queue_indexes(loaded: tuple[sa.Engine, str, str]) -> None:
     """The claim statement (with its log) walks the retryable-by-due and queued-by-seq indexes."""
     engine, big, _ = loaded
-    claim = pgqueries.claim(limit=10, lease_ms=1000, group_ids=None)
+    claim = pgqueries.claim(limit=10, lease_ms=1000, filtered=False)
     plan = _plan(engine, _logged(claim, Source(None)))
     _assert_uses(plan, "ix_lease_items_queued_seq")
     _assert_uses(plan, "ix_lease_items_retryable_due")
-    one_group = pgqueries.claim(limit=10, lease_ms=1000, group_ids=(big,))
+    one_group = pgqueries.claim(limit=10, lease_ms=1000, filtered=True)
     # The planner may walk the group's own index or the global queue index filtered by group
     # (when the group holds most queued rows); either way an ordered index walk.
     _assert_uses(
-        _plan(engine, _logged(one_group, Source(None))),
+        _plan(engine, _logged(one_group, Source(None)), p_group_ids=[big]),
         "ix_lease_items_group_state_seq",
         "ix_lease_items_queued_seq",
     )

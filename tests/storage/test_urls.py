@@ -17,6 +17,8 @@ from storage import (
     S3Store,
     StorageError,
     StorageUnavailable,
+    canonical_store_url,
+    object_url,
     open_store,
 )
 from storage.s3errors import translate
@@ -105,3 +107,26 @@ def _client_error(code: str, status: int) -> ClientError:
 def test_translation(error: Exception, expected: type[StorageError]) -> None:
     """Each botocore failure maps to exactly one storage error class."""
     assert expected is type(translate(error, "op"))
+
+
+def test_canonical_store_url_is_the_opened_stores_url(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every spelling of one store gives the URL the opened store reports, without creating it."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    assert canonical_store_url("file://./out") == f"file://{tmp_path.resolve()}/out"
+    assert not (tmp_path / "out").exists()
+    for url in ("file://./out", "file://out", f"file://{tmp_path}/out", "file://link"):
+        assert canonical_store_url(url) == open_store(url).url
+    assert canonical_store_url("s3://bucket//pre/fix/") == "s3://bucket/pre/fix"
+    assert canonical_store_url("s3://bucket") == "s3://bucket"
+    with pytest.raises(InvalidStoreUrl):
+        canonical_store_url("ftp://x")
+
+
+def test_object_url_joins_store_and_key() -> None:
+    assert object_url("s3://b/p", "derivatives/a.jpg") == "s3://b/p/derivatives/a.jpg"
+    assert object_url("file:///", "k.jpg") == "file:///k.jpg"
+    assert object_url("file:///srv/out", "k.jpg") == "file:///srv/out/k.jpg"

@@ -64,6 +64,7 @@ function showStatus(fresh) {
     ),
     ...term("Ratios", status.ratios.join(", ")),
     ...term("Output", `longest side ${status.max_side} px, JPEG quality ${status.quality}`),
+    ...(status.store ? term("Store", h("code", {}, status.store)) : []),
     ...term("Created", timeElement(status.created_at)),
     ...term("Last change", timeElement(status.updated_at)),
     ...term("Deadline", timeElement(status.deadline_at), " ", deadlineText(status)),
