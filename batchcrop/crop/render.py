@@ -58,12 +58,9 @@ def plan(opened: OpenedImage, spec: RenderSpec) -> Plan:
     windows = tuple(window_size(ratio, width, height) for ratio in spec.ratios)
     # The reduction a whole-picture output would use: no ratio's window is longer than the
     # picture, so every ratio decodes at this reduction or a finer one, and usually this one.
-    # It needs no margin for detail: the saliency reads a copy of 192 px and the faces one of
-    # 320 px.
-    saliency_factor = reduction(opened, needed_scale((width, height), spec.max_side), 1.0)
-    # Each ratio at the largest reduction still covering its own output (1/4 and 1/8 with a
-    # margin); `resample.restore_detail` then makes up the detail the reduction softened, for
-    # a tenth of the cost of a finer decode (ADR 0003).
+    saliency_factor = reduction(opened, needed_scale((width, height), spec.max_side))
+    # Each ratio at the largest reduction still covering its own output (ADR 0003 says why not
+    # finer: keeping a full decode's detail would cost 1.7 times the render time).
     factors = tuple(reduction(opened, needed_scale(window, spec.max_side)) for window in windows)
     decode = max(decode_cost(opened, factor) for factor in {saliency_factor, *factors})
     # Beside the decode: one canvas per scale (whole picture at that scale) and each output
@@ -75,9 +72,7 @@ def plan(opened: OpenedImage, spec: RenderSpec) -> Plan:
         canvases[scale] = (math.floor(width * scale) + 1) * (math.floor(height * scale) + 1)
         outputs += (math.floor(window[0] * scale) + 1) * (math.floor(window[1] * scale) + 1)
     # 4 bytes per pixel; an output also has its encoded bytes (at most about 1 per pixel).
-    # The detail restoration (`resample.restore_detail`) copies one canvas at a time.
-    canvas_pixels = sum(canvases.values()) + max(canvases.values())
-    cost = decode + 4 * canvas_pixels + 5 * outputs
+    cost = decode + 4 * sum(canvases.values()) + 5 * outputs
     if any(window != (width, height) for window in windows):
         cost += DETECTION_BYTES
     return Plan(saliency_factor, factors, windows, cost)
