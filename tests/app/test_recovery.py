@@ -78,7 +78,10 @@ def test_sigkilled_worker_items_come_back_within_the_worker_timeout(
     write_photos(tmp_path / "src", 6, size=(2400, 1800))
     flags = ("--worker-timeout-seconds", str(TIMEOUT_SECONDS))
     recovery = measure_recovery(cli, inspect, tmp_path / "src", *flags)
-    print(f"recovery: released after {recovery.released:.1f} s, claimed again after {recovery.reclaimed:.1f} s")
+    print(
+        f"recovery: released after {recovery.released:.1f} s,"
+        f" claimed again after {recovery.reclaimed:.1f} s"
+    )
     batch = inspect.leases.item(recovery.item).group_id  # type: ignore[union-attr]
     reasons = [e.reason for e in inspect.leases.events(batch, item_id=recovery.item)]
     assert WORKER_LOST in reasons

@@ -36,8 +36,10 @@ def test_registry_lists_alive_workers_and_their_leases(manager: LeaseManager) ->
         {"host": "h", "pid": 7},
         2,
     )
-    assert w1.seen_seconds_ago is not None and w1.seen_seconds_ago < 5
-    assert w1.oldest_lease_started_at is not None and w1.started_at is not None
+    assert w1.seen_seconds_ago is not None
+    assert w1.seen_seconds_ago < 5
+    assert w1.oldest_lease_started_at is not None
+    assert w1.started_at is not None
     assert (stranger.id, stranger.status, stranger.leases_held) == ("stranger", "unregistered", 1)
     assert stranger.last_seen_at is None
     assert [w.leases_held for w in manager.workers(group_id)] == [2, 1]
