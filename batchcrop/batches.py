@@ -362,7 +362,8 @@ class BatchService:
     def _manifests(
         self, item_ids: Sequence[str], spec: RenderSpec
     ) -> dict[str, list[dict[str, Any]]]:
-        """Manifest rows of these items by item id (one query), in the batch's ratio order."""
+        """Manifest rows of these items by item id (one query), in the batch's ratio order and
+        each ratio's in its format order."""
         by_item: dict[str, list[dict[str, Any]]] = {}
         if not item_ids:
             return by_item
@@ -370,8 +371,14 @@ class BatchService:
             for row in conn.execute(queries.derivatives_of(item_ids)).mappings():
                 by_item.setdefault(str(row["item_id"]), []).append(dict(row))
         order = {str(ratio): n for n, ratio in enumerate(spec.ratios)}
+        formats = {name: n for n, name in enumerate(spec.formats)}
         for rows in by_item.values():
-            rows.sort(key=lambda row: order.get(row["ratio"], len(order)))
+            rows.sort(
+                key=lambda row: (
+                    order.get(row["ratio"], len(order)),
+                    formats.get(row["format"], len(formats)),
+                )
+            )
         return by_item
 
     def events(

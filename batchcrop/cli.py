@@ -19,7 +19,13 @@ from batchcrop.batches import (
     NoSuchBatch,
 )
 from batchcrop.crop.budget import return_freed_pixels_promptly
-from batchcrop.crop.spec import MAX_SIDE_PX_DEFAULT, QUALITY_DEFAULT, RATIOS_DEFAULT
+from batchcrop.crop.spec import (
+    FORMAT_NAMES,
+    FORMATS_DEFAULT,
+    MAX_SIDE_PX_DEFAULT,
+    QUALITY_DEFAULT,
+    RATIOS_DEFAULT,
+)
 from batchcrop.exit_codes import Exit
 from batchcrop.logs import configure as configure_logs
 from batchcrop.settings import (
@@ -128,7 +134,17 @@ def _render_flags(p: argparse.ArgumentParser) -> None:
         type=int,
         help=f"longest output side in pixels (default {MAX_SIDE_PX_DEFAULT})",
     )
-    g.add_argument("--quality", type=int, help=f"JPEG quality 1-100 (default {QUALITY_DEFAULT})")
+    g.add_argument(
+        "--quality",
+        type=int,
+        help=f"quality 1-100 on the JPEG scale, the same look in every format "
+        f"(default {QUALITY_DEFAULT})",
+    )
+    g.add_argument(
+        "--formats",
+        help=f"comma-separated output formats among {','.join(FORMAT_NAMES)} "
+        f"(default {','.join(FORMATS_DEFAULT)}); one derivative per ratio and format",
+    )
     g.add_argument(
         "--deadline",
         default=f"{DEADLINE_SECONDS / 3600:g}h",

@@ -103,6 +103,8 @@ class Derivative:
     bytes: int
     sha256: str
     crop_box: tuple[int, int, int, int]
+    format: str = "jpeg"
+    """The output format (`jpeg`, `webp`, `avif`): one derivative per (ratio, format)."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,7 @@ class DerivativeDocument:
     batches submitted before stores were recorded)."""
 
     ratio: str
+    format: str
     key: str
     location: str | None
     width: int

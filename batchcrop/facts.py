@@ -1,11 +1,12 @@
 """The facts stored with each derivative (docs/design.md §5), and what a taken key's facts say.
 
 Every derivative is written with its facts as user metadata (S3 `x-amz-meta-*`; on a local folder
-a file beside it): the source's sha256, the ratio, the variant, the crop box, the JPEG's width and
-height, its byte count, and the writer. The store adds the bytes' sha256. When a write finds its
-key taken by other bytes, the stored object's facts decide: the same source, ratio and variant
-mean the same derivative rendered elsewhere (another CPU's SIMD rounding), and the stored object
-stands for it in the manifest; anything else is a `derivative_conflict`.
+a file beside it): the source's sha256, the ratio, the format, the variant, the crop box, the
+image's width and height, its byte count, and the writer. The store adds the bytes' sha256. When a
+write finds its key taken by other bytes, the stored object's facts decide: the same source,
+ratio, format and variant mean the same derivative rendered elsewhere (another CPU's SIMD
+rounding), and the stored object stands for it in the manifest; anything else is a
+`derivative_conflict`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from storage import ObjectInfo
 
 SOURCE_SHA256 = "source-sha256"
 RATIO = "ratio"
+FORMAT = "format"
+"""Absent from JPEG derivatives written before formats existed: read as `jpeg`."""
 VARIANT = "variant"
 CROP_BOX = "crop-box"
 WIDTH = "width"
@@ -31,6 +34,7 @@ def derivative_facts(source_sha256: str, variant: str, rendition: Rendition) -> 
     return {
         SOURCE_SHA256: source_sha256,
         RATIO: str(rendition.ratio),
+        FORMAT: rendition.format,
         VARIANT: variant,
         CROP_BOX: ",".join(str(v) for v in rendition.crop_box),
         WIDTH: str(rendition.width),
@@ -41,11 +45,16 @@ def derivative_facts(source_sha256: str, variant: str, rendition: Rendition) -> 
 
 
 def stored_derivative(
-    existing: ObjectInfo | None, *, source_sha256: str, ratio: str, variant: str
+    existing: ObjectInfo | None,
+    *,
+    source_sha256: str,
+    ratio: str,
+    variant: str,
+    output: str = "jpeg",
 ) -> Derivative | None:
     """The manifest row of the stored object `existing`, if its facts say batchcrop wrote it for
-    this source, ratio and variant; None when they name others, are missing or malformed, or do
-    not describe the object (its size), or the store knows no sha256 for it."""
+    this source, ratio, variant and output format; None when they name others, are missing or
+    malformed, or do not describe the object (its size), or the store knows no sha256 for it."""
     if existing is None or existing.sha256 is None:
         return None
     facts = existing.metadata
@@ -55,7 +64,7 @@ def stored_derivative(
         source_sha256,
         ratio,
         variant,
-    ):
+    ) or facts.get(FORMAT, "jpeg") != output:
         return None
     try:
         width, height, size = (int(facts[name]) for name in (WIDTH, HEIGHT, BYTES))
@@ -66,6 +75,7 @@ def stored_derivative(
         return None
     return Derivative(
         ratio=ratio,
+        format=output,
         key=existing.key,
         width=width,
         height=height,

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from batchcrop.batches import payload_focus
-from batchcrop.crop import MemoryBudget, RenderSpec, Rendition, render, variant_of
+from batchcrop.crop import FORMATS, MemoryBudget, RenderSpec, Rendition, render, variant_of
 from batchcrop.documents import Derivative
 from batchcrop.errors import Category, PermanentItemError, TransientItemError
 from batchcrop.facts import derivative_facts, stored_derivative
@@ -32,7 +32,8 @@ from storage import (
     StorageUnavailable,
 )
 
-DERIVATIVE_CONTENT_TYPE = "image/jpeg"
+DERIVATIVE_CONTENT_TYPE = FORMATS["jpeg"].media_type
+"""A JPEG derivative's type; each format has its own (`FORMATS[name].media_type`)."""
 
 
 class Interruption(Exception):
@@ -58,8 +59,10 @@ class DeadlinePassed(Interruption):
 
 
 def derivative_key(source_sha256: str, rendition: Rendition, variant: str) -> str:
-    """docs/design.md §5: `derivatives/{source_sha256}/{rw}x{rh}-{variant}.jpg`."""
-    return f"derivatives/{source_sha256}/{rendition.ratio.key}-{variant}.jpg"
+    """docs/design.md §5: `derivatives/{source_sha256}/{rw}x{rh}-{variant}.{ext}` (`jpg`,
+    `webp`, `avif`); `variant` is the rendition's format's (`variant_of(..., output=...)`)."""
+    extension = FORMATS[rendition.format].extension
+    return f"derivatives/{source_sha256}/{rendition.ratio.key}-{variant}.{extension}"
 
 
 def read_source(sources: SourceReader, source: str, *, max_bytes: int) -> bytes:
@@ -90,12 +93,16 @@ def store_rendition(
         store.put_if_absent(
             key,
             rendition.data,
-            content_type=DERIVATIVE_CONTENT_TYPE,
+            content_type=FORMATS[rendition.format].media_type,
             metadata=derivative_facts(source_sha256, variant, rendition),
         )
     except ObjectConflict as exc:
         stored = stored_derivative(
-            exc.existing, source_sha256=source_sha256, ratio=ratio, variant=variant
+            exc.existing,
+            source_sha256=source_sha256,
+            ratio=ratio,
+            variant=variant,
+            output=rendition.format,
         )
         if stored is None:
             raise PermanentItemError(str(exc), category=Category.DERIVATIVE_CONFLICT) from exc
@@ -106,6 +113,7 @@ def store_rendition(
         raise TransientItemError(str(exc), category=Category.STORAGE_UNAVAILABLE) from exc
     return Derivative(
         ratio=ratio,
+        format=rendition.format,
         key=key,
         width=rendition.width,
         height=rendition.height,
@@ -150,10 +158,11 @@ class Attempt:
             corr=claim.correlation_id,
             ratios=len(renditions),
         )
-        variant = variant_of(self.spec, focus)
+        variants = {name: variant_of(self.spec, focus, name) for name in self.spec.formats}
         manifest: list[Derivative] = []
         for rendition in renditions:
             self.checkpoint(heartbeat)
+            variant = variants[rendition.format]
             key = derivative_key(source_sha256, rendition, variant)
             derivative = store_rendition(
                 self.store, key, rendition, source_sha256=source_sha256, variant=variant
@@ -164,6 +173,7 @@ class Attempt:
                 attempt=claim.attempt,
                 corr=claim.correlation_id,
                 ratio=str(rendition.ratio),
+                format=rendition.format,
                 bytes=len(rendition.data),
             )
             if derivative.sha256 != rendition.sha256:
@@ -175,6 +185,7 @@ class Attempt:
                     attempt=claim.attempt,
                     corr=claim.correlation_id,
                     ratio=str(rendition.ratio),
+                    format=rendition.format,
                     key=key,
                     ours=rendition.sha256,
                     stored=derivative.sha256,

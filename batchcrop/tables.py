@@ -29,6 +29,8 @@ derivatives = sa.Table(
     metadata,
     sa.Column("item_id", sa.String(36), primary_key=True),
     sa.Column("ratio", sa.String(16), primary_key=True),
+    # One row per (item, ratio, format); rows written before formats existed are JPEG's.
+    sa.Column("format", sa.String(8), primary_key=True, server_default="jpeg"),
     sa.Column("batch_id", sa.String(36), nullable=False),
     sa.Column("key", sa.String(1024), nullable=False),
     sa.Column("width", sa.Integer, nullable=False),

@@ -18,11 +18,19 @@ from fastapi import APIRouter, Path, Query
 from PIL import Image
 from starlette.responses import Response
 
+from batchcrop.api.models import FormatName
 from batchcrop.api.problems import Problem
 from batchcrop.api.requests import path_id
 from batchcrop.api.routes import PROBLEM_RESPONSE, PROBLEM_RESPONSES
 from batchcrop.app import App
-from batchcrop.crop import MAX_SOURCE_PIXELS, BudgetBusy, CropError, MemoryBudget, Ratio
+from batchcrop.crop import (
+    FORMATS,
+    MAX_SOURCE_PIXELS,
+    BudgetBusy,
+    CropError,
+    MemoryBudget,
+    Ratio,
+)
 from batchcrop.crop.budget import reserved
 from batchcrop.crop.decode import decode_cost, decode_rgb, open_image, reduction
 from storage import (
@@ -70,12 +78,23 @@ _SOURCE_SIZE_HEADERS = {
 _JPEG_CONTENT: dict[str, Any] = {
     JPEG_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}
 }
+_DERIVATIVE_CONTENT: dict[str, Any] = {
+    output.media_type: {"schema": {"type": "string", "format": "binary"}}
+    for output in FORMATS.values()
+}
 
 RatioPath = Annotated[
     str,
     Path(
         max_length=13,
         description="the ratio with `x` for `:` (16:9 ⇒ `16x9`), one of the batch's ratios",
+    ),
+]
+FormatQuery = Annotated[
+    FormatName | None,
+    Query(
+        alias="format",
+        description="the derivative's format, one of the batch's (default: its first)",
     ),
 ]
 MaxSide = Annotated[
@@ -145,13 +164,18 @@ def ratio_text(path_ratio: str) -> str:
     raise Problem(404, "no derivative for this ratio (write 16:9 as 16x9)", slug="not-found")
 
 
-def _derivative_key(app: App, batch_id: str, item_id: str, path_ratio: str) -> str:
+def _derivative_key(
+    app: App, batch_id: str, item_id: str, path_ratio: str, output: str | None
+) -> tuple[str, str]:
+    """(key, format) of the item's derivative for the ratio, in `output` or else the first of
+    the batch's formats (the item document lists each ratio's formats in the batch's order)."""
     wanted = ratio_text(path_ratio)
     item = app.batches.item(batch_id, item_id)
     for derivative in item["derivatives"]:
-        if derivative["ratio"] == wanted:
-            return str(derivative["key"])
-    raise Problem(404, f"this item has no {wanted} derivative", slug="not-found")
+        if derivative["ratio"] == wanted and output in {None, derivative["format"]}:
+            return str(derivative["key"]), str(derivative["format"])
+    named = wanted if output is None else f"{wanted} {output}"
+    raise Problem(404, f"this item has no {named} derivative", slug="not-found")
 
 
 def _read_derivative(store: ObjectStore, key: str, *, max_bytes: int) -> bytes:
@@ -255,16 +279,24 @@ def media_router(app: App) -> APIRouter:
     @router.get(
         "/{batch_id}/items/{item_id}/derivatives/{ratio}",
         response_class=Response,
-        responses={200: {"content": _JPEG_CONTENT, "description": "the derivative's bytes"}},
+        responses={
+            200: {
+                "content": _DERIVATIVE_CONTENT,
+                "description": "the derivative's bytes, with its format's media type",
+            }
+        },
     )
-    def derivative(batch_id: str, item_id: str, ratio: RatioPath) -> Response:
-        """The stored bytes of the item's derivative for `ratio` (`16x9` for 16:9), read from the
-        batch's own store."""
+    def derivative(
+        batch_id: str, item_id: str, ratio: RatioPath, output: FormatQuery = None
+    ) -> Response:
+        """The stored bytes of the item's derivative for `ratio` (`16x9` for 16:9) in `format`
+        (default: the batch's first), with that format's media type, read from the batch's own
+        store."""
         batch_id, item_id = path_id(batch_id, what="batch"), path_id(item_id, what="item")
-        key = _derivative_key(app, batch_id, item_id, ratio)
+        key, name = _derivative_key(app, batch_id, item_id, ratio, output)
         store = stores.get(app.batches.batch(batch_id).store)
         data = _read_derivative(store, key, max_bytes=max_bytes)
         headers = {"Cache-Control": f"private, max-age={DERIVATIVE_CACHE_SECONDS}, immutable"}
-        return Response(data, media_type=JPEG_MEDIA_TYPE, headers=headers)
+        return Response(data, media_type=FORMATS[name].media_type, headers=headers)
 
     return router

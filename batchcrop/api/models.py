@@ -10,12 +10,14 @@ Response models only document the contract in OpenAPI; the endpoints return the 
 from __future__ import annotations
 
 import unicodedata
-from typing import Annotated, Literal
+from typing import Annotated, Literal, cast
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, WithJsonSchema
 
 from batchcrop.batches import FOCUS_PX_MAX, focus_box
 from batchcrop.crop.spec import (
+    FORMAT_NAMES,
+    FORMATS_DEFAULT,
     MAX_SIDE_PX_DEFAULT,
     MAX_SIDE_PX_MAX,
     MAX_SIDE_PX_MIN,
@@ -104,6 +106,10 @@ FocusBox = Annotated[
 ]
 
 
+FormatName = Literal["jpeg", "webp", "avif"]
+"""An output format (`batchcrop.crop.spec.FORMAT_NAMES`)."""
+
+
 class ItemBody(_Strict):
     """One source image: a path under an allowed root or `s3://bucket/key`, a caller ref, and
     optionally where the product is (`focus_box`)."""
@@ -121,7 +127,22 @@ class BatchBody(_Strict):
         default_factory=lambda: list(RATIOS_DEFAULT)
     )
     max_side: Annotated[int, Field(ge=MAX_SIDE_PX_MIN, le=MAX_SIDE_PX_MAX)] = MAX_SIDE_PX_DEFAULT
-    quality: Annotated[int, Field(ge=QUALITY_MIN, le=QUALITY_MAX)] = QUALITY_DEFAULT
+    quality: Annotated[
+        int,
+        Field(
+            ge=QUALITY_MIN,
+            le=QUALITY_MAX,
+            description="on the JPEG scale; WebP and AVIF are encoded to look the same",
+        ),
+    ] = QUALITY_DEFAULT
+    formats: Annotated[
+        list[FormatName],
+        Field(
+            min_length=1,
+            max_length=len(FORMAT_NAMES),
+            description="output formats, distinct: one derivative per ratio and format",
+        ),
+    ] = Field(default_factory=lambda: [cast("FormatName", name) for name in FORMATS_DEFAULT])
     deadline_seconds: Seconds = DEADLINE_SECONDS
     max_attempts: Annotated[int, Field(ge=1, le=MAX_ATTEMPTS_MAX)] = MAX_ATTEMPTS
 
@@ -155,6 +176,7 @@ class StatusDocument(BaseModel):
     ratios: list[str]
     max_side: int
     quality: int
+    formats: list[FormatName]
     total: int
     counts: Annotated[
         dict[StateName, int],

@@ -1,4 +1,5 @@
-"""Smart crop engine: source bytes in, one smart-cropped, resized, encoded JPEG per ratio out.
+"""Smart crop engine: source bytes in, one smart-cropped, resized, encoded image per ratio and
+output format (JPEG, WebP, AVIF) out.
 
 Pure functions, no storage and no database. See `render` for the pipeline and
 `docs/adr/0003-saliency-window-crop.md` for how windows are chosen.
@@ -6,6 +7,7 @@ Pure functions, no storage and no database. See `render` for the pipeline and
 
 from batchcrop.crop.budget import MIB, BudgetBusy, MemoryBudget
 from batchcrop.crop.decode import IMAGE_SUFFIXES, MAX_SOURCE_PIXELS
+from batchcrop.crop.encode import FORMATS, OutputFormat
 from batchcrop.crop.errors import CropError, ImageTooLarge, InvalidImage, UnsupportedImage
 from batchcrop.crop.render import render
 from batchcrop.crop.spec import RATIOS_DEFAULT, Ratio, RenderSpec, Rendition, SpecError
@@ -13,6 +15,7 @@ from batchcrop.crop.variant import ALGORITHM_VERSION, variant_of
 
 __all__ = [
     "ALGORITHM_VERSION",
+    "FORMATS",
     "IMAGE_SUFFIXES",
     "MAX_SOURCE_PIXELS",
     "MIB",
@@ -22,6 +25,7 @@ __all__ = [
     "ImageTooLarge",
     "InvalidImage",
     "MemoryBudget",
+    "OutputFormat",
     "Ratio",
     "RenderSpec",
     "Rendition",

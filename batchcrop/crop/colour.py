@@ -1,7 +1,7 @@
 """Convert any decoded Pillow mode to 8-bit RGB without the classic mistakes.
 
 - Transparency is flattened onto white by its alpha, so the (often black) colour stored under
-  fully transparent pixels never shows.
+  fully transparent pixels never shows; or, for outputs that keep it (WebP, AVIF), kept as RGBA.
 - 16-bit and 32-bit grayscale is rescaled from 0..65535, not clipped at 255 (which turns it white).
 - CMYK, RGB and grey pixels go through their embedded ICC profile to sRGB (LittleCMS, relative
   colorimetric for RGB and grey, perceptual for CMYK); untagged or sRGB-tagged pixels are sRGB.
@@ -32,13 +32,22 @@ _ALPHA_MODES = frozenset({"RGBA", "RGBa", "LA", "La", "PA"})
 _REFUSED_MODES = frozenset({"F"})
 
 
-def to_rgb(image: Image.Image) -> Image.Image:
+def has_alpha(image: Image.Image) -> bool:
+    """Whether `image` (opened) has an alpha channel or palette/colour-key transparency."""
+    return image.mode in _ALPHA_MODES or "transparency" in image.info
+
+
+def to_rgb(image: Image.Image, *, keep_alpha: bool = False) -> Image.Image:
     """Return `image` (loaded) as mode RGB in sRGB; raise UnsupportedImage for modes with no
     conversion. An embedded CMYK, RGB or grey ICC profile is honoured (untagged pixels are sRGB;
-    a CMYK image without a usable profile gets Pillow's naive conversion)."""
+    a CMYK image without a usable profile gets Pillow's naive conversion). With `keep_alpha`, an
+    image with transparency (`has_alpha`) is returned as RGBA instead, its colour converted the
+    same way and its alpha unchanged."""
     convert = _transform_to_srgb(image.info.get("icc_profile") or b"")
     # The pixels the profile describes: "RGB", "L" or "CMYK" (None: untagged or sRGB).
     reads = None if convert is None else convert.input_mode
+    if keep_alpha and has_alpha(image) and image.mode not in _REFUSED_MODES:
+        return _with_alpha(image, convert, reads)
     if image.mode == "CMYK":
         if convert is not None and reads == "CMYK":
             return convert.apply(image)
@@ -99,6 +108,22 @@ def _as_rgb(image: Image.Image) -> Image.Image:
         return image.convert("RGB")
     except ValueError as exc:
         raise UnsupportedImage(f"image mode {mode} is not supported") from exc
+
+
+def _with_alpha(
+    image: Image.Image, convert: ImageCms.ImageCmsTransform | None, reads: str | None
+) -> Image.Image:
+    try:
+        rgba = image.convert("RGBA")
+    except ValueError as exc:
+        raise UnsupportedImage(f"image mode {image.mode} is not supported") from exc
+    if convert is None or reads not in {"RGB", "L"}:
+        return rgba
+    if reads == "L" and image.mode not in GREY_MODES:
+        return rgba  # a grey profile on colour pixels is not applied (as in `to_rgb`)
+    colour = convert.apply(rgba.convert(reads))
+    colour.putalpha(rgba.getchannel("A"))
+    return colour
 
 
 def _strips(image: Image.Image) -> Iterator[tuple[int, int]]:

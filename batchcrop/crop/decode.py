@@ -100,16 +100,27 @@ def open_image(data: bytes, max_pixels: int) -> OpenedImage:
     return OpenedImage(image=image, orientation=orientation, size=(width, height))
 
 
-def reduction(opened: OpenedImage, scale: float) -> int:
+COARSE_REDUCTION_MARGIN = 1.5
+"""A 1/4 or 1/8 DCT reduction is used only when it decodes at least this many pixels per output
+pixel: below that its coarse, blocky scaling aliases, and no sharpening undoes it (ADR 0003)."""
+
+
+def reduction(opened: OpenedImage, scale: float, margin: float = COARSE_REDUCTION_MARGIN) -> int:
     """The DCT reduction (1, 2, 4 or 8) a decode at `scale` uses: for a JPEG the largest whose
-    result still covers `scale` of the source (as Pillow's `draft` picks it); 1 otherwise."""
+    result still covers `scale` of the source (as Pillow's `draft` picks it), 1/4 and 1/8 only
+    with `margin` to spare (1.0 where sharpness does not matter); 1 otherwise."""
     image = opened.image
     if scale >= 1.0 or image.format not in _DCT_FORMATS:
         return 1
     stored_w, stored_h = image.size
     wanted = (max(1, math.ceil(stored_w * scale)), max(1, math.ceil(stored_h * scale)))
-    room = min(stored_w // wanted[0], stored_h // wanted[1])
-    return next(factor for factor in (8, 4, 2, 1) if factor <= room)
+    room = min(stored_w / wanted[0], stored_h / wanted[1])
+    return next(
+        factor
+        for factor in (8, 4, 2, 1)
+        if factor <= room / (margin if factor >= 4 else 1.0)
+        and factor <= min(stored_w // wanted[0], stored_h // wanted[1])
+    )
 
 
 def decode_cost(opened: OpenedImage, factor: int) -> int:
@@ -138,9 +149,10 @@ def decode_cost(opened: OpenedImage, factor: int) -> int:
     return pixels * (stored + converted + turned + 1) + decoder + _COST_OVERHEAD_BYTES
 
 
-def decode_rgb(opened: OpenedImage, factor: int) -> Image.Image:
+def decode_rgb(opened: OpenedImage, factor: int, *, keep_alpha: bool = False) -> Image.Image:
     """Decode once, reduced `factor` times by the JPEG's DCT (see `reduction`; other formats
-    decode whole), upright, as mode RGB.
+    decode whole), upright, as mode RGB (RGBA with `keep_alpha` when the image has transparency:
+    `colour.to_rgb`).
 
     An `OpenedImage` decodes once: open the bytes again for another factor. Raise
     `InvalidImage` for truncated/corrupt data and `UnsupportedImage` for a mode that has no
@@ -156,7 +168,7 @@ def decode_rgb(opened: OpenedImage, factor: int) -> Image.Image:
         raise ImageTooLarge("image dimensions exceed the decompression limit") from exc
     except _DECODE_ERRORS as exc:
         raise InvalidImage(f"corrupt or truncated image data: {type(exc).__name__}") from exc
-    rgb = to_rgb(image)
+    rgb = to_rgb(image, keep_alpha=keep_alpha)
     transpose = _TRANSPOSE.get(opened.orientation)
     return rgb if transpose is None else rgb.transpose(transpose)
 

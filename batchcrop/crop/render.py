@@ -1,26 +1,29 @@
-"""`render`: one source's bytes in, one encoded JPEG per ratio out.
+"""`render`: one source's bytes in, one encoded image per ratio and output format out.
 
 Each output is a function of the source bytes, its own ratio and the render settings only, never
 of the other ratios asked for with it (docs/design.md §6, determinism). Saliency comes from the
 decode a whole-picture output would use (source and `max_side` alone); each ratio is resampled
 with Lanczos from a decode whose DCT reduction depends on that ratio alone, decoding once per
 distinct reduction, and cut from a canvas that depends on its scale alone (`resample`); every
-output is encoded baseline JPEG, 1-channel for grey sources. Deterministic: same bytes + ratio +
-spec + libraries ⇒ same output bytes and crop box. Thread-safe: no shared mutable state; the
-heavy steps (decode, resize, encode) run inside Pillow, which releases the GIL.
+output is encoded once per format asked for (`encode`): baseline JPEG, WebP, AVIF, 1-channel
+for grey sources. The resampled pixels are shared by the formats, except that a source with
+transparency is resampled a second time with its alpha for the formats that keep it (WebP, AVIF),
+so that its JPEG is the same pixels whether or not other formats were asked for. Deterministic:
+same bytes + ratio + format + spec + libraries ⇒ same output bytes and crop box. Thread-safe: no
+shared mutable state; the heavy steps (decode, resize, encode) run inside Pillow, which releases
+the GIL.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import math
 from dataclasses import dataclass
 
 from PIL import Image
 
 from batchcrop.crop.budget import MemoryBudget, reserved
-from batchcrop.crop.colour import GREY_MODES
+from batchcrop.crop.colour import GREY_MODES, has_alpha
 from batchcrop.crop.decode import (
     MAX_SOURCE_PIXELS,
     OpenedImage,
@@ -29,6 +32,7 @@ from batchcrop.crop.decode import (
     open_image,
     reduction,
 )
+from batchcrop.crop.encode import FORMATS, encode
 from batchcrop.crop.errors import InvalidFocus
 from batchcrop.crop.faces import DETECTION_BYTES, find_faces, keep_box
 from batchcrop.crop.resample import Cut, resample_all
@@ -36,9 +40,9 @@ from batchcrop.crop.saliency import saliency_map, small_copy
 from batchcrop.crop.spec import Ratio, RenderSpec, Rendition
 from batchcrop.crop.window import Box, needed_scale, output_size, place_window, window_size
 
-JPEG_SUBSAMPLING = "4:2:0"
-JPEG_OPTIMIZE = True
-"""Optimised Huffman tables: ~12 % smaller files for ~2 ms per 1200 px output; deterministic."""
+AVIF_ENCODER_BYTES_PER_PIXEL = 24
+"""libaom's working memory while it encodes one output (frame buffers, look-ahead, statistics),
+per output pixel: its peak measured 13 bytes per pixel on a 1200x900 noise picture at speed 9."""
 
 
 @dataclass(frozen=True)
@@ -58,9 +62,12 @@ def plan(opened: OpenedImage, spec: RenderSpec) -> Plan:
     windows = tuple(window_size(ratio, width, height) for ratio in spec.ratios)
     # The reduction a whole-picture output would use: no ratio's window is longer than the
     # picture, so every ratio decodes at this reduction or a finer one, and usually this one.
-    saliency_factor = reduction(opened, needed_scale((width, height), spec.max_side))
-    # Each ratio at the largest reduction still covering its own output (ADR 0003 says why not
-    # finer: keeping a full decode's detail would cost 1.7 times the render time).
+    # It needs no margin for detail: the saliency reads a copy of 192 px and the faces one of
+    # 320 px.
+    saliency_factor = reduction(opened, needed_scale((width, height), spec.max_side), 1.0)
+    # Each ratio at the largest reduction still covering its own output (1/4 and 1/8 with a
+    # margin); `resample.restore_detail` then makes up the detail the reduction softened, for
+    # a tenth of the cost of a finer decode (ADR 0003).
     factors = tuple(reduction(opened, needed_scale(window, spec.max_side)) for window in windows)
     decode = max(decode_cost(opened, factor) for factor in {saliency_factor, *factors})
     # Beside the decode: one canvas per scale (whole picture at that scale) and each output
@@ -71,8 +78,18 @@ def plan(opened: OpenedImage, spec: RenderSpec) -> Plan:
         scale = needed_scale(window, spec.max_side)
         canvases[scale] = (math.floor(width * scale) + 1) * (math.floor(height * scale) + 1)
         outputs += (math.floor(window[0] * scale) + 1) * (math.floor(window[1] * scale) + 1)
-    # 4 bytes per pixel; an output also has its encoded bytes (at most about 1 per pixel).
-    cost = decode + 4 * sum(canvases.values()) + 5 * outputs
+    # 4 bytes per pixel; an output also has its encoded bytes (at most about 1 per pixel) in
+    # each format, and AVIF's encoder its working memory for the largest output, one at a time.
+    # The detail restoration (`resample.restore_detail`) copies one canvas at a time.
+    canvas_pixels = sum(canvases.values()) + max(canvases.values())
+    cost = decode + 4 * canvas_pixels + (4 + len(spec.formats)) * outputs
+    if "avif" in spec.formats:
+        largest = max(
+            (math.floor(w * needed_scale((w, h), spec.max_side)) + 1)
+            * (math.floor(h * needed_scale((w, h), spec.max_side)) + 1)
+            for w, h in windows
+        )
+        cost += AVIF_ENCODER_BYTES_PER_PIXEL * largest
     if any(window != (width, height) for window in windows):
         cost += DETECTION_BYTES
     return Plan(saliency_factor, factors, windows, cost)
@@ -86,7 +103,8 @@ def render(
     max_pixels: int = MAX_SOURCE_PIXELS,
     budget: MemoryBudget | None = None,
 ) -> list[Rendition]:
-    """Render every ratio of `spec` from the image `data`, in `spec.ratios` order.
+    """Render every ratio of `spec` from the image `data` in every format of `spec.formats`:
+    ratio by ratio in `spec.ratios` order, each ratio's formats in `spec.formats` order.
 
     `focus` is the item's focus box `(left, top, right, bottom)` in upright source pixels (after
     EXIF orientation, as `crop_box`): each window contains it when it can and is centred on it
@@ -125,12 +143,17 @@ def _render(
 ) -> list[Rendition]:
     size = opened.size
     grey = opened.image.mode in GREY_MODES
+    # The formats encoded from the flattened (RGB) pixels, and those from RGBA pixels: the ones
+    # keeping transparency, when the source has some.
+    alpha = has_alpha(opened.image)
+    flat = tuple(f for f in spec.formats if not (alpha and FORMATS[f].keeps_alpha))
+    kept_alpha = tuple(f for f in spec.formats if alpha and FORMATS[f].keeps_alpha)
     unused = [opened]
 
-    def decode(factor: int) -> Image.Image:
+    def decode(factor: int, *, keep_alpha: bool = False) -> Image.Image:
         # An opened image decodes once: the first decode uses it, later ones open the bytes again.
         fresh = unused.pop() if unused else open_image(data, max_pixels)
-        return decode_rgb(fresh, factor)
+        return decode_rgb(fresh, factor, keep_alpha=keep_alpha)
 
     boxes = [(0, 0, *size)] * len(decodes.windows)
     kept: Image.Image | None = None  # the saliency decode, when some ratio uses it too
@@ -148,32 +171,43 @@ def _render(
             )
             for window in decodes.windows
         ]
-        if decodes.saliency_factor in decodes.factors:
+        if decodes.saliency_factor in decodes.factors and flat:
             kept = picture
         del picture
-    renditions: dict[int, Rendition] = {}
+    renditions: dict[tuple[int, str], Rendition] = {}
     # The kept saliency decode first, so that only one decode is ever alive.
     first = decodes.saliency_factor if kept is not None else None
     for factor in sorted(set(decodes.factors), key=lambda f: (f != first, f)):
-        picture = kept if kept is not None and factor == first else decode(factor)
-        kept = None
         members = [i for i, f in enumerate(decodes.factors) if f == factor]
-        scale = (picture.width / size[0], picture.height / size[1])
-        cuts = []
-        for index in members:
-            box = boxes[index]
-            available = ((box[2] - box[0]) * scale[0], (box[3] - box[1]) * scale[1])
-            cuts.append(Cut(box, output_size(spec.ratios[index], available, spec.max_side)))
-        for index, (image, box) in zip(members, resample_all(picture, cuts, size), strict=True):
-            # A grey source's three channels are equal: L keeps every value.
-            output = image.convert("L") if grey else image
-            renditions[index] = _encoded(spec.ratios[index], output, box, spec.quality)
-        del picture
-    return [renditions[index] for index in range(len(spec.ratios))]
+        for formats, keep_alpha in ((flat, False), (kept_alpha, True)):
+            if not formats:
+                continue
+            if kept is not None and factor == first and not keep_alpha:
+                picture = kept
+            else:
+                picture = decode(factor, keep_alpha=keep_alpha)
+            kept = None
+            scale = (picture.width / size[0], picture.height / size[1])
+            cuts = []
+            for index in members:
+                box = boxes[index]
+                available = ((box[2] - box[0]) * scale[0], (box[3] - box[1]) * scale[1])
+                cuts.append(Cut(box, output_size(spec.ratios[index], available, spec.max_side)))
+            pictures = resample_all(picture, cuts, size)
+            del picture
+            for index, (image, box) in zip(members, pictures, strict=True):
+                # A grey source's three channels are equal: L keeps every value.
+                output = image.convert("L") if grey and image.mode == "RGB" else image
+                for name in formats:
+                    renditions[index, name] = _encoded(
+                        spec.ratios[index], output, box, spec.quality, name
+                    )
+            del pictures
+    return [renditions[index, name] for index in range(len(spec.ratios)) for name in spec.formats]
 
 
-def _encoded(ratio: Ratio, image: Image.Image, box: Box, quality: int) -> Rendition:
-    encoded = encode_jpeg(image, quality)
+def _encoded(ratio: Ratio, image: Image.Image, box: Box, quality: int, name: str) -> Rendition:
+    encoded = encode(image, name, quality)
     return Rendition(
         ratio=ratio,
         data=encoded,
@@ -181,18 +215,5 @@ def _encoded(ratio: Ratio, image: Image.Image, box: Box, quality: int) -> Rendit
         height=image.height,
         sha256=hashlib.sha256(encoded).hexdigest(),
         crop_box=box,
+        format=name,
     )
-
-
-def encode_jpeg(image: Image.Image, quality: int) -> bytes:
-    """Baseline (non-progressive) JPEG, no metadata; the same pixels always give the same bytes."""
-    buffer = io.BytesIO()
-    image.save(
-        buffer,
-        format="JPEG",
-        quality=quality,
-        optimize=JPEG_OPTIMIZE,
-        progressive=False,
-        subsampling=JPEG_SUBSAMPLING,
-    )
-    return buffer.getvalue()

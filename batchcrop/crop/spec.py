@@ -22,6 +22,9 @@ QUALITY_DEFAULT = 85
 QUALITY_MIN = 1
 QUALITY_MAX = 100
 RATIOS_DEFAULT = ("1:1", "4:3", "16:9", "3:4")
+FORMAT_NAMES = ("jpeg", "webp", "avif")
+"""The output formats a request may ask for (`batchcrop/crop/encode.py` encodes them)."""
+FORMATS_DEFAULT = ("jpeg",)
 FINGERPRINTED_ALWAYS = ("ratios", "max_side", "quality")
 """The first release's fields: idempotency fingerprints always hash them (see `fingerprinted`)."""
 
@@ -74,7 +77,8 @@ class SpecError(ValueError):
 
 @dataclass(frozen=True)
 class RenderSpec:
-    """The derivatives wanted per source: ratios (in output order), longest side, JPEG quality.
+    """The derivatives wanted per source: ratios (in output order), longest side, quality (on
+    the JPEG scale, the same visual quality in every format) and output formats (in output order).
 
     Its record (`to_record`) is what a batch stores, what the status document shows and what
     the idempotency fingerprint hashes; a field added here reaches all three by itself.
@@ -83,6 +87,7 @@ class RenderSpec:
     ratios: tuple[Ratio, ...]
     max_side: int = MAX_SIDE_PX_DEFAULT
     quality: int = QUALITY_DEFAULT
+    formats: tuple[str, ...] = FORMATS_DEFAULT
 
     def __post_init__(self) -> None:
         if not isinstance(self.ratios, tuple) or not all(
@@ -97,6 +102,13 @@ class RenderSpec:
             raise ValueError("ratios must be distinct")
         _check_whole("max_side", self.max_side, MAX_SIDE_PX_MIN, MAX_SIDE_PX_MAX)
         _check_whole("quality", self.quality, QUALITY_MIN, QUALITY_MAX)
+        if not isinstance(self.formats, tuple) or not 1 <= len(self.formats) <= len(FORMAT_NAMES):
+            raise ValueError(f"formats must hold 1..{len(FORMAT_NAMES)} formats")
+        for name in self.formats:
+            if name not in FORMAT_NAMES:
+                raise ValueError(f"formats: {name!r} is not one of {', '.join(FORMAT_NAMES)}")
+        if len(set(self.formats)) != len(self.formats):
+            raise ValueError("formats must be distinct")
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -108,13 +120,16 @@ class RenderSpec:
         """The one factory for user input (CLI and API): raise `SpecError` naming the field.
 
         `values` maps field names to raw values; absent or None fields take their defaults.
-        `ratios` is a sequence of `"16:9"` texts or one comma-separated text.
+        `ratios` is a sequence of `"16:9"` texts or one comma-separated text; so is `formats`
+        (`"jpeg,webp"`).
         """
         given = {name: values[name] for name in cls.field_names() if values.get(name) is not None}
         raw_ratios = given.pop("ratios", RATIOS_DEFAULT)
         if isinstance(raw_ratios, str):
             raw_ratios = [r for r in raw_ratios.split(",") if r.strip()]
         given["ratios"] = _parse_ratios(raw_ratios)
+        if "formats" in given:
+            given["formats"] = _parse_formats(given["formats"])
         try:
             return cls(**given)
         except ValueError as exc:
@@ -126,6 +141,7 @@ class RenderSpec:
         """The public fields as JSON values (ratios as `"16:9"` texts), in declaration order."""
         record: dict[str, Any] = {name: getattr(self, name) for name in self.field_names()}
         record["ratios"] = [str(r) for r in self.ratios]
+        record["formats"] = list(self.formats)
         return record
 
     def fingerprinted(self) -> dict[str, Any]:
@@ -135,7 +151,10 @@ class RenderSpec:
         request that does not use it keeps the fingerprint it had before the field existed (an
         idempotency key in flight across an upgrade still matches its batch).
         """
-        defaults = {f.name: f.default for f in fields(self)}
+        defaults = {
+            f.name: list(f.default) if isinstance(f.default, tuple) else f.default
+            for f in fields(self)
+        }
         return {
             name: value
             for name, value in self.to_record().items()
@@ -162,11 +181,26 @@ def _parse_ratios(texts: Sequence[Any]) -> tuple[Ratio, ...]:
     return tuple(ratios)
 
 
+def _parse_formats(raw: Any) -> tuple[str, ...]:
+    if isinstance(raw, str):
+        raw = [name for name in raw.split(",") if name.strip()]
+    if not isinstance(raw, Sequence):
+        raise SpecError("formats", "formats must be a list of texts such as jpeg")
+    names = []
+    for index, name in enumerate(raw):
+        if not isinstance(name, str):
+            raise SpecError(
+                f"formats[{index}]", f"format must be a text such as webp, got {name!r}"
+            )
+        names.append(name.strip().lower())
+    return tuple(names)
+
+
 @dataclass(frozen=True)
 class Rendition:
-    """One encoded derivative.
+    """One encoded derivative: one ratio in one format (`FORMAT_NAMES`).
 
-    `width`/`height` are the JPEG's pixels; `crop_box` is `(left, top, right, bottom)` in source
+    `width`/`height` are the image's pixels; `crop_box` is `(left, top, right, bottom)` in source
     pixels after EXIF orientation (right/bottom exclusive); `sha256` is the hex digest of `data`.
     """
 
@@ -176,6 +210,7 @@ class Rendition:
     height: int
     sha256: str
     crop_box: tuple[int, int, int, int]
+    format: str = "jpeg"
 
 
 def _check_whole(name: str, value: int, low: int, high: int) -> None:

@@ -14,6 +14,7 @@ import numpy as np
 import PIL
 from PIL import features
 
+from batchcrop.crop.encode import encoder_settings
 from batchcrop.crop.spec import RenderSpec
 from batchcrop.crop.window import Box
 
@@ -38,16 +39,21 @@ def _library_versions() -> str:
     )
 
 
-def variant_of(spec: RenderSpec, focus: Box | None = None) -> str:
-    """A 12-hex-digit hash of max side, quality, format, algorithm, library versions and the
-    item's focus box when it has one.
+def variant_of(spec: RenderSpec, focus: Box | None = None, output: str = "jpeg") -> str:
+    """A 12-hex-digit hash of max side, quality, the output format's encoder settings, algorithm,
+    library versions and the item's focus box when it has one.
 
-    The ratios are not part of it: the key names the ratio separately. Pure and thread-safe.
+    The ratios and the other formats asked for are not part of it: the key names the ratio and
+    the format's extension separately. A JPEG's variant is the one JPEG derivatives always had;
+    another format adds its encoder settings and library versions (`encoder_settings`). Pure
+    and thread-safe.
     """
     text = (
         f"max_side={spec.max_side};quality={spec.quality};format={OUTPUT_FORMAT};"
         f"algorithm={ALGORITHM_VERSION};{_library_versions()}"
     )
+    if output != "jpeg":
+        text += f";output={encoder_settings(output, spec.quality)}"
     if focus is not None:
         text += ";focus={},{},{},{}".format(*focus)
     return hashlib.sha256(text.encode()).hexdigest()[:VARIANT_HEX_CHARS]

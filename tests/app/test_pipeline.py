@@ -364,6 +364,7 @@ def test_derivatives_are_stored_with_their_type_and_facts(
         facts = {
             "source-sha256": hashlib.sha256(sources[0].read_bytes()).hexdigest(),
             "ratio": row["ratio"],
+            "format": "jpeg",
             "variant": variant_of(_request(sources).spec),
             "crop-box": row["crop_box"],
             "width": str(row["width"]),
@@ -446,6 +447,7 @@ def test_a_key_holding_the_same_derivative_in_other_bytes_succeeds_with_the_stor
     derivatives = {d["ratio"]: d for d in item["derivatives"]}
     assert derivatives.pop(str(ours.ratio)) == {
         "ratio": str(ours.ratio),
+        "format": "jpeg",
         "key": key,
         "location": f"{store.url}/{key}",
         "width": theirs.width,
@@ -465,6 +467,7 @@ def test_a_key_holding_the_same_derivative_in_other_bytes_succeeds_with_the_stor
         "attempt": 1,
         "corr": differs["corr"],
         "ratio": str(ours.ratio),
+        "format": "jpeg",
         "key": key,
         "ours": ours.sha256,
         "stored": theirs.sha256,

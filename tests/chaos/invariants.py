@@ -165,17 +165,19 @@ def check_counts(audit: Audit, app: App, batch_id: str, items: list[ItemRow]) ->
 def check_manifest(
     audit: Audit, app: App, batch_id: str, items: list[ItemRow]
 ) -> list[dict[str, Any]]:
-    """Invariant 4: a succeeded item has one manifest row per ratio; no other item has any."""
-    ratios = {str(r) for r in app.batches.batch(batch_id).spec.ratios}
+    """Invariant 4: a succeeded item has one manifest row per ratio and format; no other item has
+    any."""
+    spec = app.batches.batch(batch_id).spec
+    wanted = {(str(r), name) for r in spec.ratios for name in spec.formats}
     rows = app.batches.manifest(batch_id)
     audit.manifest_rows += len(rows)
-    by_item: dict[str, set[str]] = defaultdict(set)
+    by_item: dict[str, set[tuple[str, str]]] = defaultdict(set)
     for row in rows:
-        by_item[str(row["item_id"])].add(str(row["ratio"]))
+        by_item[str(row["item_id"])].add((str(row["ratio"]), str(row["format"])))
     for item in items:
         have = by_item.get(item.id, set())
-        if item.state is State.SUCCEEDED and have != ratios:
-            audit.violate(f"item {item.id}: succeeded with manifest ratios {sorted(have)}")
+        if item.state is State.SUCCEEDED and have != wanted:
+            audit.violate(f"item {item.id}: succeeded with manifest rows {sorted(have)}")
         if item.state is not State.SUCCEEDED and have:
             audit.violate(f"item {item.id}: {item.state} but has manifest rows")
     return rows

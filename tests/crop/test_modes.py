@@ -153,10 +153,15 @@ def test_cmyk_with_icc_profile_uses_it() -> None:
 
 
 def test_progressive_jpeg_decodes_at_reduced_scale() -> None:
-    """A progressive JPEG is DCT-scaled on decode to the smallest size covering the request."""
+    """A progressive JPEG is DCT-scaled on decode to the smallest size covering the request
+    (1/4 and 1/8 with a margin of 1.5 for detail)."""
     data = encode(scene(1600, 1200, (700, 500, 900, 700)), "JPEG", progressive=True)
     opened = open_image(data, 10**8)
-    assert decode_rgb(opened, reduction(opened, 0.24)).size == (400, 300)
+    assert decode_rgb(opened, reduction(opened, 0.24)).size == (800, 600)
+    opened = open_image(data, 10**8)
+    assert decode_rgb(opened, reduction(opened, 0.16)).size == (400, 300)
+    opened = open_image(data, 10**8)
+    assert decode_rgb(opened, reduction(opened, 0.24, margin=1.0)).size == (400, 300)
     (rendition,) = render(data, RenderSpec((Ratio(1, 1),), max_side=200))
     assert decode(rendition.data).size == (200, 200)
 

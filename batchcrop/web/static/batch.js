@@ -63,7 +63,11 @@ function showStatus(fresh) {
         `${c.in_progress} in progress, ${c.queued} queued, ${c.retryable} retryable`,
     ),
     ...term("Ratios", status.ratios.join(", ")),
-    ...term("Output", `longest side ${status.max_side} px, JPEG quality ${status.quality}`),
+    ...term(
+      "Output",
+      `longest side ${status.max_side} px, quality ${status.quality}, ` +
+        (status.formats || ["jpeg"]).map((f) => f.toUpperCase()).join(", "),
+    ),
     ...(status.store ? term("Store", h("code", {}, status.store)) : []),
     ...term("Created", timeElement(status.created_at)),
     ...term("Last change", timeElement(status.updated_at)),

@@ -1,6 +1,7 @@
 // The contact sheet: one card per item, its source thumbnail with the crop box of every ratio
 // drawn over it (an SVG whose viewBox is the oriented source size, so `crop_box` in source
-// pixels is used as is and scales with the thumbnail), beside the derivatives themselves.
+// pixels is used as is and scales with the thumbnail), beside the derivatives themselves: one
+// picture per ratio (its first format), captioned with every format's size.
 
 import { h, loadImage, stateBadge, svg } from "./common.js";
 
@@ -11,6 +12,23 @@ const BOX_STYLES = 6;
 
 export function ratioPath(ratio) {
   return ratio.replace(":", "x");
+}
+
+const FORMAT_LABELS = { jpeg: "JPEG", webp: "WebP", avif: "AVIF" };
+
+// Bytes as the caption shows them: 12.3 KiB.
+export function sizeText(bytes) {
+  return bytes < 1024 ? `${bytes} B` : `${(bytes / 1024).toFixed(1)} KiB`;
+}
+
+// The item's derivatives grouped by ratio (the API lists each ratio's formats together).
+function byRatio(derivatives) {
+  const groups = new Map();
+  for (const derivative of derivatives) {
+    if (!groups.has(derivative.ratio)) groups.set(derivative.ratio, []);
+    groups.get(derivative.ratio).push(derivative);
+  }
+  return [...groups.values()];
 }
 
 function boxClass(index) {
@@ -25,7 +43,7 @@ function sourceFigure(batchId, item, ratios) {
     role: "img",
     preserveAspectRatio: "none",
     "aria-label": item.derivatives.length
-      ? `Crop boxes for ${item.derivatives.map((d) => d.ratio).join(", ")}`
+      ? `Crop boxes for ${byRatio(item.derivatives).map((g) => g[0].ratio).join(", ")}`
       : "No crop boxes: no derivatives yet",
   });
   const frame = h("div", { class: "frame" }, img, overlay);
@@ -37,7 +55,8 @@ function sourceFigure(batchId, item, ratios) {
       overlay.setAttribute("viewBox", `0 0 ${width} ${height}`);
       overlay.dataset.sourceWidth = width;
       overlay.dataset.sourceHeight = height;
-      for (const derivative of item.derivatives) {
+      // The formats of a ratio share its crop box: one box per ratio.
+      for (const [derivative] of byRatio(item.derivatives)) {
         const [left, top, right, bottom] = derivative.crop_box;
         const index = ratios.indexOf(derivative.ratio);
         overlay.append(
@@ -85,10 +104,12 @@ function sourceFigure(batchId, item, ratios) {
   );
 }
 
-function derivativeFigure(batchId, item, derivative, ratios) {
+function derivativeFigure(batchId, item, formats, ratios) {
+  const [derivative] = formats;
+  const format = derivative.format || "jpeg";
   const label = item.ref || item.id;
   const img = h("img", {
-    alt: `${derivative.ratio} derivative of ${label}, ${derivative.width} by ${derivative.height} pixels`,
+    alt: `${derivative.ratio} derivative of ${label}, ${derivative.width} by ${derivative.height} pixels, ${FORMAT_LABELS[format] || format}`,
     width: derivative.width,
     height: derivative.height,
     class: "derivative",
@@ -102,9 +123,21 @@ function derivativeFigure(batchId, item, derivative, ratios) {
       {},
       h("span", { class: `key-swatch ${boxClass(Math.max(0, ratios.indexOf(derivative.ratio)))}` }),
       `${derivative.ratio} · ${derivative.width}×${derivative.height}`,
+      h(
+        "ul",
+        { class: "formats", "aria-label": `${derivative.ratio} formats` },
+        formats.map((d) =>
+          h(
+            "li",
+            { "data-format": d.format || "jpeg", "data-bytes": d.bytes },
+            `${FORMAT_LABELS[d.format || "jpeg"] || d.format} ${sizeText(d.bytes)}`,
+          ),
+        ),
+      ),
     ),
   );
-  loadImage(`/v1/batches/${batchId}/items/${item.id}/derivatives/${ratioPath(derivative.ratio)}`)
+  const path = `/v1/batches/${batchId}/items/${item.id}/derivatives/${ratioPath(derivative.ratio)}`;
+  loadImage(`${path}?format=${encodeURIComponent(format)}`)
     .then(({ url }) => {
       img.src = url;
     })
@@ -118,8 +151,8 @@ function derivativeFigure(batchId, item, derivative, ratios) {
 
 // One <li> of the sheet for `item`; `ratios` is the batch's ratio list (box styles follow it).
 export function itemCard(batchId, item, ratios) {
-  const derivatives = [...item.derivatives].sort(
-    (a, b) => ratios.indexOf(a.ratio) - ratios.indexOf(b.ratio),
+  const groups = byRatio(item.derivatives).sort(
+    (a, b) => ratios.indexOf(a[0].ratio) - ratios.indexOf(b[0].ratio),
   );
   return h(
     "li",
@@ -128,7 +161,7 @@ export function itemCard(batchId, item, ratios) {
     h(
       "div",
       { class: "derivatives" },
-      derivatives.map((d) => derivativeFigure(batchId, item, d, ratios)),
+      groups.map((formats) => derivativeFigure(batchId, item, formats, ratios)),
     ),
   );
 }

@@ -1,0 +1,139 @@
+"""Output formats: JPEG, WebP and AVIF encoders, their settings and one quality scale for all three.
+
+A batch asks for one or more formats; each (ratio, format) is one derivative. The crop box and the
+resampled pixels are shared: the render resamples once and encodes once per format (a source with
+transparency is the exception, see `render`). `quality` is one number on the JPEG scale (1-100,
+default 85) that means the same visual quality in every format: WebP's and AVIF's own quality
+settings are read from `CALIBRATION`, measured with SSIMULACRA2 on real photographs
+(`bench/formats.py --calibrate`, docs/benchmarks.md).
+
+Every encoder is deterministic (same pixels, same settings, same libraries ⇒ same bytes) across
+runs and threads: AVIF is encoded with one encoder thread because libaom's multi-threaded encoder
+gives other bytes for other thread counts. Pure functions; Pillow releases the GIL while encoding.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+from dataclasses import dataclass
+from functools import cache
+
+from PIL import Image, features
+
+JPEG_SUBSAMPLING = "4:2:0"
+JPEG_OPTIMIZE = True
+"""Optimised Huffman tables: ~12 % smaller files for ~2 ms per 1200 px output; deterministic."""
+WEBP_METHOD = 1
+"""libwebp's effort (0-6): on the 12 MP benchmark's 1200 px outputs, method 1 encodes in 28 ms
+per output against 74 ms for the default 4, with 5 % fewer bytes at the same setting."""
+AVIF_CODEC = "aom"
+AVIF_SPEED = 9
+"""libaom's speed (0-10): 9 is its fastest setting that still searches (10 gives the same bytes
+here); 8 saves about 7 % of AVIF's bytes at four times the encode time. Even at 9 all three
+formats cost 2.5-3.2 times a JPEG-only render (docs/benchmarks.md), over the 2x aimed for."""
+AVIF_THREADS = 1
+"""libaom's bytes depend on its thread count at speeds below 9: one thread keeps them fixed."""
+AVIF_SUBSAMPLING = "4:2:0"
+
+
+@dataclass(frozen=True)
+class OutputFormat:
+    """One output format: its name in requests, key extension, media type and whether a source's
+    transparency is kept (else it is flattened onto white)."""
+
+    name: str
+    extension: str
+    media_type: str
+    keeps_alpha: bool
+
+
+JPEG = OutputFormat("jpeg", "jpg", "image/jpeg", keeps_alpha=False)
+WEBP = OutputFormat("webp", "webp", "image/webp", keeps_alpha=True)
+AVIF = OutputFormat("avif", "avif", "image/avif", keeps_alpha=True)
+FORMATS: dict[str, OutputFormat] = {f.name: f for f in (JPEG, WEBP, AVIF)}
+"""Every output format by name, in the order the documents list them."""
+
+CALIBRATION: tuple[tuple[int, int, int], ...] = (
+    (1, 1, 1),
+    (50, 49, 50),
+    (70, 79, 64),
+    (85, 93, 83),
+    (95, 100, 97),
+    (100, 100, 100),
+)
+"""(JPEG quality, WebP quality, AVIF quality) of equal mean SSIMULACRA2 on the real-photo set;
+qualities between two rows are interpolated linearly (`encoder_quality`)."""
+
+
+def encoder_quality(name: str, quality: int) -> int:
+    """The encoder's own quality setting for `quality` on the JPEG scale (1-100)."""
+    column = {"jpeg": 0, "webp": 1, "avif": 2}[name]
+    if column == 0:
+        return quality
+    for low, high in itertools.pairwise(CALIBRATION):
+        if low[0] <= quality <= high[0]:
+            span = high[0] - low[0]
+            step = (quality - low[0]) * (high[column] - low[column])
+            # Rounded half up in integers: the same setting on every machine.
+            return low[column] + (2 * step + span) // (2 * span)
+    raise ValueError(f"quality must be in 1..100, got {quality}")
+
+
+def encoder_settings(name: str, quality: int) -> str:
+    """Everything besides the pixels that decides the bytes of `name` at `quality`, as text for
+    the variant (`variant_of`): the encoder's settings and its libraries' versions."""
+    setting = encoder_quality(name, quality)
+    if name == "webp":
+        return f"webp-lossy-q{setting}-m{WEBP_METHOD}-alpha;webp={features.version('webp')}"
+    if name == "avif":
+        return (
+            f"avif-{AVIF_CODEC}-q{setting}-s{AVIF_SPEED}-t{AVIF_THREADS}-{AVIF_SUBSAMPLING}-alpha;"
+            f"{_avif_versions()}"
+        )
+    raise ValueError(f"no encoder settings text for {name!r}: JPEG's is the variant's own")
+
+
+@cache
+def _avif_versions() -> str:
+    from PIL import _avif  # noqa: PLC0415 - Pillow's private module: only when AVIF is asked for
+
+    return f"libavif={_avif.libavif_version};codecs={_avif.codec_versions()}"
+
+
+def encode(image: Image.Image, name: str, quality: int) -> bytes:
+    """`image` (L, RGB or, for WebP and AVIF, RGBA) encoded as `name` at `quality` on the JPEG
+    scale, without metadata; the same pixels always give the same bytes."""
+    if name == "jpeg":
+        return encode_jpeg(image, quality)
+    buffer = io.BytesIO()
+    setting = encoder_quality(name, quality)
+    if name == "webp":
+        image.save(buffer, format="WEBP", quality=setting, method=WEBP_METHOD, lossless=False)
+    elif name == "avif":
+        image.save(
+            buffer,
+            format="AVIF",
+            quality=setting,
+            speed=AVIF_SPEED,
+            codec=AVIF_CODEC,
+            max_threads=AVIF_THREADS,
+            subsampling=AVIF_SUBSAMPLING,
+        )
+    else:
+        raise ValueError(f"unknown output format {name!r}")
+    return buffer.getvalue()
+
+
+def encode_jpeg(image: Image.Image, quality: int) -> bytes:
+    """Baseline (non-progressive) JPEG, no metadata; the same pixels always give the same bytes."""
+    buffer = io.BytesIO()
+    image.save(
+        buffer,
+        format="JPEG",
+        quality=quality,
+        optimize=JPEG_OPTIMIZE,
+        progressive=False,
+        subsampling=JPEG_SUBSAMPLING,
+    )
+    return buffer.getvalue()
