@@ -4,7 +4,8 @@ For detailed 12 MP JPEGs (three generated scenes from bench/crop.py, two blurred
 each output's Laplacian energy is divided by the reference's: the full-size decode cropped to the
 same box, resized with Lanczos to the same size and encoded with the same JPEG settings. `gap`
 is the rule tried for the decode: at least `gap` times the output scale (the engine's rule is
-1.0, the largest DCT reduction still covering the output). Prints min and median ratio and the
+1.0: the largest DCT reduction still covering the output, 1/4 and 1/8 with a margin of 1.5,
+then `resample.restore_detail`). Prints min and median ratio and the
 median render time per image for each gap and max_side.
 
     .venv/bin/python bench/sharpness.py [--gaps 1.0,1.5,2.0] [--max-sides 800,1200,1800]
@@ -62,8 +63,8 @@ def sources() -> list[bytes]:
 def measure(data: list[bytes], gap: float, max_side: int) -> tuple[float, float, float]:
     """(min ratio, median ratio, median ms per image) with the decode rule `gap`."""
 
-    def with_gap(opened: OpenedImage, scale: float) -> int:
-        return reduction(opened, min(1.0, scale * gap))
+    def with_gap(opened: OpenedImage, scale: float, *margin: float) -> int:
+        return reduction(opened, min(1.0, scale * gap), *margin)
 
     RENDER.reduction = with_gap
     spec = RenderSpec(RATIOS, max_side=max_side)
