@@ -2,11 +2,11 @@
 
 The detector is OpenCV's frontal-face Haar cascade (`alt2`), shipped inside the
 `opencv-python-headless` wheel: nothing is downloaded, it runs on the CPU on a copy of at most
-320 px (about 40 ms on this project's 2-core benchmark machine; colour pictures without skin tones
-skip it), and it is deterministic (one OpenCV thread; each caller thread has its own classifier,
-which is not safe to share). Profile faces are left to the saliency's skin term: the profile
-cascade tripled the cost and found no more faces on the real-photo set. ADR 0003 says why this
-detector.
+320 px (about 40 ms on this project's 2-core benchmark machine for a whole copy; colour pictures
+search only around their skin-toned pixels, and skip it without them), and it is deterministic
+(one OpenCV thread; each caller thread has its own classifier, which is not safe to share).
+Profile faces are left to the saliency's skin term: the profile cascade tripled the cost and
+found no more faces on the real-photo set. ADR 0003 says why this detector.
 
 A face found is kept with room around it (`HEADROOM`, `CHIN_ROOM`, `SIDE_ROOM`, in face heights
 and widths), so a window that holds it does not put the head against its top edge; the window
@@ -40,6 +40,10 @@ FRONTAL_NEIGHBOURS = 4
 MIN_SKIN_FRACTION = 0.002
 """A colour picture with less skin-toned area than this has no face to look for: most catalogue
 pictures (products on a plain ground) skip the detector's cost."""
+
+SKIN_REACH = 0.5
+"""The search area reaches this fraction of the skin-toned extent (and at least two smallest
+faces) beyond it on every side: hair, a shaded cheek, a beard."""
 
 HEADROOM = 0.5
 CHIN_ROOM = 0.3
@@ -88,11 +92,17 @@ def find_faces(picture: Image.Image, size: tuple[int, int]) -> tuple[Box, ...]:
             (max(1, round(picture.width * scale)), max(1, round(picture.height * scale))),
             Image.Resampling.BOX,
         )
-    if min(small.size) < MIN_FACE_PX or not _may_show_skin(small):
+    area = _search_area(small) if min(small.size) >= MIN_FACE_PX else None
+    if area is None:
         return ()
     grey = cv2.equalizeHist(np.asarray(small.convert("L")))
-    side = MIN_FACE_PX
-    found = _detect(_classifier(), grey, side, FRONTAL_NEIGHBOURS)
+    left, top, right, bottom = area
+    found = [
+        (x0 + left, y0 + top, x1 + left, y1 + top)
+        for x0, y0, x1, y1 in _detect(
+            _classifier(), grey[top:bottom, left:right], MIN_FACE_PX, FRONTAL_NEIGHBOURS
+        )
+    ]
     to_source = (size[0] / grey.shape[1], size[1] / grey.shape[0])
     faces = [
         (
@@ -106,8 +116,11 @@ def find_faces(picture: Image.Image, size: tuple[int, int]) -> tuple[Box, ...]:
     return tuple(sorted(faces))
 
 
-def _may_show_skin(small: Image.Image) -> bool:
-    """Whether a picture has skin-toned area, or is grey (which says nothing either way)."""
+def _search_area(small: Image.Image) -> Box | None:
+    """Where faces can be in the detection copy: around its skin-toned pixels (a face's box
+    reaches past its skin by less than `SKIN_REACH` of the skin's extent), the whole copy for a
+    grey picture (which says nothing about skin), or None for a colour picture with too little
+    skin to hold a face. The search costs in proportion to the area."""
     ycc = np.asarray(small.convert("YCbCr"))
     luma, cb, cr = ycc[..., 0], ycc[..., 1], ycc[..., 2]
     if (
@@ -115,8 +128,20 @@ def _may_show_skin(small: Image.Image) -> bool:
         <= 2
         >= int(np.abs(cr.astype(np.int16) - 128).max())
     ):
-        return True  # grey
-    return float(skin_mask(luma, cb, cr).mean()) >= MIN_SKIN_FRACTION
+        return (0, 0, small.width, small.height)  # grey
+    skin = skin_mask(luma, cb, cr)
+    if float(skin.mean()) < MIN_SKIN_FRACTION:
+        return None
+    rows = np.flatnonzero(skin.any(axis=1))
+    cols = np.flatnonzero(skin.any(axis=0))
+    top, bottom, left, right = int(rows[0]), int(rows[-1]) + 1, int(cols[0]), int(cols[-1]) + 1
+    reach = max(2 * MIN_FACE_PX, round(SKIN_REACH * max(right - left, bottom - top)))
+    return (
+        max(0, left - reach),
+        max(0, top - reach),
+        min(small.width, right + reach),
+        min(small.height, bottom + reach),
+    )
 
 
 def _detect(
