@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
+import unicodedata
 import uuid
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -37,9 +39,21 @@ from leases import (
 from storage import canonical_store_url, object_url
 
 PAGE_LIMIT_MAX = 1000
+PRUNE_BATCH_ROWS = 500
+"""Manifest rows' items per retention transaction (a few rows each: one per ratio and format)."""
+PRUNE_PAUSE_SECONDS = 0.01
+"""The pause after each retention transaction, so that writers queued behind it get their turn."""
 IDEMPOTENCY_KEY_CHARS_MAX = 200
 """The width of `batchcrop_batches.idempotency_key`: a longer key cannot be stored."""
 PAGE_LIMIT_DEFAULT = 100
+
+
+@dataclass
+class PruneResult:
+    """What a prune deleted: batches, and rows of every table together."""
+
+    batches: int = 0
+    rows: int = 0
 
 
 class NoSuchBatch(BatchcropError):
@@ -142,12 +156,14 @@ class ItemRequest:
 
 @dataclass(frozen=True)
 class BatchRequest:
-    """Everything that defines a batch; two equal requests hash equal."""
+    """Everything that defines a batch; two equal requests hash equal. `label` is a human name
+    for tables and filters (`batches --label`)."""
 
     items: tuple[ItemRequest, ...]
     spec: RenderSpec
     deadline_seconds: float
     max_attempts: int
+    label: str | None = None
 
     def fingerprint(self) -> str:
         """sha256 over the canonical request, for idempotency checks.
@@ -160,6 +176,9 @@ class BatchRequest:
             "deadline_seconds": self.deadline_seconds,
             "max_attempts": self.max_attempts,
         }
+        if self.label is not None:
+            # Only when set: requests without a label keep the fingerprints they always had.
+            body["label"] = self.label
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
@@ -212,6 +231,7 @@ class BatchService:
             idempotency_key=idempotency_key,
             request_hash=fingerprint,
             store=store,
+            label=request.label,
         )
         try:
             # The batch row is written by the transaction that seals the group, so the batch
@@ -278,6 +298,30 @@ class BatchService:
             ) from exc
         return self.status(batch_id)
 
+    def prune(self, finished_before_seconds: float) -> PruneResult:
+        """Delete every batch whose items all ended at least `finished_before_seconds` ago: its
+        batch row, manifest, items, events and counters, in small transactions (docs/design.md
+        §4, retention). Stored objects are never touched. Safe to run from several processes
+        and to interrupt: a later run finishes what one left."""
+        result = PruneResult()
+        for batch_id in self.leases.finished_groups(finished_before_seconds):
+            with self.leases.if_finished(batch_id) as conn:
+                if conn is None:
+                    continue  # requeued since it was listed
+                # First the batch row: from here on the batch is gone for readers and requeue.
+                conn.execute(queries.delete_batch(batch_id))
+            deleted = PRUNE_BATCH_ROWS
+            while deleted == PRUNE_BATCH_ROWS:
+                with self.leases.transaction() as conn:
+                    deleted = conn.execute(
+                        queries.delete_derivatives(batch_id, PRUNE_BATCH_ROWS)
+                    ).rowcount
+                result.rows += deleted
+                time.sleep(PRUNE_PAUSE_SECONDS)
+            result.rows += self.leases.purge(batch_id)
+            result.batches += 1
+        return result
+
     # -- reading ---------------------------------------------------------------------------
 
     def batch(self, batch_id: str) -> Batch:
@@ -303,24 +347,29 @@ class BatchService:
         self,
         *,
         state: State | None = None,
+        label: str | None = None,
         cursor: str | None = None,
         limit: int = PAGE_LIMIT_DEFAULT,
     ) -> tuple[list[dict[str, Any]], str | None]:
-        """Status documents newest first, filtered by state; (page, next cursor)."""
+        """Status documents newest first, filtered by state and label; (page, next cursor)."""
         before = _cursor(cursor)
         limit = max(1, min(limit, PAGE_LIMIT_MAX))
         page: list[dict[str, Any]] = []
         while True:
             with self.leases.reading() as conn:
                 rows = list(
-                    conn.execute(queries.batch_page(before_seq=before, limit=limit)).mappings()
+                    conn.execute(
+                        queries.batch_page(before_seq=before, limit=limit, label=label)
+                    ).mappings()
                 )
             if not rows:
                 return page, None
             summaries = {s.id: s for s in self.leases.groups([r["id"] for r in rows])}
             for row in rows:
                 before = int(row["seq"])
-                summary = summaries[row["id"]]
+                summary = summaries.get(row["id"])
+                if summary is None:
+                    continue  # its group is being purged
                 if state is not None and batch_state(summary) is not state:
                     continue
                 page.append(
@@ -433,6 +482,7 @@ def _check_limits(request: BatchRequest) -> None:
     if not 1 <= request.max_attempts <= MAX_ATTEMPTS_MAX:
         raise ValueError(f"max_attempts must be in 1..{MAX_ATTEMPTS_MAX}")
     _check_deadline(request.deadline_seconds)
+    _check_label(request.label)
 
 
 def _check_deadline(seconds: float) -> None:
@@ -449,5 +499,26 @@ def _check_idempotency_key(key: str) -> None:
         )
 
 
+LABEL_CHARS_MAX = 200
+"""The width of `batchcrop_batches.label`."""
+
+
+def _check_label(label: str | None) -> None:
+    """A label the column can hold and a terminal can show (no control characters)."""
+    if label is None:
+        return
+    if not 1 <= len(label) <= LABEL_CHARS_MAX or any(
+        unicodedata.category(c) == "Cc" for c in label
+    ):
+        raise ValueError(
+            f"the label must be 1 to {LABEL_CHARS_MAX} characters, without control characters"
+        )
+
+
 def _batch(row: Any) -> Batch:
-    return Batch(id=str(row["id"]), spec=RenderSpec.from_record(row["spec"]), store=row["store"])
+    return Batch(
+        id=str(row["id"]),
+        spec=RenderSpec.from_record(row["spec"]),
+        store=row["store"],
+        label=row["label"],
+    )

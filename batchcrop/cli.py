@@ -159,6 +159,7 @@ def _render_flags(p: argparse.ArgumentParser) -> None:
         default=MAX_ATTEMPTS,
         help=f"attempts per item before it fails (default {MAX_ATTEMPTS})",
     )
+    g.add_argument("--label", help="a human label for the batch (listings, `batches --label`)")
 
 
 def _json_flag(p: argparse.ArgumentParser, what: str) -> None:
@@ -257,6 +258,7 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table
 
     p = sub.add_parser("batches", help="list batches, newest first")
     p.add_argument("--state", choices=commands.STATE_NAMES)
+    p.add_argument("--label", help="only batches with this label")
     _json_flag(p, "list")
     _database_flags(p)
     p.set_defaults(handler=commands.batches)
@@ -324,9 +326,28 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table
         help="BATCHCROP_ALLOWED_HOSTS: comma-separated Host names to answer besides loopback "
         "(with a token set: the only ones)",
     )
+    p.add_argument(
+        "--prune-finished-before",
+        metavar="D",
+        help="BATCHCROP_PRUNE_FINISHED_BEFORE: every hour, prune batches finished at least this "
+        "long ago, e.g. 30d (default: never)",
+    )
     _database_flags(p)
     _store_flags(p)
     p.set_defaults(handler=commands.serve)
+
+    p = sub.add_parser(
+        "prune", help="delete the rows of batches finished long ago (never stored objects)"
+    )
+    p.add_argument(
+        "--finished-before",
+        metavar="D",
+        required=True,
+        help="delete batches whose items all ended at least this long ago, e.g. 30d",
+    )
+    _json_flag(p, "result")
+    _database_flags(p)
+    p.set_defaults(handler=commands.prune)
 
     p = sub.add_parser("db", help="database maintenance")
     db = p.add_subparsers(dest="db_command", required=True, metavar="ACTION")

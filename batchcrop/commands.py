@@ -70,6 +70,7 @@ SETTING_FLAGS = (
     "api_token_file",
     "source_roots",
     "allowed_hosts",
+    "prune_finished_before",
 )
 
 
@@ -161,6 +162,7 @@ def _request(args: argparse.Namespace, reader: SourceReader) -> BatchRequest:
         spec=spec,
         deadline_seconds=deadline_seconds,
         max_attempts=args.max_attempts,
+        label=args.label,
     )
 
 
@@ -355,7 +357,9 @@ def batches(args: argparse.Namespace) -> int:
         documents: list[dict[str, Any]] = []
         cursor: str | None = None
         while True:
-            page, cursor = app.batches.list_batches(state=state, cursor=cursor, limit=500)
+            page, cursor = app.batches.list_batches(
+                state=state, label=args.label, cursor=cursor, limit=500
+            )
             documents.extend(page)
             if cursor is None:
                 break
@@ -459,6 +463,19 @@ def serve(args: argparse.Namespace) -> int:
 
     with opened(args) as app:
         return serve_api(app, host=args.host, port=args.port)
+
+
+def prune(args: argparse.Namespace) -> int:
+    """`batchcrop prune`: delete the rows of batches finished long enough ago."""
+    older_than = parse_duration(args.finished_before)
+    with opened(args) as app:
+        app.upgrade()
+        result = app.batches.prune(older_than)
+    if args.json:
+        _print_json({"batches": result.batches, "rows": result.rows})
+    else:
+        print(f"pruned {result.batches} batches ({result.rows} rows)")
+    return 0
 
 
 def db_upgrade(args: argparse.Namespace) -> int:

@@ -30,6 +30,7 @@ class Batch:
     id: str
     spec: RenderSpec
     store: str | None = None
+    label: str | None = None
 
 
 def batch_state(summary: GroupSummary) -> State:
@@ -87,6 +88,7 @@ def status_document(
         "terminal_reason": terminal_reason(state, summary),
         "poll_until": iso(summary.deadline_at + timedelta(seconds=poll_margin_seconds)),
         "store": batch.store,
+        "label": batch.label,
     }
 
 

@@ -17,6 +17,7 @@ def insert_batch(
     idempotency_key: str | None,
     request_hash: str,
     store: str | None,
+    label: str | None = None,
 ) -> sa.Insert:
     """Insert one batch row; a duplicate idempotency key fails on its unique index."""
     return batches.insert().values(
@@ -25,6 +26,7 @@ def insert_batch(
         idempotency_key=idempotency_key,
         request_hash=request_hash,
         store=store,
+        label=label,
     )
 
 
@@ -43,9 +45,12 @@ def batch_stores(batch_ids: Collection[str]) -> sa.Select[Any]:
     return sa.select(batches.c.id, batches.c.store).where(batches.c.id.in_(list(batch_ids)))
 
 
-def batch_page(*, before_seq: int | None, limit: int) -> sa.Select[Any]:
-    """Batches newest first, strictly older than `before_seq` when given."""
+def batch_page(*, before_seq: int | None, limit: int, label: str | None = None) -> sa.Select[Any]:
+    """Batches newest first, strictly older than `before_seq` when given, only those labelled
+    `label` when given."""
     query = sa.select(batches).order_by(batches.c.seq.desc()).limit(limit)
+    if label is not None:
+        query = query.where(batches.c.label == label)
     if before_seq is not None:
         query = query.where(batches.c.seq < before_seq)
     return query
@@ -65,6 +70,18 @@ def derivatives_of(item_ids: Collection[str]) -> sa.Select[Any]:
         .where(derivatives.c.item_id.in_(list(item_ids)))
         .order_by(derivatives.c.item_id, derivatives.c.ratio)
     )
+
+
+def delete_batch(batch_id: str) -> sa.Delete:
+    """Delete the batch row (retention: its group is finished and about to be purged)."""
+    return sa.delete(batches).where(batches.c.id == batch_id)
+
+
+def delete_derivatives(batch_id: str, limit: int) -> sa.Delete:
+    """Delete the manifest rows of at most `limit` rows' items of the batch (retention, in
+    small transactions: each item has a few rows, one per ratio and format)."""
+    picked = sa.select(derivatives.c.item_id).where(derivatives.c.batch_id == batch_id).limit(limit)
+    return sa.delete(derivatives).where(derivatives.c.item_id.in_(picked.scalar_subquery()))
 
 
 def derivatives_of_batch(batch_id: str) -> sa.Select[Any]:

@@ -91,6 +91,8 @@ def status_table(document: dict[str, Any]) -> Table:
     table = Table(title=literal(f"batch {document['id']}"), show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column()
+    if document.get("label"):
+        table.add_row("label", literal(document["label"]))
     table.add_row(
         "state",
         literal(
@@ -124,10 +126,10 @@ def print_status(document: dict[str, Any], *, out_dir: str | None = None) -> Non
 
 def print_batches(documents: Sequence[dict[str, Any]]) -> None:
     """One line per batch."""
-    table = Table("id", "state", "done/total", "failures", "created", "deadline")
+    table = Table("id", "label", "state", "done/total", "failures", "created", "deadline")
     for d in documents:
         failures = ", ".join(f"{k}: {v}" for k, v in d["failures"].items())
-        cells = (d["id"], d["state"], f"{_done(d)}/{d['total']}", failures)
+        cells = (d["id"], d.get("label"), d["state"], f"{_done(d)}/{d['total']}", failures)
         table.add_row(*map(literal, (*cells, d["created_at"], d["deadline_at"])))
     _console().print(table)
 

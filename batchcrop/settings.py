@@ -77,6 +77,8 @@ class Settings:
     api_token: str | None = None
     api_token_file: str | None = None
     allowed_hosts: tuple[str, ...] = field(default_factory=tuple)
+    prune_finished_before: float | None = None
+    """`serve` prunes batches finished at least this many seconds ago, every hour (off: None)."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -151,6 +153,8 @@ def _convert(name: str, raw: str) -> Any:
             return float(raw)
         except ValueError:
             raise SettingsError(f"{name} must be a number of seconds, got {raw!r}") from None
+    if name == "prune_finished_before":
+        return parse_duration(raw)
     if name in ("max_source_bytes", "decode_memory_mib"):
         unit = "bytes" if name == "max_source_bytes" else "MiB"
         try:

@@ -22,6 +22,9 @@ batches = sa.Table(
     # The canonical URL of the store its derivatives go to (docs/design.md §5); NULL for batches
     # submitted before stores were recorded, which any worker serves.
     sa.Column("store", sa.String(1100), nullable=True),
+    # A human label (docs/design.md §7), or NULL.
+    sa.Column("label", sa.String(200), nullable=True),
+    sa.Index("batchcrop_batches_label", "label"),
 )
 
 derivatives = sa.Table(

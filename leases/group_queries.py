@@ -83,6 +83,34 @@ def delete_group(group_id: str) -> Delete:
     return sa.delete(groups).where(groups.c.id == group_id)
 
 
+def finished_before(before_ms: int) -> sa.Select[tuple[str]]:
+    """Sealed groups every item of which is terminal, whose last transition (their newest
+    counter change, or their creation) is older than `before_ms` ago: what a purge may delete.
+    One probe of the unfinished-items index per group, and its few counter rows."""
+    unfinished = sa.exists().where(items.c.group_id == groups.c.id, state_in(UNFINISHED))
+    last_change = (
+        sa.select(sa.func.max(counters.c.updated_at))
+        .where(counters.c.group_id == groups.c.id)
+        .scalar_subquery()
+    )
+    cutoff = db_now_ms() - before_ms
+    return (
+        sa.select(groups.c.id)
+        .where(
+            groups.c.sealed,
+            sa.not_(unfinished),
+            groups.c.created_at <= cutoff,
+            sa.func.coalesce(last_change, groups.c.created_at) <= cutoff,
+        )
+        .order_by(groups.c.created_at)
+    )
+
+
+def has_unfinished(group_id: str) -> sa.Select[tuple[str]]:
+    """One unfinished item of the group, if any (a probe of the unfinished-items index)."""
+    return sa.select(items.c.id).where(items.c.group_id == group_id, state_in(UNFINISHED)).limit(1)
+
+
 def reopen_group(group_id: str, deadline_ms: int | None) -> Update:
     """Clear the cancel flag and, when given, set the deadline to now + `deadline_ms`."""
     values: dict[str, Any] = {"cancel_requested": False}

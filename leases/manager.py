@@ -48,6 +48,9 @@ COUNTER_SHARDS = 8
 # 0.1 s for a creation chunk) and the memory used on million-item groups.
 CREATE_BATCH_ROWS = 2000
 MOVE_BATCH_ROWS = 5000
+# Rows per purge DELETE (each its own transaction, a pause after each on SQLite): a purge must
+# never hold SQLite's write lock, or PostgreSQL's locks, long enough to delay a claim.
+PURGE_BATCH_ROWS = 2000
 # SQLite: the pause after each creation chunk. A writer that queued behind the chunk (about
 # 0.06 s) polls the lock every 25 ms or less by then, so it gets its turn in this gap.
 CREATE_PAUSE_SECONDS = 0.03
@@ -221,6 +224,53 @@ class LeaseManager(Reader):
                 db.execute(c, group_queries.delete_group_rows(schema.items, group_id))
                 db.execute(c, group_queries.delete_counters(group_id))
                 db.execute(c, group_queries.delete_group(group_id))
+
+    # --- retention ----------------------------------------------------------------------------
+
+    def finished_groups(self, older_than_seconds: float) -> list[str]:
+        """Ids of the groups whose items are all terminal and whose last transition is at least
+        `older_than_seconds` old (database time), oldest first: what `purge` may delete."""
+        with self._db.read() as c:
+            stmt = group_queries.finished_before(to_ms(older_than_seconds))
+            return [str(row.id) for row in self._db.rows(c, stmt)]
+
+    @contextlib.contextmanager
+    def if_finished(self, group_id: str) -> Iterator[sa.Connection | None]:
+        """A write transaction holding the group's row lock, yielded only while every item of
+        the group is terminal (else None): the caller's own rows about a finished group are
+        deleted there, safe from a concurrent requeue (which takes the same lock)."""
+        with self._db.write() as c:
+            yield c if self._finished(c, group_id) else None
+
+    def _finished(self, c: sa.Connection, group_id: str) -> bool:
+        locked = group_queries.group_row(group_id, lock=True)
+        if self._db.one(c, locked) is None:
+            return False
+        return self._db.one(c, group_queries.has_unfinished(group_id)) is None
+
+    def purge(self, group_id: str) -> int:
+        """Delete a finished group: its events, items, counters and row, `PURGE_BATCH_ROWS` per
+        transaction (each re-checks, under the group's row lock, that no item is unfinished: a
+        requeue takes the same lock, and stops the purge). Returns the rows deleted; 0 when the
+        group is gone or not finished. A purge cut short is completed by calling it again."""
+        db = self._db
+        total = 0
+        for table in (schema.events, schema.items):
+            deleted = PURGE_BATCH_ROWS
+            while deleted == PURGE_BATCH_ROWS:
+                with db.write() as c:
+                    if not self._finished(c, group_id):
+                        return total
+                    stmt = group_queries.delete_group_rows(table, group_id, PURGE_BATCH_ROWS)
+                    deleted = db.rowcount(c, stmt)
+                total += deleted
+                if db.dialect_name == "sqlite":
+                    time.sleep(CREATE_PAUSE_SECONDS)
+        with db.write() as c:
+            if self._finished(c, group_id):
+                total += db.rowcount(c, group_queries.delete_counters(group_id))
+                total += db.rowcount(c, group_queries.delete_group(group_id))
+        return total
 
     # --- worker side: claim, heartbeat, fenced transitions -----------------------------------
 

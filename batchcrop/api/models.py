@@ -80,6 +80,12 @@ SourceText = Annotated[
 RefText = Annotated[str, StringConstraints(max_length=REF_CHARS_MAX), AfterValidator(storable_text)]
 RatioText = Annotated[str, StringConstraints(min_length=1, max_length=RATIO_CHARS_MAX)]
 UuidText = Annotated[str, StringConstraints(pattern=UUID_PATTERN)]
+LABEL_CHARS_MAX = 200
+LabelText = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=LABEL_CHARS_MAX),
+    AfterValidator(storable_text),
+]
 Seconds = Annotated[float, Field(gt=0, le=DEADLINE_SECONDS_MAX)]
 
 
@@ -145,6 +151,9 @@ class BatchBody(_Strict):
     ] = Field(default_factory=lambda: [cast("FormatName", name) for name in FORMATS_DEFAULT])
     deadline_seconds: Seconds = DEADLINE_SECONDS
     max_attempts: Annotated[int, Field(ge=1, le=MAX_ATTEMPTS_MAX)] = MAX_ATTEMPTS
+    label: Annotated[
+        LabelText | None, Field(description="a human label, shown in listings and filterable")
+    ] = None
 
 
 def _requeueable_states() -> list[str]:
@@ -196,6 +205,7 @@ class StatusDocument(BaseModel):
             "recorded at submission; null for batches submitted before stores were recorded"
         ),
     ]
+    label: str | None
 
 
 class BatchPage(BaseModel):

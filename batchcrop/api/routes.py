@@ -74,12 +74,15 @@ def batch_router(app: App) -> APIRouter:
     @router.get("", response_model=models.BatchPage)
     def list_batches(
         state: Annotated[models.StateName | None, Query()] = None,
+        label: Annotated[
+            str | None, Query(max_length=models.LABEL_CHARS_MAX, description="only this label")
+        ] = None,
         cursor: Cursor = None,
         limit: Limit = PAGE_LIMIT_DEFAULT,
     ) -> Response:
-        """Status documents, newest first, optionally only those in `state`."""
+        """Status documents, newest first, optionally only those in `state` or with `label`."""
         page, next_cursor = app.batches.list_batches(
-            state=State(state) if state else None, cursor=cursor, limit=limit
+            state=State(state) if state else None, label=label, cursor=cursor, limit=limit
         )
         return json_response({"batches": page, "next_cursor": next_cursor})
 

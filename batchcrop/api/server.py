@@ -70,6 +70,39 @@ class Reaper(threading.Thread):
         self._stopping.set()
 
 
+PRUNE_INTERVAL_SECONDS = 3600.0
+
+
+class Pruner(threading.Thread):
+    """With `prune_finished_before` set, prunes finished batches every `PRUNE_INTERVAL_SECONDS`
+    (the first pass a minute after start) until `stop()`; a failed pass waits for the next."""
+
+    def __init__(self, app: App, finished_before_seconds: float) -> None:
+        super().__init__(name="batchcrop-pruner", daemon=True)
+        self.app = app
+        self.finished_before_seconds = finished_before_seconds
+        self._stopping = threading.Event()
+
+    def run(self) -> None:
+        delay = min(60.0, PRUNE_INTERVAL_SECONDS)
+        while not self._stopping.wait(delay):
+            delay = PRUNE_INTERVAL_SECONDS
+            try:
+                result = self.app.batches.prune(self.finished_before_seconds)
+            except DatabaseUnavailable as exc:
+                log_event("database_unavailable", level=logging.WARNING, error=type(exc).__name__)
+                continue
+            except Exception:
+                log.exception("prune pass failed")
+                continue
+            if result.batches:
+                log_event("pruned", batches=result.batches, rows=result.rows)
+
+    def stop(self) -> None:
+        """Ask the thread to finish after its current pass."""
+        self._stopping.set()
+
+
 def serve(app: App, *, host: str, port: int) -> int:
     """Run the API until SIGTERM/SIGINT; the exit code of `batchcrop serve`.
 
@@ -97,6 +130,10 @@ def serve(app: App, *, host: str, port: int) -> int:
     server = uvicorn.Server(config)
     reaper = Reaper(app)
     reaper.start()
+    pruner = None
+    if app.settings.prune_finished_before is not None:
+        pruner = Pruner(app, app.settings.prune_finished_before)
+        pruner.start()
     try:
         with _graceful_signals(server):
             server.run()
@@ -107,6 +144,8 @@ def serve(app: App, *, host: str, port: int) -> int:
     finally:
         reaper.stop()
         reaper.join()
+        if pruner is not None:
+            pruner.stop()
     return EXIT_OK
 
 
