@@ -70,6 +70,8 @@ SETTING_FLAGS = (
     "api_token_file",
     "source_roots",
     "allowed_hosts",
+    "notify_hosts",
+    "notify_retry_seconds",
 )
 
 
@@ -161,6 +163,7 @@ def _request(args: argparse.Namespace, reader: SourceReader) -> BatchRequest:
         spec=spec,
         deadline_seconds=deadline_seconds,
         max_attempts=args.max_attempts,
+        notify_url=getattr(args, "notify_url", None),
     )
 
 
@@ -229,6 +232,7 @@ def run(args: argparse.Namespace) -> int:
                 max_source_bytes=app.settings.max_source_bytes,
             ),
             trusted_sources=True,
+            deliver=False,
         )
         interrupted = threading.Event()
 
@@ -445,6 +449,17 @@ def requeue(args: argparse.Namespace) -> int:
         document = app.batches.requeue(
             args.batch, states=states, item_ids=args.item_ids, deadline_seconds=deadline
         )
+    if args.json:
+        _print_json(document)
+    else:
+        print_status(document)
+    return 0
+
+
+def redeliver(args: argparse.Namespace) -> int:
+    """`batchcrop redeliver`: a new delivery of the batch's latest completion callback."""
+    with opened(args) as app:
+        document = app.batches.redeliver(args.batch)
     if args.json:
         _print_json(document)
     else:

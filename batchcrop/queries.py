@@ -7,7 +7,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from batchcrop.tables import batches, derivatives
+from batchcrop.tables import batches, deliveries, derivatives
 
 
 def insert_batch(
@@ -17,6 +17,7 @@ def insert_batch(
     idempotency_key: str | None,
     request_hash: str,
     store: str | None,
+    notify_url: str | None = None,
 ) -> sa.Insert:
     """Insert one batch row; a duplicate idempotency key fails on its unique index."""
     return batches.insert().values(
@@ -25,6 +26,7 @@ def insert_batch(
         idempotency_key=idempotency_key,
         request_hash=request_hash,
         store=store,
+        notify_url=notify_url,
     )
 
 
@@ -70,3 +72,20 @@ def derivatives_of(item_ids: Collection[str]) -> sa.Select[Any]:
 def derivatives_of_batch(batch_id: str) -> sa.Select[Any]:
     """Every manifest row of a batch."""
     return sa.select(derivatives).where(derivatives.c.batch_id == batch_id)
+
+
+def insert_delivery(*, delivery_id: str, batch_id: str, notification_id: str) -> sa.Insert:
+    """One outbox row (its lease group is written beside it, in the same transaction)."""
+    return deliveries.insert().values(
+        id=delivery_id, batch_id=batch_id, notification_id=notification_id
+    )
+
+
+def deliveries_of(batch_id: str) -> sa.Select[Any]:
+    """A batch's deliveries, oldest first."""
+    return sa.select(deliveries).where(deliveries.c.batch_id == batch_id).order_by(deliveries.c.seq)
+
+
+def deliveries_among(delivery_ids: Collection[str]) -> sa.Select[Any]:
+    """The deliveries among these lease group ids."""
+    return sa.select(deliveries.c.id).where(deliveries.c.id.in_(list(delivery_ids)))

@@ -1,4 +1,5 @@
-"""The application's own tables, beside the lease engine's: batches and the manifest.
+"""The application's own tables, beside the lease engine's: batches, the manifest and the
+callback outbox.
 
 A batch's id is its lease group's id; its items, states and counters live in the lease engine.
 """
@@ -22,6 +23,24 @@ batches = sa.Table(
     # The canonical URL of the store its derivatives go to (docs/design.md §5); NULL for batches
     # submitted before stores were recorded, which any worker serves.
     sa.Column("store", sa.String(1100), nullable=True),
+    # Where the final status document is POSTed when the batch ends (docs/design.md §7,
+    # callbacks); NULL: no callback.
+    sa.Column("notify_url", sa.String(2048), nullable=True),
+)
+
+# The outbox: one row per delivery of a completion callback. A delivery is also a lease group
+# of one item with the same id (its attempts are that item's claims and transitions; ADR 0012),
+# written in the transaction that made the batch terminal. `notification_id` names the
+# notification (one per time the batch became terminal); redeliveries repeat it, and it is the
+# `Idempotency-Key` a receiver deduplicates on.
+deliveries = sa.Table(
+    "batchcrop_deliveries",
+    metadata,
+    sa.Column("seq", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True),
+    sa.Column("id", sa.String(36), nullable=False, unique=True),
+    sa.Column("batch_id", sa.String(36), nullable=False),
+    sa.Column("notification_id", sa.String(36), nullable=False),
+    sa.Index("batchcrop_deliveries_batch", "batch_id"),
 )
 
 derivatives = sa.Table(

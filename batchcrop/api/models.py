@@ -26,6 +26,7 @@ from batchcrop.crop.spec import (
     RATIOS_MAX_COUNT,
 )
 from batchcrop.documents import DerivativeDocument
+from batchcrop.notify import NOTIFY_URL_CHARS_MAX
 from batchcrop.settings import (
     DEADLINE_SECONDS,
     DEADLINE_SECONDS_MAX,
@@ -124,6 +125,14 @@ class BatchBody(_Strict):
     quality: Annotated[int, Field(ge=QUALITY_MIN, le=QUALITY_MAX)] = QUALITY_DEFAULT
     deadline_seconds: Seconds = DEADLINE_SECONDS
     max_attempts: Annotated[int, Field(ge=1, le=MAX_ATTEMPTS_MAX)] = MAX_ATTEMPTS
+    notify_url: Annotated[
+        str | None,
+        StringConstraints(min_length=1, max_length=NOTIFY_URL_CHARS_MAX),
+        Field(
+            description="POSTed the final status document, signed, when the batch ends; its "
+            "host must be listed in BATCHCROP_NOTIFY_HOSTS"
+        ),
+    ] = None
 
 
 def _requeueable_states() -> list[str]:
@@ -144,6 +153,19 @@ class RequeueBody(_Strict):
         Annotated[list[UuidText], Field(min_length=1, max_length=REQUEUE_ITEM_IDS_MAX)] | None
     ) = None
     deadline_seconds: Seconds | None = None
+
+
+class DeliveryDocument(BaseModel):
+    """One delivery of a completion callback (docs/design.md §7, callbacks)."""
+
+    id: str
+    notification_id: Annotated[str, Field(description="the Idempotency-Key sent")]
+    state: Annotated[StateName, Field(description="succeeded: delivered")]
+    attempts: int
+    reason: Annotated[
+        str | None, Field(description="why the last attempt failed: http_503, timeout, ...")
+    ]
+    updated_at: str
 
 
 class StatusDocument(BaseModel):
@@ -173,6 +195,13 @@ class StatusDocument(BaseModel):
             description="the store its derivatives go to (`s3://bucket/prefix` or `file:///dir`), "
             "recorded at submission; null for batches submitted before stores were recorded"
         ),
+    ]
+    notify_url: Annotated[
+        str | None, Field(description="where the final status document is POSTed, or null")
+    ]
+    deliveries: Annotated[
+        list[DeliveryDocument],
+        Field(description="the completion callback's deliveries, oldest first"),
     ]
 
 
@@ -219,6 +248,10 @@ class EventDocument(BaseModel):
     lease_token: str | None
     reason: str | None
     correlation_id: str | None
+    kind: Annotated[
+        Literal["item", "delivery"],
+        Field(description="delivery: a transition of a callback delivery (item_id is its id)"),
+    ]
 
 
 class EventPage(BaseModel):

@@ -63,4 +63,5 @@ def batch_request(body: BatchBody, sources: SourceReader) -> BatchRequest:
         spec=spec,
         deadline_seconds=body.deadline_seconds,
         max_attempts=body.max_attempts,
+        notify_url=body.notify_url,
     )
