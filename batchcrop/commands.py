@@ -29,6 +29,7 @@ from batchcrop.errors import BatchcropError
 from batchcrop.exit_codes import Exit
 from batchcrop.fleet import fleet_summary, worker_documents
 from batchcrop.logs import log_event
+from batchcrop.notify import NotifyUrlError
 from batchcrop.reporting import (
     print_batches,
     print_events,
@@ -172,7 +173,10 @@ def submit(args: argparse.Namespace) -> int:
     with opened(args) as app:
         app.upgrade()
         request = _request(args, app.source_reader(trusted=True))
-        document, _ = app.batches.submit(request, idempotency_key=args.idempotency_key)
+        try:
+            document, _ = app.batches.submit(request, idempotency_key=args.idempotency_key)
+        except NotifyUrlError as exc:
+            raise UsageError(f"--notify-url {exc}") from exc
     if args.json:
         _print_json(document)
     else:
