@@ -10,7 +10,9 @@ from batchcrop import migrations
 from batchcrop.attempts import Attempts
 from batchcrop.batches import BatchService
 from batchcrop.crop import IMAGE_SUFFIXES, MIB, MemoryBudget
+from batchcrop.logs import log_event
 from batchcrop.metrics import Metrics
+from batchcrop.notify import Deliverer, delivery_leases
 from batchcrop.settings import Settings
 from batchcrop.worker import Worker, WorkerOptions
 from leases import DatabaseUnavailable, LeaseManager, make_engine
@@ -76,15 +78,22 @@ class App:
             raise DatabaseUnavailable(f"database unreachable: {reason}") from exc
 
     def worker(
-        self, store: ObjectStore, options: WorkerOptions, *, trusted_sources: bool = False
+        self,
+        store: ObjectStore,
+        options: WorkerOptions,
+        *,
+        trusted_sources: bool = False,
+        deliver: bool = True,
     ) -> Worker:
-        """A worker wired to this app's database and the given store.
+        """A worker wired to this app's database and the given store; `deliver`: it also
+        delivers completion callbacks (not `run`, a one-shot job).
 
         Sources were confined when submitted through the API, but a path can change under a
         root afterwards (a swapped symlink): so with source roots configured, the worker checks
         them again at read time. `trusted_sources` is for `run`, whose operator named them.
         """
         return Worker(
+            deliverer=self.deliverer if deliver else None,
             leases=self.leases,
             batches=self.batches,
             attempts=Attempts(self.leases),
@@ -95,6 +104,26 @@ class App:
             metrics=self.metrics,
             options=options,
             decode_budget=self.decode_budget,
+        )
+
+    def deliverer(self, worker_id: str) -> Deliverer | None:
+        """The callback deliverer of a worker or `serve` (not started), or None when this
+        process has no `BATCHCROP_NOTIFY_SECRET`: its deliveries wait for a process that has."""
+        secret = self.settings.notify_secret
+        if secret is None:
+            log_event("callbacks_not_delivered_here", reason="no BATCHCROP_NOTIFY_SECRET")
+            return None
+        leases = delivery_leases(
+            self.engine,
+            retry_seconds=self.settings.notify_retry_seconds,
+            worker_timeout_seconds=self.settings.worker_timeout_seconds,
+        )
+        return Deliverer(
+            leases=leases,
+            open_deliveries=self.batches.open_deliveries,
+            secret=secret,
+            hosts=self.settings.notify_hosts,
+            worker_id=worker_id,
         )
 
     def close(self) -> None:
@@ -115,5 +144,8 @@ def build(settings: Settings) -> App:
         leases,
         poll_margin_seconds=settings.lease_seconds + settings.reaper_interval_seconds,
         store=settings.store,
+        notify_hosts=settings.notify_hosts,
     )
+    # Completion callbacks: the outbox row is written by the transaction that ends a batch.
+    leases.on_group_finished = batches.on_group_finished
     return App(settings=settings, engine=engine, leases=leases, batches=batches)

@@ -20,14 +20,17 @@ from batchcrop.crop.window import Box
 from batchcrop.documents import (
     Batch,
     batch_state,
+    delivery_document,
     event_document,
     item_document,
     status_document,
 )
 from batchcrop.errors import BatchcropError
+from batchcrop.notify import DELIVERY_MAX_ATTEMPTS, DELIVERY_WINDOW_SECONDS, check_notify_url
 from batchcrop.settings import DEADLINE_SECONDS_MAX, MAX_ATTEMPTS_MAX
 from leases import (
     REQUEUEABLE,
+    UNFINISHED,
     ConstraintViolation,
     GroupSummary,
     LeaseManager,
@@ -75,6 +78,11 @@ class NeedsNewDeadline(BatchcropError):
 
 class BadCursor(BatchcropError):
     """A pagination cursor that this server did not hand out."""
+
+
+class NothingToRedeliver(BatchcropError):
+    """A redelivery of a batch that has no callback, has not ended yet, or whose delivery is
+    still under way."""
 
 
 FOCUS_TERMS = ("left", "top", "right", "bottom")
@@ -164,13 +172,15 @@ class BatchRequest:
     deadline_seconds: float
     max_attempts: int
     label: str | None = None
+    notify_url: str | None = None
 
     def fingerprint(self) -> str:
         """sha256 over the canonical request, for idempotency checks.
 
-        The render request's record sits at the top level, beside the batch's own fields.
+        The render request's record sits at the top level, beside the batch's own fields;
+        `notify_url` only when set, so requests without one keep their fingerprints.
         """
-        body = {
+        body: dict[str, Any] = {
             "items": [i.fingerprinted() for i in self.items],
             **self.spec.fingerprinted(),
             "deadline_seconds": self.deadline_seconds,
@@ -179,6 +189,8 @@ class BatchRequest:
         if self.label is not None:
             # Only when set: requests without a label keep the fingerprints they always had.
             body["label"] = self.label
+        if self.notify_url is not None:
+            body["notify_url"] = self.notify_url
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
@@ -195,11 +207,17 @@ class BatchService:
     """Batch-level operations over the lease engine and the application tables."""
 
     def __init__(
-        self, leases: LeaseManager, *, poll_margin_seconds: float, store: str | None = None
+        self,
+        leases: LeaseManager,
+        *,
+        poll_margin_seconds: float,
+        store: str | None = None,
+        notify_hosts: tuple[str, ...] = (),
     ) -> None:
         self.leases = leases
         self.poll_margin_seconds = poll_margin_seconds
         self.store = store
+        self.notify_hosts = notify_hosts
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -216,6 +234,8 @@ class BatchService:
         if not request.items:
             raise EmptyBatch("a batch needs at least one source image")
         _check_limits(request)
+        if request.notify_url is not None:
+            check_notify_url(request.notify_url, self.notify_hosts)
         store = None if self.store is None else canonical_store_url(self.store)
         fingerprint = request.fingerprint()
         if idempotency_key is not None:
@@ -232,6 +252,7 @@ class BatchService:
             request_hash=fingerprint,
             store=store,
             label=request.label,
+            notify_url=request.notify_url,
         )
         try:
             # The batch row is written by the transaction that seals the group, so the batch
@@ -242,6 +263,7 @@ class BatchService:
                 max_attempts=request.max_attempts,
                 items=items,
                 on_seal=lambda conn: conn.execute(row),
+                notify_finish=request.notify_url is not None,
             )
         except ConstraintViolation:
             # Two submissions raced on one idempotency key: the loser returns the winner's batch.
@@ -300,11 +322,25 @@ class BatchService:
 
     def prune(self, finished_before_seconds: float) -> PruneResult:
         """Delete every batch whose items all ended at least `finished_before_seconds` ago: its
-        batch row, manifest, items, events and counters, in small transactions (docs/design.md
-        §4, retention). Stored objects are never touched. Safe to run from several processes
-        and to interrupt: a later run finishes what one left."""
+        batch row, manifest, items, events and counters, and its callback deliveries (outbox rows
+        and their lease groups), in small transactions (docs/design.md §4, retention). A batch
+        whose delivery is still under way, or ended less long ago, waits for a later run. Stored
+        objects are never touched. Safe to run from several processes and to interrupt: a later
+        run finishes what one left."""
         result = PruneResult()
-        for batch_id in self.leases.finished_groups(finished_before_seconds):
+        finished = self.leases.finished_groups(finished_before_seconds)
+        with self.leases.reading() as conn:
+            # Deliveries are lease groups too: each goes with its batch, never on its own.
+            delivery_groups = {
+                str(row.id) for row in conn.execute(queries.deliveries_among(finished))
+            }
+        for batch_id in finished:
+            if batch_id in delivery_groups:
+                continue
+            with self.leases.reading() as conn:
+                own = [str(row.id) for row in conn.execute(queries.deliveries_of(batch_id))]
+            if any(delivery not in delivery_groups for delivery in own):
+                continue  # a callback still under way, or delivered too recently
             with self.leases.if_finished(batch_id) as conn:
                 if conn is None:
                     continue  # requeued since it was listed
@@ -318,6 +354,10 @@ class BatchService:
                     ).rowcount
                 result.rows += deleted
                 time.sleep(PRUNE_PAUSE_SECONDS)
+            for delivery in own:
+                result.rows += self.leases.purge(delivery)
+            with self.leases.transaction() as conn:
+                result.rows += conn.execute(queries.delete_deliveries(batch_id)).rowcount
             result.rows += self.leases.purge(batch_id)
             result.batches += 1
         return result
@@ -332,6 +372,96 @@ class BatchService:
             raise NoSuchBatch(f"no batch {batch_id}")
         return _batch(row)
 
+    # -- completion callbacks (docs/design.md §7, callbacks; ADR 0012) ------------------------
+
+    def on_group_finished(self, conn: Any, group_id: str) -> None:
+        """The lease engine's finish hook: the transaction `conn` just ended the last unfinished
+        item of batch `group_id`. Writes a new notification's first delivery (the outbox) with
+        the status document as it stands in this transaction, so a crash after the commit
+        cannot lose it."""
+        row = conn.execute(queries.batch_by_id(group_id)).mappings().first()
+        if row is None or row["notify_url"] is None:
+            return
+        batch = _batch(row)
+        summary = self.leases.group(group_id, conn=conn)
+        document = status_document(
+            batch,
+            summary,
+            poll_margin_seconds=self.poll_margin_seconds,
+            deliveries=self._deliveries(group_id, conn),
+        )
+        body = json.dumps(document, separators=(",", ":"), ensure_ascii=False)
+        self._add_delivery(conn, batch, str(uuid.uuid4()), body)
+
+    def _add_delivery(self, conn: Any, batch: Batch, notification_id: str, body: str) -> str:
+        """One delivery of a notification: its lease group of one item, and its outbox row."""
+        delivery_id = str(uuid.uuid4())
+        payload = {
+            "batch_id": batch.id,
+            "notification_id": notification_id,
+            "url": batch.notify_url,
+            "body": body,
+        }
+        self.leases.add_group(
+            conn,
+            delivery_id,
+            deadline_seconds=DELIVERY_WINDOW_SECONDS,
+            max_attempts=DELIVERY_MAX_ATTEMPTS,
+            items=[NewItem(id=delivery_id, payload=payload)],
+        )
+        conn.execute(
+            queries.insert_delivery(
+                delivery_id=delivery_id, batch_id=batch.id, notification_id=notification_id
+            )
+        )
+        return delivery_id
+
+    def redeliver(self, batch_id: str) -> dict[str, Any]:
+        """An operator's redelivery: a new delivery of the batch's latest notification (same
+        body and `Idempotency-Key`, a fresh 24 h window and attempt budget). Refused
+        (`NothingToRedeliver`) when the batch has no callback, has not ended yet, or its latest
+        delivery is still under way."""
+        batch = self.batch(batch_id)
+        with self.leases.transaction() as conn:
+            rows = list(conn.execute(queries.deliveries_of(batch_id)).mappings())
+            if batch.notify_url is None or not rows:
+                raise NothingToRedeliver(
+                    f"batch {batch_id} has no callback to redeliver (no notify_url, or it has "
+                    "not ended yet)"
+                )
+            latest = rows[-1]
+            item = self.leases.item(str(latest["id"]), conn=conn)
+            if item is not None and item.state in UNFINISHED:
+                raise NothingToRedeliver(f"a delivery of batch {batch_id} is still under way")
+            body = "" if item is None else str(item.payload["body"])
+            self._add_delivery(conn, batch, str(latest["notification_id"]), body)
+        return self.status(batch_id)
+
+    def _deliveries(self, batch_id: str, conn: Any = None) -> list[dict[str, Any]]:
+        """The delivery documents of a batch, oldest first (with `conn`: in that transaction)."""
+        if conn is None:
+            with self.leases.reading() as reading:
+                return self._deliveries(batch_id, reading)
+        documents = []
+        for row in conn.execute(queries.deliveries_of(batch_id)).mappings():
+            item = self.leases.item(str(row["id"]), conn=conn)
+            if item is not None:
+                documents.append(delivery_document(item, str(row["notification_id"])))
+        return documents
+
+    def _delivery_ids(self, batch_id: str) -> list[str]:
+        with self.leases.reading() as conn:
+            return [str(r["id"]) for r in conn.execute(queries.deliveries_of(batch_id)).mappings()]
+
+    def open_deliveries(self) -> list[str]:
+        """The deliveries a deliverer may claim from now: open lease groups that are
+        deliveries (one probe per open group, as a worker's list of batches)."""
+        open_ids = self.leases.open_groups()
+        if not open_ids:
+            return []
+        with self.leases.reading() as conn:
+            return [str(r.id) for r in conn.execute(queries.deliveries_among(open_ids))]
+
     def summary(self, batch_id: str) -> GroupSummary:
         """The batch's counters and times, read from its lease group (no scan of its items)."""
         with _as_batch(batch_id):
@@ -341,7 +471,10 @@ class BatchService:
         """The status document (docs/design.md §7)."""
         batch = self.batch(batch_id)
         summary = self.summary(batch_id)
-        return status_document(batch, summary, poll_margin_seconds=self.poll_margin_seconds)
+        deliveries = self._deliveries(batch_id) if batch.notify_url is not None else []
+        return status_document(
+            batch, summary, poll_margin_seconds=self.poll_margin_seconds, deliveries=deliveries
+        )
 
     def list_batches(
         self,
@@ -372,9 +505,14 @@ class BatchService:
                     continue  # its group is being purged
                 if state is not None and batch_state(summary) is not state:
                     continue
+                batch = _batch(row)
+                deliveries = self._deliveries(batch.id) if batch.notify_url is not None else []
                 page.append(
                     status_document(
-                        _batch(row), summary, poll_margin_seconds=self.poll_margin_seconds
+                        batch,
+                        summary,
+                        poll_margin_seconds=self.poll_margin_seconds,
+                        deliveries=deliveries,
                     )
                 )
                 if len(page) == limit:
@@ -438,12 +576,16 @@ class BatchService:
         cursor: str | None = None,
         limit: int = PAGE_LIMIT_DEFAULT,
     ) -> tuple[list[dict[str, Any]], str | None]:
-        """The transition timeline, oldest first; (page, next cursor)."""
-        self.batch(batch_id)
+        """The transition timeline, oldest first, with the callback deliveries' own transitions
+        (`kind` "delivery", `item_id` the delivery's id); (page, next cursor)."""
+        batch = self.batch(batch_id)
         limit = max(1, min(limit, PAGE_LIMIT_MAX))
-        rows = self.leases.events(batch_id, item_id=item_id, after_id=_cursor(cursor), limit=limit)
+        groups = [batch_id]
+        if batch.notify_url is not None:
+            groups += self._delivery_ids(batch_id)
+        rows = self.leases.events(groups, item_id=item_id, after_id=_cursor(cursor), limit=limit)
         next_cursor = str(rows[-1].id) if len(rows) == limit else None
-        return [event_document(e) for e in rows], next_cursor
+        return [event_document(e, batch_id=batch_id) for e in rows], next_cursor
 
     def manifest(self, batch_id: str) -> list[dict[str, Any]]:
         """Every manifest row of the batch, each with its `location` in the batch's store (for
@@ -521,4 +663,5 @@ def _batch(row: Any) -> Batch:
         spec=RenderSpec.from_record(row["spec"]),
         store=row["store"],
         label=row["label"],
+        notify_url=row["notify_url"],
     )

@@ -17,6 +17,7 @@ from batchcrop.batches import (
     IdempotencyConflict,
     NeedsNewDeadline,
     NoSuchBatch,
+    NothingToRedeliver,
 )
 from batchcrop.crop.budget import return_freed_pixels_promptly
 from batchcrop.crop.spec import (
@@ -162,6 +163,30 @@ def _render_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--label", help="a human label for the batch (listings, `batches --label`)")
 
 
+def _notify_flags(p: argparse.ArgumentParser, *, with_url: bool) -> None:
+    g = p.add_argument_group("completion callbacks")
+    if with_url:
+        g.add_argument(
+            "--notify-url",
+            metavar="URL",
+            help="POST the final status document here, signed, when the batch ends "
+            "(its host must be in BATCHCROP_NOTIFY_HOSTS)",
+        )
+    g.add_argument(
+        "--notify-hosts",
+        metavar="HOSTS",
+        help="BATCHCROP_NOTIFY_HOSTS: comma-separated hosts callbacks may go to (*.example.com "
+        "for subdomains; empty: none). The secret is BATCHCROP_NOTIFY_SECRET (environment only)",
+    )
+    g.add_argument(
+        "--notify-retry-seconds",
+        type=float,
+        metavar="S",
+        help="BATCHCROP_NOTIFY_RETRY_SECONDS: first retry of a failed delivery, doubling to an "
+        "hour, for 24 h (default 10)",
+    )
+
+
 def _json_flag(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--json", action="store_true", help=f"print the {what} as JSON on stdout")
 
@@ -219,6 +244,7 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table
     _database_flags(p)
     # The batch records this store: only workers of the same store serve it.
     _store_flags(p)
+    _notify_flags(p, with_url=True)
     p.set_defaults(handler=commands.submit)
 
     p = sub.add_parser("worker", help="long-running worker claiming from every open batch")
@@ -245,6 +271,7 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table
     )
     _database_flags(p)
     _store_flags(p)
+    _notify_flags(p, with_url=False)
     p.set_defaults(handler=commands.worker)
 
     p = sub.add_parser("workers", help="the worker registry: who is alive, what each holds")
@@ -307,6 +334,14 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table
     _database_flags(p)
     p.set_defaults(handler=commands.requeue)
 
+    p = sub.add_parser(
+        "redeliver", help="deliver a batch's completion callback again (same Idempotency-Key)"
+    )
+    p.add_argument("batch")
+    _json_flag(p, "status document")
+    _database_flags(p)
+    p.set_defaults(handler=commands.redeliver)
+
     p = sub.add_parser("serve", help="the HTTP API (and the reaper on a timer)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
@@ -334,6 +369,7 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table
     )
     _database_flags(p)
     _store_flags(p)
+    _notify_flags(p, with_url=False)
     p.set_defaults(handler=commands.serve)
 
     p = sub.add_parser(
@@ -371,6 +407,7 @@ ERRORS: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], Exit]
             IdempotencyConflict,
             BadCursor,
             NeedsNewDeadline,
+            NothingToRedeliver,
             SourceNotAllowed,
             commands.UsageError,
         ),

@@ -29,6 +29,7 @@ from batchcrop.errors import BatchcropError
 from batchcrop.exit_codes import Exit
 from batchcrop.fleet import fleet_summary, worker_documents
 from batchcrop.logs import log_event
+from batchcrop.notify import NotifyUrlError
 from batchcrop.reporting import (
     print_batches,
     print_events,
@@ -71,6 +72,8 @@ SETTING_FLAGS = (
     "source_roots",
     "allowed_hosts",
     "prune_finished_before",
+    "notify_hosts",
+    "notify_retry_seconds",
 )
 
 
@@ -163,6 +166,7 @@ def _request(args: argparse.Namespace, reader: SourceReader) -> BatchRequest:
         deadline_seconds=deadline_seconds,
         max_attempts=args.max_attempts,
         label=args.label,
+        notify_url=getattr(args, "notify_url", None),
     )
 
 
@@ -171,7 +175,10 @@ def submit(args: argparse.Namespace) -> int:
     with opened(args) as app:
         app.upgrade()
         request = _request(args, app.source_reader(trusted=True))
-        document, _ = app.batches.submit(request, idempotency_key=args.idempotency_key)
+        try:
+            document, _ = app.batches.submit(request, idempotency_key=args.idempotency_key)
+        except NotifyUrlError as exc:
+            raise UsageError(f"--notify-url {exc}") from exc
     if args.json:
         _print_json(document)
     else:
@@ -231,6 +238,7 @@ def run(args: argparse.Namespace) -> int:
                 max_source_bytes=app.settings.max_source_bytes,
             ),
             trusted_sources=True,
+            deliver=False,
         )
         interrupted = threading.Event()
 
@@ -449,6 +457,17 @@ def requeue(args: argparse.Namespace) -> int:
         document = app.batches.requeue(
             args.batch, states=states, item_ids=args.item_ids, deadline_seconds=deadline
         )
+    if args.json:
+        _print_json(document)
+    else:
+        print_status(document)
+    return 0
+
+
+def redeliver(args: argparse.Namespace) -> int:
+    """`batchcrop redeliver`: a new delivery of the batch's latest completion callback."""
+    with opened(args) as app:
+        document = app.batches.redeliver(args.batch)
     if args.json:
         _print_json(document)
     else:

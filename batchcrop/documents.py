@@ -31,6 +31,7 @@ class Batch:
     spec: RenderSpec
     store: str | None = None
     label: str | None = None
+    notify_url: str | None = None
 
 
 def batch_state(summary: GroupSummary) -> State:
@@ -66,11 +67,16 @@ def terminal_reason(state: State, summary: GroupSummary) -> str | None:
 
 
 def status_document(
-    batch: Batch, summary: GroupSummary, *, poll_margin_seconds: float
+    batch: Batch,
+    summary: GroupSummary,
+    *,
+    poll_margin_seconds: float,
+    deliveries: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """The status document; `poll_margin_seconds` is lease + one reaper interval.
 
-    The render request's public fields (`RenderSpec.to_record`) appear at the top level.
+    The render request's public fields (`RenderSpec.to_record`) appear at the top level;
+    `deliveries` are the batch's callback deliveries (`delivery_document`), oldest first.
     """
     state = batch_state(summary)
     return {
@@ -89,6 +95,23 @@ def status_document(
         "poll_until": iso(summary.deadline_at + timedelta(seconds=poll_margin_seconds)),
         "store": batch.store,
         "label": batch.label,
+        "notify_url": batch.notify_url,
+        "deliveries": [dict(d) for d in deliveries],
+    }
+
+
+def delivery_document(item: ItemRow, notification_id: str) -> dict[str, Any]:
+    """One callback delivery (docs/design.md §7, callbacks): its lease item's state (`queued`,
+    `in_progress`, `retryable`, then `succeeded` = delivered, `failed` or `abandoned`), attempts
+    made, why the last one failed (`http_503`, `timeout`, ...), and the notification it carries
+    (the `Idempotency-Key` sent)."""
+    return {
+        "id": item.id,
+        "notification_id": notification_id,
+        "state": item.state.value,
+        "attempts": item.attempt,
+        "reason": item.error_category,
+        "updated_at": iso(item.updated_at),
     }
 
 
@@ -161,12 +184,15 @@ def item_document(
     }
 
 
-def event_document(event: EventRow) -> dict[str, Any]:
-    """One transition of the timeline."""
+def event_document(event: EventRow, *, batch_id: str | None = None) -> dict[str, Any]:
+    """One transition of the timeline: of an item (`kind` "item"), or of one of the batch's
+    callback deliveries (`kind` "delivery", `item_id` the delivery's id) when its lease group
+    is not the batch's own."""
+    batch = event.group_id if batch_id is None else batch_id
     return {
         "id": event.id,
         "item_id": event.item_id,
-        "batch_id": event.group_id,
+        "batch_id": batch,
         "attempt": event.attempt,
         "from_state": event.from_state.value if event.from_state else None,
         "to_state": event.to_state.value,
@@ -175,4 +201,5 @@ def event_document(event: EventRow) -> dict[str, Any]:
         "lease_token": event.lease_token,
         "reason": event.reason,
         "correlation_id": event.correlation_id,
+        "kind": "item" if event.group_id == batch else "delivery",
     }

@@ -7,7 +7,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from batchcrop.tables import batches, derivatives
+from batchcrop.tables import batches, deliveries, derivatives
 
 
 def insert_batch(
@@ -18,6 +18,7 @@ def insert_batch(
     request_hash: str,
     store: str | None,
     label: str | None = None,
+    notify_url: str | None = None,
 ) -> sa.Insert:
     """Insert one batch row; a duplicate idempotency key fails on its unique index."""
     return batches.insert().values(
@@ -27,6 +28,7 @@ def insert_batch(
         request_hash=request_hash,
         store=store,
         label=label,
+        notify_url=notify_url,
     )
 
 
@@ -77,6 +79,11 @@ def delete_batch(batch_id: str) -> sa.Delete:
     return sa.delete(batches).where(batches.c.id == batch_id)
 
 
+def delete_deliveries(batch_id: str) -> sa.Delete:
+    """Delete the batch's outbox rows (retention: their lease groups are purged with it)."""
+    return sa.delete(deliveries).where(deliveries.c.batch_id == batch_id)
+
+
 def delete_derivatives(batch_id: str, limit: int) -> sa.Delete:
     """Delete the manifest rows of at most `limit` rows' items of the batch (retention, in
     small transactions: each item has a few rows, one per ratio and format)."""
@@ -87,3 +94,20 @@ def delete_derivatives(batch_id: str, limit: int) -> sa.Delete:
 def derivatives_of_batch(batch_id: str) -> sa.Select[Any]:
     """Every manifest row of a batch."""
     return sa.select(derivatives).where(derivatives.c.batch_id == batch_id)
+
+
+def insert_delivery(*, delivery_id: str, batch_id: str, notification_id: str) -> sa.Insert:
+    """One outbox row (its lease group is written beside it, in the same transaction)."""
+    return deliveries.insert().values(
+        id=delivery_id, batch_id=batch_id, notification_id=notification_id
+    )
+
+
+def deliveries_of(batch_id: str) -> sa.Select[Any]:
+    """A batch's deliveries, oldest first."""
+    return sa.select(deliveries).where(deliveries.c.batch_id == batch_id).order_by(deliveries.c.seq)
+
+
+def deliveries_among(delivery_ids: Collection[str]) -> sa.Select[Any]:
+    """The deliveries among these lease group ids."""
+    return sa.select(deliveries.c.id).where(deliveries.c.id.in_(list(delivery_ids)))

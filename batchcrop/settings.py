@@ -37,6 +37,12 @@ times the database stores, with centuries to spare."""
 DECODE_MEMORY_MIB_MIN = 64
 """Below this even a 12 MP JPEG could not be decoded."""
 
+NOTIFY_RETRY_SECONDS = 10.0
+"""The first retry of a failed callback delivery waits about this long, doubling per attempt up
+to an hour (docs/design.md §7, callbacks)."""
+NOTIFY_SECRET_CHARS_MIN = 16
+"""Shorter callback secrets are refused: the signature is all a receiver can trust."""
+
 ENV_PREFIX = "BATCHCROP_"
 API_TOKEN_CHARS_MIN = 32
 """Shorter tokens are refused: a token is the only lock on the API."""
@@ -79,6 +85,9 @@ class Settings:
     allowed_hosts: tuple[str, ...] = field(default_factory=tuple)
     prune_finished_before: float | None = None
     """`serve` prunes batches finished at least this many seconds ago, every hour (off: None)."""
+    notify_secret: str | None = None
+    notify_hosts: tuple[str, ...] = field(default_factory=tuple)
+    notify_retry_seconds: float = NOTIFY_RETRY_SECONDS
 
     def __post_init__(self) -> None:
         for name in (
@@ -86,6 +95,7 @@ class Settings:
             "max_attempt_seconds",
             "reaper_interval_seconds",
             "worker_timeout_seconds",
+            "notify_retry_seconds",
         ):
             # `not 0 < x <= max` also refuses NaN, which compares false with everything.
             if not 0 < getattr(self, name) <= DURATION_SECONDS_MAX:
@@ -100,6 +110,11 @@ class Settings:
             raise SettingsError(
                 f"the API token must be at least {API_TOKEN_CHARS_MIN} characters "
                 "(for example: python3 -c 'import secrets; print(secrets.token_urlsafe(32))')"
+            )
+        if self.notify_secret is not None and len(self.notify_secret) < NOTIFY_SECRET_CHARS_MIN:
+            raise SettingsError(
+                f"the callback secret (BATCHCROP_NOTIFY_SECRET) must be at least "
+                f"{NOTIFY_SECRET_CHARS_MIN} characters"
             )
         if self.s3_request_checksum not in ("when_supported", "when_required"):
             raise SettingsError("s3_request_checksum must be when_supported or when_required")
@@ -141,13 +156,14 @@ def _read_token(path: str) -> str:
 def _convert(name: str, raw: str) -> Any:
     if name == "source_roots":
         return _parse_roots(raw)
-    if name == "allowed_hosts":
+    if name in ("allowed_hosts", "notify_hosts"):
         return tuple(h.strip() for h in raw.split(",") if h.strip())
     if name in (
         "lease_seconds",
         "max_attempt_seconds",
         "reaper_interval_seconds",
         "worker_timeout_seconds",
+        "notify_retry_seconds",
     ):
         try:
             return float(raw)

@@ -1,4 +1,5 @@
-"""The application's own tables, beside the lease engine's: batches and the manifest.
+"""The application's own tables, beside the lease engine's: batches, the manifest and the
+callback outbox.
 
 A batch's id is its lease group's id; its items, states and counters live in the lease engine.
 """
@@ -25,6 +26,24 @@ batches = sa.Table(
     # A human label (docs/design.md §7), or NULL.
     sa.Column("label", sa.String(200), nullable=True),
     sa.Index("batchcrop_batches_label", "label"),
+    # Where the final status document is POSTed when the batch ends (docs/design.md §7,
+    # callbacks); NULL: no callback.
+    sa.Column("notify_url", sa.String(2048), nullable=True),
+)
+
+# The outbox: one row per delivery of a completion callback. A delivery is also a lease group
+# of one item with the same id (its attempts are that item's claims and transitions; ADR 0012),
+# written in the transaction that made the batch terminal. `notification_id` names the
+# notification (one per time the batch became terminal); redeliveries repeat it, and it is the
+# `Idempotency-Key` a receiver deduplicates on.
+deliveries = sa.Table(
+    "batchcrop_deliveries",
+    metadata,
+    sa.Column("seq", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True),
+    sa.Column("id", sa.String(36), nullable=False, unique=True),
+    sa.Column("batch_id", sa.String(36), nullable=False),
+    sa.Column("notification_id", sa.String(36), nullable=False),
+    sa.Index("batchcrop_deliveries_batch", "batch_id"),
 )
 
 derivatives = sa.Table(

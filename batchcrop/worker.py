@@ -14,7 +14,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from batchcrop.attempts import Attempts, Outcome
@@ -24,6 +24,7 @@ from batchcrop.documents import Derivative
 from batchcrop.errors import Category, ItemError, PermanentItemError, TransientItemError
 from batchcrop.logs import log_event
 from batchcrop.metrics import Metrics
+from batchcrop.notify import Deliverer
 from batchcrop.presence import Presence, worker_info
 from batchcrop.processing import Attempt, GiveBack, Interruption
 from batchcrop.settings import CONCURRENCY, MAX_SOURCE_BYTES, REAPER_INTERVAL_SECONDS
@@ -110,8 +111,11 @@ class Worker:
         metrics: Metrics,
         options: WorkerOptions,
         decode_budget: MemoryBudget | None = None,
+        deliverer: Callable[[str], Deliverer | None] | None = None,
     ) -> None:
         self.leases = leases
+        self._make_deliverer = deliverer
+        self._deliverer: Deliverer | None = None
         self.decode_budget = decode_budget
         self.batches = batches
         self.attempts = attempts
@@ -143,6 +147,12 @@ class Worker:
         reaper = threading.Thread(target=self._reaper, name="reaper", daemon=True)
         reaper.start()
         self._threads.append(reaper)
+        # Completion callbacks of any batch (docs/design.md §7), claimed as this worker.
+        if self._make_deliverer is not None:
+            self._deliverer = self._make_deliverer(self.worker_id)
+            if self._deliverer is not None:
+                self._deliverer.start()
+                self._threads.append(self._deliverer)
         log_event("worker_started", worker=self.worker_id, concurrency=self.options.concurrency)
 
     def start_presence(self) -> None:
@@ -169,12 +179,14 @@ class Worker:
             self._presence = None
 
     def stop(self) -> None:
-        """Stop claiming; held items run to completion."""
+        """Stop claiming; held items (and a delivery under way) run to completion."""
         self._stopping.set()
+        if self._deliverer is not None:
+            self._deliverer.stop()
 
     def give_back_now(self) -> None:
         """Stop claiming and give every held item back at its next checkpoint."""
-        self._stopping.set()
+        self.stop()
         self._give_back_now.set()
 
     @property

@@ -32,6 +32,11 @@ def group_row(group_id: str, *, lock: bool = False, sealed_only: bool = True) ->
     return stmt.with_for_update() if lock else stmt
 
 
+def notify_finish_of(group_id: str) -> sa.Select[tuple[bool]]:
+    """The group's `notify_finish` flag (no row: the group does not exist)."""
+    return sa.select(groups.c.notify_finish).where(groups.c.id == group_id)
+
+
 def insert_group() -> Insert:
     """Insert one group (parameters: every column)."""
     return sa.insert(groups)
@@ -221,13 +226,16 @@ def item_rows(
 
 
 def event_rows(
-    group_id: str, item_id: str | None, after_id: int | None, limit: int
+    group_ids: Sequence[str], item_id: str | None, after_id: int | None, limit: int
 ) -> sa.Select[Any]:
-    """A page of a group's (or one item's) events in id order."""
+    """A page of these groups' (or one item's) events in id order."""
     stmt = sa.select(events)
     if item_id is not None:
         stmt = stmt.where(events.c.item_id == item_id)
-    stmt = stmt.where(events.c.group_id == group_id)
+    if len(group_ids) == 1:
+        stmt = stmt.where(events.c.group_id == group_ids[0])
+    else:
+        stmt = stmt.where(events.c.group_id.in_(list(group_ids)))
     if after_id is not None:
         stmt = stmt.where(events.c.id > after_id)
     return stmt.order_by(events.c.id).limit(limit)

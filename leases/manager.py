@@ -25,6 +25,7 @@ from leases.errors import GroupExists, LeaseLost, NoSuchGroup, RequeueNeedsDeadl
 from leases.executor import Executor
 from leases.models import (
     REQUEUEABLE,
+    TERMINAL,
     Claim,
     HeartbeatReply,
     NewItem,
@@ -69,6 +70,13 @@ WORKER_TIMEOUT_SECONDS = 30.0
 WORKER_FORGET_SECONDS = 3600.0
 # Worker transitions: out of `in_progress`, logged with the attempt's own correlation id.
 WORKER_SOURCE = Source(State.IN_PROGRESS)
+# Groups whose `notify_finish` flag (fixed at creation) a manager remembers; past this the memory
+# is simply cleared and read again.
+WATCHED_CACHE_GROUPS = 10_000
+
+GroupFinished = Callable[[sa.Connection, str], object]
+"""The finish hook: called with the transaction's connection and the group's id, inside the
+transaction that ended the last unfinished item of a group created with `notify_finish`."""
 
 
 class LeaseManager(Reader):
@@ -84,6 +92,7 @@ class LeaseManager(Reader):
         retry_backoff_max_seconds: float = RETRY_BACKOFF_MAX_SECONDS,
         counter_shards: int = COUNTER_SHARDS,
         worker_timeout_seconds: float = WORKER_TIMEOUT_SECONDS,
+        on_group_finished: GroupFinished | None = None,
     ) -> None:
         if lease_seconds <= 0 or max_attempt_seconds <= 0 or counter_shards < 1:
             raise ValueError("lease_seconds, max_attempt_seconds and counter_shards must be > 0")
@@ -97,6 +106,8 @@ class LeaseManager(Reader):
         self._backoff_ms = to_ms(retry_backoff_seconds)
         self._backoff_max_ms = max(self._backoff_ms, to_ms(retry_backoff_max_seconds))
         self._shards = counter_shards
+        self.on_group_finished = on_group_finished
+        self._watched: dict[str, bool] = {}
 
     def transaction(self) -> AbstractContextManager[sa.Connection]:
         """A write transaction (BEGIN IMMEDIATE on SQLite) to pass as `conn=`; commits on exit."""
@@ -116,6 +127,7 @@ class LeaseManager(Reader):
         max_attempts: int,
         items: Iterable[NewItem],
         on_seal: Callable[[sa.Connection], object] | None = None,
+        notify_finish: bool = False,
     ) -> int:
         """Create a group and its items (all `queued`, in iteration order); returns the count.
 
@@ -126,11 +138,58 @@ class LeaseManager(Reader):
         cancel, requeue or reaper pass; its deadline counts from the seal. When creation fails
         part-way its rows are deleted, here or, after a crash, by the reaper once nothing has been
         written for `UNSEALED_EXPIRY_SECONDS`. Raises `GroupExists` if the id is taken.
+        `notify_finish`: the finish hook (`on_group_finished`) runs in the transaction that ends
+        the group's last unfinished item, every time it does (after a requeue too).
         """
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
         with creation_turn(self._engine):
-            return self._create(group_id, deadline_seconds, max_attempts, items, on_seal)
+            return self._create(
+                group_id,
+                deadline_seconds,
+                max_attempts,
+                items,
+                on_seal=on_seal,
+                notify_finish=notify_finish,
+            )
+
+    def add_group(
+        self,
+        conn: sa.Connection,
+        group_id: str,
+        *,
+        deadline_seconds: float,
+        max_attempts: int,
+        items: Sequence[NewItem],
+    ) -> None:
+        """Create a small group (at most `CREATE_BATCH_ROWS` items) sealed at once, in the
+        caller's transaction `conn` (`transaction()`, or a finish hook's): it exists when that
+        transaction commits, or not at all. Raises `GroupExists` (or `ConstraintViolation` on a
+        concurrent creation of the same id)."""
+        if max_attempts < 1 or not 1 <= len(items) <= CREATE_BATCH_ROWS:
+            raise ValueError(f"a group added in a transaction has 1 to {CREATE_BATCH_ROWS} items")
+        db = self._db
+        with db.write(conn) as c:
+            if db.one(c, group_queries.group_row(group_id, sealed_only=False)) is not None:
+                raise GroupExists(group_id)
+            now: int = db.scalar(c, queries.select_now())
+            group = {
+                "id": group_id,
+                "created_at": now,
+                "deadline_at": now + to_ms(deadline_seconds),
+                "max_attempts": max_attempts,
+                "cancel_requested": False,
+                "sealed": True,
+                "notify_finish": False,
+            }
+            db.execute_many(c, group_queries.insert_group(), [group])
+            rows = [_item_row(group_id, seq, item, now) for seq, item in enumerate(items)]
+            db.insert_rows(c, schema.items, rows)
+            cid = transitions.new_correlation_id()
+            db.execute(c, group_queries.insert_creation_events(group_id, cid, 0))
+            per_shard = Counter(transitions.shard_of(r["seq"], self._shards) for r in rows)
+            deltas = [((group_id, State.QUEUED.value, "", s), n) for s, n in per_shard.items()]
+            transitions.add(db, c, deltas, now)
 
     def _create(
         self,
@@ -138,7 +197,9 @@ class LeaseManager(Reader):
         deadline_seconds: float,
         max_attempts: int,
         items: Iterable[NewItem],
+        *,
         on_seal: Callable[[sa.Connection], object] | None,
+        notify_finish: bool,
     ) -> int:
         db = self._db
         with db.write() as c:
@@ -152,6 +213,7 @@ class LeaseManager(Reader):
                 "max_attempts": max_attempts,
                 "cancel_requested": False,
                 "sealed": False,
+                "notify_finish": notify_finish,
             }
             db.execute_many(c, group_queries.insert_group(), [group])
         try:
@@ -367,7 +429,9 @@ class LeaseManager(Reader):
 
     def give_back(self, claim: Claim) -> None:
         """F: back to `queued`, the attempt not counted (graceful shutdown). Raises `LeaseLost`."""
-        source = Source(State.IN_PROGRESS, attempt_offset=1, reason="interrupted")
+        source = Source(
+            State.IN_PROGRESS, attempt_offset=1, reason="interrupted", to_terminal=False
+        )
         self._fenced(queries.give_back(), claim, None, source=source)
 
     def abandon(self, claim: Claim, category: str = StopReason.CANCELLED.value) -> None:
@@ -384,7 +448,13 @@ class LeaseManager(Reader):
         conn: sa.Connection | None = None,
     ) -> sa.Row[Any]:
         params = {**_lease(claim), "p_category": category}
-        rows = self._move(stmt, params, source, conn)
+        if source.to_terminal and self._watches(claim.group_id):
+            # The move, the group's lock and the finished check in one transaction.
+            with self._db.write(conn) as c:
+                rows = self._move(stmt, params, source, c)
+                self._after_move(c, rows)
+        else:
+            rows = self._move(stmt, params, source, conn)
         if not rows:
             raise LeaseLost("lease not held: item moved on or token superseded")
         return rows[0]
@@ -407,6 +477,52 @@ class LeaseManager(Reader):
             rows = self._db.rows(c, stmt, params)
             transitions.record(self._db, c, [(rows, source)], self._shards)
         return rows
+
+    # --- the finish hook ---------------------------------------------------------------------
+
+    def _watches(self, group_id: str, conn: sa.Connection | None = None) -> bool:
+        """Whether `group_id` was created with `notify_finish` (and a hook is installed); the
+        flag never changes, so it is read once per group and remembered."""
+        if self.on_group_finished is None:
+            return False
+        watched = self._watched.get(group_id)
+        if watched is None:
+            stmt = group_queries.notify_finish_of(group_id)
+            if conn is None:
+                with self._db.read() as c:
+                    watched = bool(self._db.scalar(c, stmt))
+            else:
+                watched = bool(self._db.scalar(conn, stmt))
+            if len(self._watched) >= WATCHED_CACHE_GROUPS:
+                self._watched.clear()
+            self._watched[group_id] = watched
+        return watched
+
+    def _after_move(self, conn: sa.Connection, rows: Sequence[sa.Row[Any]]) -> None:
+        """In the mover's transaction: for each watched group (sorted by id: one lock order)
+        that one of `rows` left terminal, take the group's row lock, then run the finish hook
+        if the group has no unfinished item left.
+
+        The lock comes after the moved items' row locks, in every mover; the lock holders that
+        move items afterwards (requeue, the closed-group abandons) never wait for an item a
+        mover holds (they take failed/abandoned rows, or skip locked ones), so this order cannot
+        deadlock. It serialises the last movers of a group: whoever takes it last sees the
+        others' moves committed (PostgreSQL reads a fresh snapshot per statement), so two items
+        ending at once cannot both miss the group's end, and only the last one sees it. SQLite
+        has one writer at a time.
+        """
+        hook = self.on_group_finished
+        if hook is None or not rows:
+            return
+        ended = sorted({r.group_id for r in rows if State(r.state) in TERMINAL})
+        for group_id in ended:
+            if not self._watches(group_id, conn):
+                continue
+            group = self._db.one(conn, group_queries.group_row(group_id, lock=True))
+            if group is None or not group.notify_finish:
+                continue
+            if self._db.scalar(conn, group_queries.oldest_unfinished(group_id)) is None:
+                hook(conn, group_id)
 
     # --- reaper and operator actions -------------------------------------------------------
 
@@ -529,7 +645,12 @@ class LeaseManager(Reader):
     def _move_all(self, stmt: Update, params: dict[str, Any], source: Source) -> Counter[str]:
         moved: Counter[str] = Counter()
         while True:
-            rows = self._move(stmt, params, source, None)
+            if self.on_group_finished is None:
+                rows = self._move(stmt, params, source, None)
+            else:
+                with self._db.write() as c:
+                    rows = self._move(stmt, params, source, c)
+                    self._after_move(c, rows)
             moved.update(row.state for row in rows)
             if len(rows) < MOVE_BATCH_ROWS:
                 return moved
@@ -573,7 +694,9 @@ class LeaseManager(Reader):
                 return None
             stmt = queries.abandon(from_state, reason.value, MOVE_BATCH_ROWS)
             source = Source(from_state, None, cid, attempt_fields=from_state is State.IN_PROGRESS)
-            return self._move(stmt, {"p_group_id": group_id}, source, c)
+            rows = self._move(stmt, {"p_group_id": group_id}, source, c)
+            self._after_move(c, rows)
+            return rows
 
     def requeue(
         self,

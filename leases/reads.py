@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import sqlalchemy as sa
@@ -82,9 +83,11 @@ class Reader:
 
     _db: Executor
 
-    def group(self, group_id: str) -> GroupSummary:
-        """The group's summary from its counters (cost independent of its size). `NoSuchGroup`."""
-        with self._db.read() as c:
+    def group(self, group_id: str, *, conn: sa.Connection | None = None) -> GroupSummary:
+        """The group's summary from its counters (cost independent of its size). `NoSuchGroup`.
+
+        With `conn`, read in the caller's transaction (a finish hook sees its own moves)."""
+        with self._reading(conn) as c:
             found = self._summary(c, group_id)
         if found is None:
             raise NoSuchGroup(group_id)
@@ -111,9 +114,18 @@ class Reader:
         with self._db.read() as c:
             return [str(row.id) for row in self._db.rows(c, queries.open_groups_with_work())]
 
-    def item(self, item_id: str) -> ItemRow | None:
-        """One item, or None."""
+    @contextmanager
+    def _reading(self, conn: sa.Connection | None) -> Iterator[sa.Connection]:
+        if conn is not None:
+            with self._db.translate_errors():
+                yield conn
+            return
         with self._db.read() as c:
+            yield c
+
+    def item(self, item_id: str, *, conn: sa.Connection | None = None) -> ItemRow | None:
+        """One item, or None (with `conn`: in the caller's transaction)."""
+        with self._reading(conn) as c:
             row = self._db.one(c, group_queries.item_row(item_id))
         return None if row is None else item_row(row)
 
@@ -132,15 +144,18 @@ class Reader:
 
     def events(
         self,
-        group_id: str,
+        group_id: str | Sequence[str],
         *,
         item_id: str | None = None,
         after_id: int | None = None,
         limit: int = 100,
     ) -> list[EventRow]:
-        """A page of the group's (or one item's) events ordered by id; page on with `after_id`."""
+        """A page of the group's (or one item's) events ordered by id; page on with `after_id`.
+        Several groups' ids: their events merged in id order."""
+        group_ids = [group_id] if isinstance(group_id, str) else list(group_id)
         with self._db.read() as c:
-            rows = self._db.rows(c, group_queries.event_rows(group_id, item_id, after_id, limit))
+            stmt = group_queries.event_rows(group_ids, item_id, after_id, limit)
+            rows = self._db.rows(c, stmt)
         return [event_row(row) for row in rows]
 
     def recount(self, group_id: str) -> dict[tuple[State, str], int]:

@@ -59,6 +59,8 @@ class Source:
     attempt_fields: bool = True
     attempt_offset: int = 0
     reason: str | None = None
+    # False: the move never ends in a terminal state (give-back), so it never finishes a group.
+    to_terminal: bool = True
 
 
 Moves = Sequence[tuple[Sequence[sa.Row[Any]], Source]]

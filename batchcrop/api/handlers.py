@@ -22,7 +22,9 @@ from batchcrop.batches import (
     IdempotencyConflict,
     NeedsNewDeadline,
     NoSuchBatch,
+    NothingToRedeliver,
 )
+from batchcrop.notify import NotifyUrlError
 from leases import DatabaseUnavailable
 
 DATABASE_RETRY_AFTER_SECONDS = 5
@@ -133,6 +135,8 @@ def install(api: FastAPI) -> None:
     api.add_exception_handler(EmptyBatch, mapped(422, "invalid-request", field="items"))
     api.add_exception_handler(BadCursor, mapped(422, "invalid-request", field="cursor"))
     api.add_exception_handler(NeedsNewDeadline, _requeue_needs_deadline)
+    api.add_exception_handler(NotifyUrlError, mapped(422, "invalid-request", field="notify_url"))
+    api.add_exception_handler(NothingToRedeliver, mapped(409, "nothing-to-redeliver"))
     api.add_exception_handler(DatabaseUnavailable, _database_unavailable)
 
 

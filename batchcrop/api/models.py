@@ -28,6 +28,7 @@ from batchcrop.crop.spec import (
     RATIOS_MAX_COUNT,
 )
 from batchcrop.documents import DerivativeDocument
+from batchcrop.notify import NOTIFY_URL_CHARS_MAX
 from batchcrop.settings import (
     DEADLINE_SECONDS,
     DEADLINE_SECONDS_MAX,
@@ -154,6 +155,14 @@ class BatchBody(_Strict):
     label: Annotated[
         LabelText | None, Field(description="a human label, shown in listings and filterable")
     ] = None
+    notify_url: Annotated[
+        str | None,
+        StringConstraints(min_length=1, max_length=NOTIFY_URL_CHARS_MAX),
+        Field(
+            description="POSTed the final status document, signed, when the batch ends; its "
+            "host must be listed in BATCHCROP_NOTIFY_HOSTS"
+        ),
+    ] = None
 
 
 def _requeueable_states() -> list[str]:
@@ -174,6 +183,19 @@ class RequeueBody(_Strict):
         Annotated[list[UuidText], Field(min_length=1, max_length=REQUEUE_ITEM_IDS_MAX)] | None
     ) = None
     deadline_seconds: Seconds | None = None
+
+
+class DeliveryDocument(BaseModel):
+    """One delivery of a completion callback (docs/design.md §7, callbacks)."""
+
+    id: str
+    notification_id: Annotated[str, Field(description="the Idempotency-Key sent")]
+    state: Annotated[StateName, Field(description="succeeded: delivered")]
+    attempts: int
+    reason: Annotated[
+        str | None, Field(description="why the last attempt failed: http_503, timeout, ...")
+    ]
+    updated_at: str
 
 
 class StatusDocument(BaseModel):
@@ -206,6 +228,13 @@ class StatusDocument(BaseModel):
         ),
     ]
     label: str | None
+    notify_url: Annotated[
+        str | None, Field(description="where the final status document is POSTed, or null")
+    ]
+    deliveries: Annotated[
+        list[DeliveryDocument],
+        Field(description="the completion callback's deliveries, oldest first"),
+    ]
 
 
 class BatchPage(BaseModel):
@@ -251,6 +280,10 @@ class EventDocument(BaseModel):
     lease_token: str | None
     reason: str | None
     correlation_id: str | None
+    kind: Annotated[
+        Literal["item", "delivery"],
+        Field(description="delivery: a transition of a callback delivery (item_id is its id)"),
+    ]
 
 
 class EventPage(BaseModel):

@@ -64,4 +64,5 @@ def batch_request(body: BatchBody, sources: SourceReader) -> BatchRequest:
         deadline_seconds=body.deadline_seconds,
         max_attempts=body.max_attempts,
         label=body.label,
+        notify_url=body.notify_url,
     )

@@ -172,4 +172,15 @@ def batch_router(app: App) -> APIRouter:
         )
         return json_response(document, 202)
 
+    @router.post(
+        "/{batch_id}/redeliver",
+        status_code=202,
+        response_model=None,
+        responses={202: {"model": models.StatusDocument}, 409: PROBLEM_RESPONSE},
+    )
+    def redeliver_batch(batch_id: str) -> Response:
+        """Deliver the batch's latest completion callback again (same Idempotency-Key, a fresh
+        24 h of retries); 409 while a delivery is under way or when there is none."""
+        return json_response(app.batches.redeliver(path_id(batch_id, what="batch")), 202)
+
     return router

@@ -7,7 +7,9 @@ otherwise submit work and read every batch.
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Iterator
@@ -134,6 +136,10 @@ def serve(app: App, *, host: str, port: int) -> int:
     if app.settings.prune_finished_before is not None:
         pruner = Pruner(app, app.settings.prune_finished_before)
         pruner.start()
+    # `serve` delivers completion callbacks too (unregistered: its lease bounds a crash).
+    deliverer = app.deliverer(f"serve:{socket.gethostname()}:{os.getpid()}")
+    if deliverer is not None:
+        deliverer.start()
     try:
         with _graceful_signals(server):
             server.run()
@@ -143,6 +149,9 @@ def serve(app: App, *, host: str, port: int) -> int:
         return EXIT_USAGE
     finally:
         reaper.stop()
+        if deliverer is not None:
+            deliverer.stop()
+            deliverer.join()
         reaper.join()
         if pruner is not None:
             pruner.stop()

@@ -21,6 +21,7 @@ ENDPOINTS = [
     ("GET", "/v1/batches/{id}/events"),
     ("POST", "/v1/batches/{id}/cancel"),
     ("POST", "/v1/batches/{id}/requeue"),
+    ("POST", "/v1/batches/{id}/redeliver"),
     ("GET", "/v1/batches/{id}/items/{id}/source-thumbnail"),
     ("GET", "/v1/batches/{id}/items/{id}/derivatives/1x1"),
     ("GET", "/metrics"),

@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 
 from storage import S3Settings
+from tests import receiver
 from tests.chaos import corpus
 from tests.chaos.pgcluster import PrivateCluster, free_port
 from tests.s3_fixtures import empty_and_delete_bucket, rgw_session
@@ -152,8 +153,17 @@ def upload_sources(config: ChaosConfig, services: Services) -> dict[str, str]:
     return expected
 
 
+NOTIFY_RETRY_SECONDS = 0.5
+"""Callback retries in a run: short, so a receiver's scripted failures cost seconds."""
+
+
 def env_for(services: Services, database_url: str, s3_url: str, store_url: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BATCHCROP_", "AWS_"))}
+    env.update(
+        BATCHCROP_NOTIFY_SECRET=receiver.SECRET,
+        BATCHCROP_NOTIFY_HOSTS="127.0.0.1",
+        BATCHCROP_NOTIFY_RETRY_SECONDS=str(NOTIFY_RETRY_SECONDS),
+    )
     env.update(
         BATCHCROP_DATABASE_URL=database_url,
         BATCHCROP_STORE=store_url,
@@ -182,9 +192,12 @@ def cli(env: dict[str, str], *args: str) -> Any:
     return json.loads(done.stdout)
 
 
-def submit_batches(config: ChaosConfig, services: Services, env: dict[str, str]) -> dict[str, str]:
-    """Submit the four batches; returns name ⇒ batch id."""
+def submit_batches(
+    config: ChaosConfig, services: Services, env: dict[str, str], notify_url: str
+) -> dict[str, str]:
+    """Submit the four batches, each with the run's callback receiver; returns name ⇒ id."""
     common = ("--ratios", config.ratios, "--max-side", str(config.max_side))
+    common += ("--notify-url", notify_url)  # type: ignore[assignment]
     attempts = ("--max-attempts", str(config.max_attempts))
     ids = {}
     for name in ("main", "hostile", "cancel", "deadline"):

@@ -43,6 +43,7 @@ from tests.chaos.backends import (
 )
 from tests.chaos.fleet import Fleet
 from tests.chaos.poller import Poller
+from tests.receiver import Receiver, receiving
 from tests.services.proxy import FAULT_KINDS, FaultProxy
 
 POLL_SECONDS = 0.5
@@ -55,6 +56,12 @@ TERMINAL = ("succeeded", "failed", "abandoned")
 # A run in which no item reaches a terminal state for this long is stuck: stop and audit it.
 STALL_SECONDS = 120.0
 STALL_WINDOW_SECONDS = 0.5
+# The callback receiver answers 503 to its first requests, then times out once (the deliverer
+# waits 10 s), then accepts everything; once every batch is terminal, the fleet gets this long
+# to deliver every callback before it is stopped.
+RECEIVER_SCRIPT: tuple[int | str, ...] = ("fail", "fail", "fail", "hang")
+RECEIVER_HANG_SECONDS = 12.0
+CALLBACKS_WAIT_SECONDS = 60.0
 
 
 @dataclass
@@ -133,11 +140,12 @@ class Run:
         services = start_services(config)
         self.services = services
         try:
-            return self._execute(services, started)
+            with receiving(RECEIVER_SCRIPT, RECEIVER_HANG_SECONDS) as receiver:
+                return self._execute(services, started, receiver)
         finally:
             services.stop()
 
-    def _execute(self, services: Services, started: float) -> Report:
+    def _execute(self, services: Services, started: float, receiver: Receiver) -> Report:
         config = self.config
         expected = upload_sources(config, services)
         store_url = (
@@ -146,7 +154,7 @@ class Run:
             else f"s3://{services.bucket}/out"
         )
         direct = env_for(services, services.cluster.url, services.endpoint.url, store_url)
-        ids = submit_batches(config, services, direct)
+        ids = submit_batches(config, services, direct, receiver.url)
         for name in VANISHING_SOURCES:
             services.client.delete_object(Bucket=services.bucket, Key=f"src/hostile/{name}")
         proxied_db = f"postgresql+psycopg://postgres@127.0.0.1:{services.pg_proxy.port}/postgres"
@@ -175,6 +183,7 @@ class Run:
         poller.start()
         try:
             self._chaos(app, services, fleet, ids)
+            self._await_callbacks(fleet, receiver, len(ids))
         finally:
             poller.stop()
             api.stop()
@@ -185,6 +194,7 @@ class Run:
         self.report.notes += [f"traceback in {name}" for name in fleet.tracebacks()]
         self.report.notes.append(f"final worker exit codes: {codes}")
         self._audit(app, services, ids, expected)
+        invariants.check_callbacks(self.report.audit, app, ids.values(), receiver)
         self.report.api_answers = dict(poller.answers)
         for violation in poller.violations:
             self.report.audit.violate(f"API: {violation}")
@@ -223,6 +233,18 @@ class Run:
                 self._inject(plan.pop(0)[1], app, services, fleet, ids)
             time.sleep(POLL_SECONDS)
         self.report.notes.append(f"timed out after {config.timeout_seconds:.0f} s")
+
+    def _await_callbacks(self, fleet: Fleet, receiver: Receiver, batches: int) -> None:
+        """Give the fleet (still running, faults over) time to deliver every callback."""
+        deadline = time.monotonic() + CALLBACKS_WAIT_SECONDS
+        while time.monotonic() < deadline and len(receiver.processed) < batches:
+            self.report.faults["worker_restart"] += fleet.supervise()
+            time.sleep(POLL_SECONDS)
+        if len(receiver.processed) < batches:
+            self.report.notes.append(
+                f"{len(receiver.processed)} of {batches} callbacks processed after "
+                f"{CALLBACKS_WAIT_SECONDS:.0f} s"
+            )
 
     def _inject(
         self, kind: str, app: App, services: Services, fleet: Fleet, ids: dict[str, str]

@@ -17,6 +17,7 @@ from typing import Any
 from batchcrop.app import App
 from leases import EventRow, ItemRow, State
 from storage import ObjectStore
+from tests.receiver import Receiver
 
 PAGE_ROWS = 5000
 STORE_READ_THREADS = 8
@@ -37,6 +38,9 @@ class Audit:
     objects: int = 0
     orphans: int = 0
     manifest_rows: int = 0
+    callbacks: int = 0
+    callback_requests: int = 0
+    callback_duplicates: int = 0
 
     def violate(self, text: str) -> None:
         """Record one violation."""
@@ -252,3 +256,32 @@ def check(app: App, store: ObjectStore, batch_ids: Iterable[str]) -> Audit:
             succeeded.add(batch_id)
     check_store(audit, store, manifests, succeeded)
     return audit
+
+
+def check_callbacks(audit: Audit, app: App, batch_ids: Iterable[str], receiver: Receiver) -> None:
+    """Invariant 10: every terminal batch's last notification was delivered (its delivery
+    `succeeded`) and processed once by the deduplicating receiver, signed, with the batch's
+    final state; no request was unsigned, and no notification arrived for another batch."""
+    ids = list(batch_ids)
+    for batch_id in ids:
+        status = app.batches.status(batch_id)
+        deliveries = status["deliveries"]
+        if status["state"] not in {s.value for s in TERMINAL_STATES}:
+            continue
+        if not deliveries or deliveries[-1]["state"] != State.SUCCEEDED.value:
+            audit.violate(f"batch {batch_id}: callback not delivered: {deliveries}")
+            continue
+        body = receiver.processed.get(deliveries[-1]["notification_id"])
+        if body is None or body.get("id") != batch_id or body.get("state") != status["state"]:
+            audit.violate(f"batch {batch_id}: the receiver holds {body and body.get('state')}")
+        if len({d["notification_id"] for d in deliveries}) != 1:
+            audit.violate(f"batch {batch_id}: {len(deliveries)} notifications, no requeue ran")
+    unsigned = [r.key for r in receiver.requests if not r.signed]
+    if unsigned:
+        audit.violate(f"{len(unsigned)} callback requests failed the signature check")
+    strangers = {str(b.get("id")) for b in receiver.processed.values()} - set(ids)
+    if strangers:
+        audit.violate(f"callbacks for batches not in the run: {sorted(strangers)}")
+    audit.callbacks = len(receiver.processed)
+    audit.callback_requests = len(receiver.requests)
+    audit.callback_duplicates = receiver.duplicates

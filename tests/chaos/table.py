@@ -35,6 +35,10 @@ def render(report: Report) -> str:
     ]
     rows += [
         ("objects in store (orphans)", f"{audit.objects} ({audit.orphans})"),
+        (
+            "callbacks processed (requests, duplicates dropped)",
+            f"{audit.callbacks} ({audit.callback_requests}, {audit.callback_duplicates})",
+        ),
         ("manifest rows", str(audit.manifest_rows)),
         ("API status answers", _answers(report.api_answers)),
         ("violations", str(len(report.violations))),

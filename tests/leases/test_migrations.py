@@ -26,7 +26,7 @@ def test_upgrade_twice_is_a_no_op(database_url: str) -> None:
                 {"f": False},
             )
         upgrade(engine)
-        assert current(engine) == revision == "0003"
+        assert current(engine) == revision == "0004"
         inspector = sa.inspect(engine)
         tables = set(inspector.get_table_names())
         assert LEASE_TABLES | {VERSION_TABLE} <= tables
@@ -86,7 +86,7 @@ def test_0003_adds_the_worker_registry_and_downgrades(database_url: str) -> None
     try:
         upgrade(engine, "0002")
         assert "lease_workers" not in sa.inspect(engine).get_table_names()
-        upgrade(engine)
+        upgrade(engine, "0003")
         assert current(engine) == "0003"
         LeaseManager(engine).worker_seen("w", {"pid": 1})
         assert [w.id for w in LeaseManager(engine).workers()] == ["w"]
@@ -94,5 +94,37 @@ def test_0003_adds_the_worker_registry_and_downgrades(database_url: str) -> None
             command.downgrade(alembic_config(connection), "0002")
         assert "lease_workers" not in sa.inspect(engine).get_table_names()
         assert current(engine) == "0002"
+    finally:
+        engine.dispose()
+
+
+def test_0004_adds_the_finish_flag_false_for_existing_groups_and_downgrades(
+    database_url: str,
+) -> None:
+    """0004 adds `lease_groups.notify_finish` (false for groups written before); its downgrade
+    drops it."""
+    from alembic import command  # noqa: PLC0415
+
+    from leases.migrate import alembic_config  # noqa: PLC0415
+
+    engine = make_engine(database_url)
+    try:
+        upgrade(engine, "0003")
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO lease_groups (id, created_at, deadline_at, max_attempts, "
+                    "cancel_requested) VALUES ('g', 1, 2, 3, :f)"
+                ),
+                {"f": False},
+            )
+        upgrade(engine)
+        with engine.connect() as conn:
+            flag = conn.execute(sa.text("SELECT notify_finish FROM lease_groups")).scalar_one()
+        assert not flag
+        with engine.begin() as connection:
+            command.downgrade(alembic_config(connection), "0003")
+        columns = {c["name"] for c in sa.inspect(engine).get_columns("lease_groups")}
+        assert "notify_finish" not in columns
     finally:
         engine.dispose()

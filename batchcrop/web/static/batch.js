@@ -86,12 +86,37 @@ function showStatus(fresh) {
       h("tr", {}, h("th", { scope: "row" }, h("code", {}, category)), h("td", {}, String(n))),
     ),
   );
+  showDeliveries(status);
   byId("requeue").disabled = [...REQUEUEABLE_STATES].every((state) => c[state] === 0);
   byId("cancel").disabled = TERMINAL_STATES.has(status.state) || status.cancel_requested;
   // Items moved: refresh the lists that show them (not on every poll of an unchanged batch).
   if (previous && JSON.stringify(previous.counts) !== JSON.stringify(status.counts)) {
     refreshLists().catch(onError);
   }
+}
+
+// The completion callback's deliveries (docs/api.md, completion callbacks); `succeeded` means
+// delivered. Redelivery is offered once the latest delivery has ended.
+function showDeliveries(batch) {
+  byId("callback").hidden = !batch.notify_url;
+  if (!batch.notify_url) return;
+  byId("notify-url").textContent = batch.notify_url;
+  const deliveries = batch.deliveries || [];
+  byId("deliveries").tBodies[0].replaceChildren(
+    ...deliveries.map((d) =>
+      h(
+        "tr",
+        {},
+        h("td", {}, h("code", { title: d.notification_id }, d.notification_id.slice(0, 8))),
+        h("td", {}, stateBadge(d.state)),
+        h("td", {}, String(d.attempts)),
+        h("td", {}, d.reason ? h("code", {}, d.reason) : "–"),
+        h("td", {}, timeElement(d.updated_at)),
+      ),
+    ),
+  );
+  const latest = deliveries[deliveries.length - 1];
+  byId("redeliver").disabled = !latest || !TERMINAL_STATES.has(latest.state);
 }
 
 function follow(fresh) {
@@ -223,10 +248,12 @@ async function act(question, action, body = {}) {
       body: action === "requeue" ? payload : undefined,
     });
     const fresh = await response.json();
-    result.textContent =
-      action === "requeue"
-        ? `Requeued. The batch is now ${fresh.state.replace("_", " ")}.`
-        : "Cancel requested. Unclaimed items are abandoned now, held ones shortly.";
+    const done = {
+      requeue: `Requeued. The batch is now ${fresh.state.replace("_", " ")}.`,
+      cancel: "Cancel requested. Unclaimed items are abandoned now, held ones shortly.",
+      redeliver: "A new delivery of the latest notification is on its way.",
+    };
+    result.textContent = done[action];
     // follow() shows the new counts, which refreshes the item lists.
     follow(fresh);
   } catch (error) {
@@ -254,6 +281,9 @@ byId("requeue").addEventListener("click", () => {
 });
 byId("cancel").addEventListener("click", () =>
   act("Cancel this batch? Items not yet finished will be abandoned.", "cancel"),
+);
+byId("redeliver").addEventListener("click", () =>
+  act("Deliver this batch's latest completion callback again?", "redeliver"),
 );
 byId("problems-more").addEventListener("click", () =>
   loadProblems({ append: true }).catch(onError),

@@ -1,0 +1,263 @@
+"""Completion callbacks: who may be called, how a request is signed, and the delivery loop
+(docs/design.md §7, callbacks; ADR 0012).
+
+A delivery is a lease item (its own one-item group, written in the outbox transaction by
+`BatchService.on_group_finished`), so it is claimed, fenced, retried with backoff, released
+when its holder dies and abandoned at its deadline by the lease engine, like an image. The
+`Deliverer` thread of every worker and of `serve` claims due deliveries and POSTs them:
+signed, never following a redirect, with short timeouts, reading only the status code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import threading
+import time
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+import httpx
+import sqlalchemy as sa
+
+from batchcrop import __version__
+from batchcrop.logs import log_event
+from leases import Claim, DatabaseUnavailable, LeaseLost, LeaseManager, State
+
+NOTIFY_URL_CHARS_MAX = 2048
+DELIVERY_WINDOW_SECONDS = 24 * 3600.0
+"""A delivery is retried for this long after it is written, then abandoned
+(`deadline_exceeded`); an operator can redeliver."""
+DELIVERY_MAX_ATTEMPTS = 100
+"""More attempts than the backoff fits in the window: the window is what ends a delivery."""
+DELIVERY_RETRY_MAX_SECONDS = 3600.0
+DELIVERY_LEASE_SECONDS = 60.0
+"""A delivery's lease: well over its timeouts, so a live deliverer never loses it, while a
+dead unregistered one (`serve`) holds it no longer than this."""
+CONNECT_TIMEOUT_SECONDS = 5.0
+RESPONSE_TIMEOUT_SECONDS = 10.0
+"""Each of connect, write and read waits at most this; a receiver should answer at once and
+do its work afterwards."""
+POLL_SECONDS = 1.0
+DELIVERIES_PER_CLAIM = 4
+
+SIGNATURE_HEADER = "Batchcrop-Signature"
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+HOST_NOT_ALLOWED = "host_not_allowed"
+TIMEOUT = "timeout"
+CONNECT_ERROR = "connect_error"
+NOTIFY_SCHEMES = ("http", "https")
+
+OpenDeliveries = Callable[[], list[str]]
+"""Asked by a `Deliverer` for the deliveries it may claim now (`BatchService.open_deliveries`)."""
+
+
+class NotifyUrlError(ValueError):
+    """A `notify_url` batchcrop will not call; the message says why (never echoing it)."""
+
+
+def url_host(url: str) -> str | None:
+    """The host name of `url`, lower-case, without brackets; None when it has none."""
+    try:
+        host = urlsplit(url).hostname
+    except ValueError:
+        return None
+    return host.lower() if host else None
+
+
+def host_allowed(url: str, hosts: tuple[str, ...]) -> bool:
+    """Whether `url`'s host is on the allowlist: an entry is a host name or IP (any port),
+    or `*.example.com` for every name below example.com. An empty list allows none."""
+    host = url_host(url)
+    if host is None:
+        return False
+    for entry in hosts:
+        pattern = entry.strip().lower()
+        if pattern.startswith("*."):
+            if host.endswith(pattern[1:]) and len(host) > len(pattern) - 1:
+                return True
+        elif pattern and host == pattern.strip("[]"):
+            return True
+    return False
+
+
+def check_notify_url(url: str, hosts: tuple[str, ...]) -> str:
+    """`url` if batchcrop may POST to it: http(s), a host on `hosts`
+    (`BATCHCROP_NOTIFY_HOSTS`), no credentials, at most `NOTIFY_URL_CHARS_MAX` characters;
+    `NotifyUrlError` otherwise."""
+    if not 1 <= len(url) <= NOTIFY_URL_CHARS_MAX or any(ord(c) < 33 or c == "\x7f" for c in url):
+        raise NotifyUrlError(
+            f"must be an http(s) URL of at most {NOTIFY_URL_CHARS_MAX} characters, "
+            "without spaces or control characters"
+        )
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        raise NotifyUrlError("is not a valid URL") from None
+    if parts.scheme.lower() not in NOTIFY_SCHEMES or not parts.hostname:
+        raise NotifyUrlError("must be an http:// or https:// URL with a host")
+    if parts.username is not None or parts.password is not None:
+        raise NotifyUrlError("must not carry credentials (the request is signed instead)")
+    del port
+    if not host_allowed(url, hosts):
+        raise NotifyUrlError(
+            "its host is not allowed: callbacks go only to hosts listed in BATCHCROP_NOTIFY_HOSTS"
+        )
+    return url
+
+
+def signature(secret: str, body: bytes, timestamp: int) -> str:
+    """The `Batchcrop-Signature` value: `t=<unix seconds>,v1=<hex HMAC-SHA256 of "t.body">`
+    (Stripe's scheme, so receivers' libraries fit)."""
+    signed = str(timestamp).encode() + b"." + body
+    digest = hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
+    return f"t={timestamp},v1={digest}"
+
+
+def verify(secret: str, body: bytes, header: str, *, tolerance_seconds: float = 300.0) -> bool:
+    """A receiver's check of `header` over `body` (used by the tests; a model for receivers):
+    the timestamp within `tolerance_seconds` of now and some `v1` matching."""
+    fields = [part.split("=", 1) for part in header.split(",") if "=" in part]
+    stamps = [v for k, v in fields if k == "t"]
+    if len(stamps) != 1 or not stamps[0].isdigit():
+        return False
+    timestamp = int(stamps[0])
+    if abs(time.time() - timestamp) > tolerance_seconds:
+        return False
+    expected = signature(secret, body, timestamp).split("v1=", 1)[1]
+    return any(k == "v1" and hmac.compare_digest(v, expected) for k, v in fields)
+
+
+def delivery_leases(
+    engine: sa.Engine, *, retry_seconds: float, worker_timeout_seconds: float
+) -> LeaseManager:
+    """A lease manager for claiming deliveries: the same tables and fencing as the images',
+    with the deliveries' own lease and backoff (`retry_seconds` doubling to an hour)."""
+    return LeaseManager(
+        engine,
+        lease_seconds=DELIVERY_LEASE_SECONDS,
+        max_attempt_seconds=DELIVERY_LEASE_SECONDS,
+        retry_backoff_seconds=retry_seconds,
+        retry_backoff_max_seconds=DELIVERY_RETRY_MAX_SECONDS,
+        worker_timeout_seconds=worker_timeout_seconds,
+    )
+
+
+class Deliverer(threading.Thread):
+    """Claims due deliveries and POSTs them until `stop()` (a daemon thread)."""
+
+    def __init__(
+        self,
+        *,
+        leases: LeaseManager,
+        open_deliveries: OpenDeliveries,
+        secret: str,
+        hosts: tuple[str, ...],
+        worker_id: str,
+        poll_seconds: float = POLL_SECONDS,
+        timeout_seconds: float = RESPONSE_TIMEOUT_SECONDS,
+    ) -> None:
+        super().__init__(name="deliverer", daemon=True)
+        self.leases = leases
+        self.open_deliveries = open_deliveries
+        self.secret = secret
+        self.hosts = hosts
+        self.worker_id = worker_id
+        self.poll_seconds = poll_seconds
+        self.client = httpx.Client(
+            timeout=httpx.Timeout(
+                timeout_seconds, connect=min(timeout_seconds, CONNECT_TIMEOUT_SECONDS)
+            ),
+            follow_redirects=False,
+            trust_env=False,
+            headers={"User-Agent": f"batchcrop/{__version__}"},
+        )
+        self._stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                delivered = self.deliver_due()
+            except DatabaseUnavailable as exc:
+                log_event("database_unavailable", level=logging.WARNING, error=type(exc).__name__)
+                delivered = 0
+            except Exception:
+                logging.getLogger("batchcrop").exception("delivery pass failed")
+                delivered = 0
+            if not delivered:
+                self._stopping.wait(self.poll_seconds)
+
+    def stop(self) -> None:
+        """Finish the delivery under way, then end."""
+        self._stopping.set()
+
+    def deliver_due(self) -> int:
+        """Claim and deliver the due deliveries (a few at a time); returns how many."""
+        open_ids = self.open_deliveries()
+        if not open_ids:
+            return 0
+        claims = self.leases.claim(self.worker_id, DELIVERIES_PER_CLAIM, group_ids=open_ids)
+        for claim in claims:
+            self.deliver(claim)
+        return len(claims)
+
+    def deliver(self, claim: Claim) -> State | None:
+        """POST one claimed delivery and end its attempt: `succeeded` on a 2xx, `failed`
+        (`host_not_allowed`) when this process's allowlist refuses the host, else retryable
+        with `http_<status>`, `timeout` or `connect_error`. None when the lease was lost."""
+        payload = claim.payload
+        url = str(payload["url"])
+        reason: str | None = None
+        code: int | None = None
+        started = time.monotonic()
+        try:
+            if not host_allowed(url, self.hosts):
+                self.leases.fail(claim, HOST_NOT_ALLOWED)
+                return self._logged(claim, State.FAILED, HOST_NOT_ALLOWED, None, started)
+            code, reason = self._post(claim, url)
+            if reason is None:
+                self.leases.complete(claim)
+                return self._logged(claim, State.SUCCEEDED, None, code, started)
+            state = self.leases.retry_later(claim, reason)
+            return self._logged(claim, state, reason, code, started)
+        except LeaseLost:
+            log_event("delivery_lease_lost", level=logging.WARNING, delivery=claim.item_id)
+            return None
+
+    def _post(self, claim: Claim, url: str) -> tuple[int | None, str | None]:
+        """(status code, failure reason or None); the response body is never read."""
+        body = str(claim.payload["body"]).encode()
+        headers = {
+            "Content-Type": "application/json",
+            SIGNATURE_HEADER: signature(self.secret, body, int(time.time())),
+            IDEMPOTENCY_HEADER: str(claim.payload["notification_id"]),
+            "Batchcrop-Batch-Id": str(claim.payload["batch_id"]),
+            "Batchcrop-Delivery-Id": claim.item_id,
+            "Batchcrop-Delivery-Attempt": str(claim.attempt),
+        }
+        try:
+            with self.client.stream("POST", url, content=body, headers=headers) as response:
+                code = response.status_code
+        except httpx.TimeoutException:
+            return None, TIMEOUT
+        except httpx.HTTPError:
+            return None, CONNECT_ERROR
+        return code, None if 200 <= code < 300 else f"http_{code}"
+
+    def _logged(
+        self, claim: Claim, state: State, reason: str | None, code: int | None, started: float
+    ) -> State:
+        log_event(
+            "delivery",
+            level=logging.INFO if state is State.SUCCEEDED else logging.WARNING,
+            delivery=claim.item_id,
+            batch=claim.payload.get("batch_id"),
+            attempt=claim.attempt,
+            state=state.value,
+            reason=reason,
+            status=code,
+            ms=round((time.monotonic() - started) * 1000),
+        )
+        return state

@@ -1,0 +1,291 @@
+"""Completion callbacks (docs/design.md §7, callbacks; ADR 0012) on SQLite and PostgreSQL,
+against a receiver on loopback that checks signatures and deduplicates."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+from batchcrop.app import App
+from batchcrop.batches import BatchRequest, ItemRequest, NoSuchBatch, NothingToRedeliver
+from batchcrop.crop import RenderSpec
+from batchcrop.notify import NotifyUrlError, check_notify_url, host_allowed, signature, verify
+from storage import LocalStore
+from tests.app.conftest import run_batch
+from tests.app.images import write_photos
+from tests.app.test_cli import Cli, _submit, cli, inspect, wait_for
+from tests.receiver import SECRET, Receiver, receiving
+
+__all__ = ["cli", "inspect"]  # fixtures
+
+FAST_RETRY_SECONDS = 0.05
+
+
+@pytest.fixture
+def notifying(make_app: Callable[..., App]) -> App:
+    """An app that may call loopback, with the test secret and near-zero retry backoff: its
+    deliverer is driven pass by pass by the tests."""
+    return make_app(
+        notify_secret=SECRET, notify_hosts=("127.0.0.1",), notify_retry_seconds=FAST_RETRY_SECONDS
+    )
+
+
+@pytest.fixture
+def processing(make_app: Callable[..., App]) -> App:
+    """An app whose workers process images but deliver nothing (no secret)."""
+    return make_app(notify_hosts=("127.0.0.1",))
+
+
+def _request(sources: list[Path], notify_url: str | None) -> BatchRequest:
+    return BatchRequest(
+        items=tuple(ItemRequest(source=str(s)) for s in sources),
+        spec=RenderSpec.from_input({"ratios": "1:1", "max_side": 64}),
+        deadline_seconds=3600,
+        max_attempts=1,
+        notify_url=notify_url,
+    )
+
+
+def _deliver_until(app: App, receiver: Receiver, processed: int, timeout: float = 1.0) -> None:
+    """Run a deliverer pass by pass (as a worker's thread would) until `processed`."""
+    deliverer = app.deliverer("test-deliverer")
+    assert deliverer is not None
+    deliverer.client.timeout = httpx.Timeout(timeout)
+    deadline = time.monotonic() + 60
+    while len(receiver.processed) < processed:
+        assert time.monotonic() < deadline, receiver.requests
+        if not deliverer.deliver_due():
+            time.sleep(FAST_RETRY_SECONDS)
+
+
+def test_a_flaky_receiver_gets_the_signed_status_once(
+    notifying: App, processing: App, tmp_path: Path
+) -> None:
+    """503, 500, a timeout, then 204: four attempts, each signed with the same
+    Idempotency-Key; the receiver processes one final status document; each attempt is in
+    the batch's events and the status document; the responses are nowhere."""
+    app = notifying
+    sources = write_photos(tmp_path / "src", 2)
+    with receiving(["fail", 500, "hang"], hang_seconds=2.0) as receiver:
+        status, _ = app.batches.submit(_request(sources, receiver.url))
+        assert status["notify_url"] == receiver.url
+        final = run_batch(processing, LocalStore(tmp_path / "store"), status["id"])
+        assert final["state"] == "succeeded"
+        _deliver_until(app, receiver, 1, timeout=0.5)
+        time.sleep(2.0)  # the hung request's handler finishes
+    assert [r.signed for r in receiver.requests] == [True] * 4
+    assert len({r.key for r in receiver.requests}) == 1
+    assert [r.attempt for r in receiver.requests] == ["1", "2", "3", "4"]
+    (body,) = receiver.processed.values()
+    assert (body["id"], body["state"], body["counts"]["succeeded"]) == (
+        status["id"],
+        "succeeded",
+        2,
+    )
+    assert body["terminal_reason"] == "All 2 items succeeded."
+    document = app.batches.status(status["id"])
+    (delivery,) = document["deliveries"]
+    assert delivery["notification_id"] == receiver.requests[0].key
+    assert (delivery["state"], delivery["attempts"], delivery["reason"]) == ("succeeded", 4, None)
+    events, _ = app.batches.events(status["id"], limit=1000)
+    deliveries = [e for e in events if e["kind"] == "delivery"]
+    assert [(e["to_state"], e["reason"]) for e in deliveries] == [
+        ("queued", None),
+        ("in_progress", None),
+        ("retryable", "http_503"),
+        ("in_progress", None),
+        ("retryable", "http_500"),
+        ("in_progress", None),
+        ("retryable", "timeout"),
+        ("in_progress", None),
+        ("succeeded", None),
+    ]
+    assert {e["batch_id"] for e in events} == {status["id"]}
+    assert "not for echoes" not in str(document) + str(events)
+
+
+def test_the_notification_is_written_with_the_last_commit(
+    notifying: App, processing: App, tmp_path: Path
+) -> None:
+    """No deliverer runs: the outbox row is there as soon as the batch is terminal, with the
+    status document of that moment; a batch without a notify_url has none."""
+    sources = write_photos(tmp_path / "src", 1)
+    plain, _ = notifying.batches.submit(_request(sources, None))
+    status, _ = notifying.batches.submit(_request(sources, "http://127.0.0.1:9/x"))
+    store = LocalStore(tmp_path / "store")
+    for batch in (plain, status):
+        run_batch(processing, store, batch["id"])
+    assert notifying.batches.status(plain["id"])["deliveries"] == []
+    (delivery,) = notifying.batches.status(status["id"])["deliveries"]
+    assert (delivery["state"], delivery["attempts"]) == ("queued", 0)
+    with pytest.raises(NothingToRedeliver):
+        notifying.batches.redeliver(plain["id"])
+    with pytest.raises(NothingToRedeliver):
+        notifying.batches.redeliver(status["id"])  # still under way
+
+
+def test_a_requeued_batch_notifies_again_with_a_new_id_and_redeliver_repeats_one(
+    notifying: App, processing: App, tmp_path: Path
+) -> None:
+    """A failed batch notifies; requeued, it ends again and a second notification (a new
+    Idempotency-Key) follows. A redelivery repeats the latest one (same key): the receiver
+    drops it as a duplicate."""
+    app = notifying
+    missing = tmp_path / "src" / "gone.jpg"
+    with receiving() as receiver:
+        status, _ = app.batches.submit(_request([missing], receiver.url))
+        store = LocalStore(tmp_path / "store")
+        assert run_batch(processing, store, status["id"])["state"] == "failed"
+        _deliver_until(app, receiver, 1)
+        app.batches.requeue(status["id"])
+        assert run_batch(processing, store, status["id"])["state"] == "failed"
+        _deliver_until(app, receiver, 2)
+        assert [b["state"] for b in receiver.processed.values()] == ["failed", "failed"]
+        app.batches.redeliver(status["id"])
+        deadline = time.monotonic() + 30
+        deliverer = app.deliverer("test-deliverer")
+        assert deliverer is not None
+        while len(receiver.requests) < 3:
+            assert time.monotonic() < deadline
+            deliverer.deliver_due()
+            time.sleep(0.05)
+    keys = [r.key for r in receiver.requests]
+    assert keys[2] == keys[1] != keys[0]
+    assert receiver.duplicates == 1
+    deliveries = app.batches.status(status["id"])["deliveries"]
+    assert [d["state"] for d in deliveries] == ["succeeded"] * 3
+    assert deliveries[2]["notification_id"] == deliveries[1]["notification_id"]
+
+
+def test_redirects_are_not_followed_and_disallowed_hosts_fail(
+    make_app: Callable[..., App], notifying: App, processing: App, tmp_path: Path
+) -> None:
+    """A 302 is a failed attempt (`http_302`), its Location never requested; a delivery whose
+    host this process does not allow fails `host_not_allowed` at once."""
+    app = notifying
+    sources = write_photos(tmp_path / "src", 1)
+    with receiving(["redirect"]) as receiver:
+        status, _ = app.batches.submit(_request(sources, receiver.url))
+        run_batch(processing, LocalStore(tmp_path / "store"), status["id"])
+        _deliver_until(app, receiver, 1)
+    assert [r.answer for r in receiver.requests] == ["redirect", 204]
+    events, _ = app.batches.events(status["id"], limit=1000)
+    assert "http_302" in [e["reason"] for e in events]
+    strict = make_app(notify_secret=SECRET, notify_hosts=("hooks.example.com",))
+    other, _ = app.batches.submit(_request(sources, "http://127.0.0.1:9/never"))
+    run_batch(processing, LocalStore(tmp_path / "store"), other["id"])
+    deliverer = strict.deliverer("strict")
+    assert deliverer is not None
+    assert deliverer.deliver_due() == 1
+    (delivery,) = app.batches.status(other["id"])["deliveries"]
+    assert (delivery["state"], delivery["reason"]) == ("failed", "host_not_allowed")
+
+
+def test_submission_refuses_urls_outside_the_allowlist(notifying: App, tmp_path: Path) -> None:
+    sources = write_photos(tmp_path / "src", 1)
+    for url in (
+        "http://10.0.0.1/x",
+        "ftp://127.0.0.1/x",
+        "http://user:pw@127.0.0.1/x",
+        "http://127.0.0.1/ x",
+        "/relative",
+    ):
+        with pytest.raises(NotifyUrlError):
+            notifying.batches.submit(_request(sources, url))
+
+
+def test_host_patterns_and_the_signature_scheme() -> None:
+    assert host_allowed("https://a.hooks.example.com/x", ("*.example.com",))
+    assert not host_allowed("https://example.com/x", ("*.example.com",))
+    assert not host_allowed("https://evil-example.com/x", ("*.example.com",))
+    assert host_allowed("http://[::1]:8080/x", ("::1",))
+    assert not host_allowed("http://127.0.0.1/x", ())
+    assert check_notify_url("https://HOOKS.example.com/a?b=c", ("hooks.example.com",))
+    body = b'{"id":"x"}'
+    now = int(time.time())
+    header = signature(SECRET, body, now)
+    # Stripe's documented construction: HMAC-SHA256 over "t.body", hex, in v1.
+    import hashlib  # noqa: PLC0415
+    import hmac  # noqa: PLC0415
+
+    expected = hmac.new(SECRET.encode(), f"{now}.".encode() + body, hashlib.sha256).hexdigest()
+    assert header == f"t={now},v1={expected}"
+    assert verify(SECRET, body, header)
+    assert not verify(SECRET, body + b" ", header)
+    assert not verify("another-secret-0123456789", body, header)
+    assert not verify(SECRET, body, signature(SECRET, body, now - 3600))
+
+
+@pytest.mark.slow
+def test_a_worker_killed_right_after_the_last_commit_still_notifies_once(
+    cli: Cli, inspect: App, tmp_path: Path
+) -> None:
+    """Real `batchcrop worker` processes: the one that commits the batch's last item is
+    SIGKILLed the moment the batch is terminal; the outbox row is already there, and another
+    worker delivers it: the deduplicating receiver processes the notification exactly once."""
+    write_photos(tmp_path / "src", 2)
+    with receiving() as receiver:
+        cli.env.update(
+            BATCHCROP_NOTIFY_SECRET=SECRET,
+            BATCHCROP_NOTIFY_HOSTS="127.0.0.1",
+            BATCHCROP_WORKER_TIMEOUT_SECONDS="3",
+        )
+        batch = _submit(cli, tmp_path / "src", "--notify-url", receiver.url)
+        victim = cli.spawn("worker", "--concurrency", "1")
+        wait_for(
+            lambda: inspect.batches.status(batch)["state"] == "succeeded", "the last commit", 120
+        )
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(10)
+        (written,) = inspect.batches.status(batch)["deliveries"]
+        survivor = cli.spawn("worker", "--concurrency", "1")
+        try:
+            receiver.wait_processed(1, timeout=60)
+            time.sleep(3.0)  # anything more would arrive now
+        finally:
+            survivor.send_signal(signal.SIGTERM)
+            assert survivor.wait(30) == 0
+    assert len(receiver.processed) == 1
+    assert all(r.signed for r in receiver.requests)
+    assert {r.key for r in receiver.requests} == {written["notification_id"]}
+    (delivery,) = inspect.batches.status(batch)["deliveries"]
+    assert delivery["state"] == "succeeded"
+    events, _ = inspect.batches.events(batch, limit=1000)
+    deliverers = {
+        e["worker_id"] for e in events if e["kind"] == "delivery" and e["to_state"] == "succeeded"
+    }
+    print(f"delivery written as {written['state']} at the kill; delivered by {deliverers}")
+    assert all(f":{survivor.pid}:" in w for w in deliverers if w)
+
+
+def test_prune_takes_a_batchs_deliveries_with_it_once_they_are_done(
+    notifying: App, processing: App, tmp_path: Path
+) -> None:
+    """A finished batch whose callback is still queued is kept; once delivered, prune deletes
+    the batch with its outbox rows and their lease groups, and never a delivery on its own."""
+    app = notifying
+    with receiving() as receiver:
+        status, _ = app.batches.submit(_request(write_photos(tmp_path / "src", 1), receiver.url))
+        store = LocalStore(tmp_path / "store")
+        assert run_batch(processing, store, status["id"])["state"] == "succeeded"
+        (delivery,) = app.batches.status(status["id"])["deliveries"]
+        assert app.batches.prune(0.001).batches == 0  # its callback is still queued
+        assert app.batches.status(status["id"])["deliveries"][0]["id"] == delivery["id"]
+        _deliver_until(app, receiver, 1)
+    time.sleep(0.01)
+    assert app.batches.prune(0.001).batches == 1
+    with pytest.raises(NoSuchBatch):
+        app.batches.status(status["id"])
+    with app.engine.connect() as conn:
+        for table, column in (("batchcrop_deliveries", "batch_id"), ("lease_groups", "id")):
+            count = conn.execute(
+                sa.text(f"SELECT count(*) FROM {table} WHERE {column} IN (:b, :d)"),
+                {"b": status["id"], "d": delivery["id"]},
+            ).scalar_one()
+            assert count == 0, table

@@ -1,0 +1,128 @@
+"""A completion-callback receiver on loopback for the tests (docs/design.md §7, callbacks).
+
+It checks every request's `Batchcrop-Signature` with the shared secret, deduplicates on the
+`Idempotency-Key` as a careful receiver would, and answers from a script: a list of actions
+taken in turn for the first requests (`"fail"`: 503, `"hang"`: no answer for `hang_seconds`,
+`"redirect"`: 302 elsewhere, an int: that status), then 204 for every later one.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from batchcrop.notify import IDEMPOTENCY_HEADER, SIGNATURE_HEADER, verify
+
+SECRET = "test-callback-secret-0123456789"
+
+
+@dataclass
+class Received:
+    """One request as the receiver saw it, and what it answered."""
+
+    key: str
+    body: dict[str, Any]
+    signed: bool
+    attempt: str | None
+    delivery: str | None
+    answer: int | str
+
+
+@dataclass
+class Receiver:
+    """What arrived; `processed` holds each notification once (the dedup the receiver does)."""
+
+    script: list[int | str]
+    hang_seconds: float = 3.0
+    url: str = ""
+    requests: list[Received] = field(default_factory=list)
+    processed: dict[str, dict[str, Any]] = field(default_factory=dict)
+    duplicates: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def answer(self) -> int | str:
+        with self.lock:
+            return self.script.pop(0) if self.script else 204
+
+    def record(self, received: Received) -> None:
+        with self.lock:
+            self.requests.append(received)
+            if received.answer == 204 or (
+                isinstance(received.answer, int) and 200 <= received.answer < 300
+            ):
+                if received.key in self.processed:
+                    self.duplicates += 1
+                else:
+                    self.processed[received.key] = received.body
+
+    def wait_processed(self, n: int, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.lock:
+                if len(self.processed) >= n:
+                    return
+            time.sleep(0.02)
+        raise AssertionError(f"{len(self.processed)} notifications processed, wanted {n}")
+
+
+def _handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length", "0"))
+            raw = self.rfile.read(length)
+            action = receiver.answer()
+            signed = verify(SECRET, raw, self.headers.get(SIGNATURE_HEADER, ""))
+            answer: int | str = action
+            status = {"fail": 503, "hang": 200, "redirect": 302}.get(str(action), action)
+            if not signed:
+                status = answer = 401
+            received = Received(
+                key=self.headers.get(IDEMPOTENCY_HEADER, ""),
+                body=json.loads(raw),
+                signed=signed,
+                attempt=self.headers.get("Batchcrop-Delivery-Attempt"),
+                delivery=self.headers.get("Batchcrop-Delivery-Id"),
+                answer=answer,
+            )
+            if action != "hang":  # a hung answer arrives after the sender gave up
+                receiver.record(received)
+            else:
+                with receiver.lock:
+                    receiver.requests.append(received)
+                time.sleep(receiver.hang_seconds)
+            try:
+                self.send_response(int(status))
+                if action == "redirect":
+                    self.send_header("Location", f"{receiver.url}/elsewhere")
+                self.send_header("Content-Length", "14")
+                self.end_headers()
+                self.wfile.write(b"not for echoes")
+            except OSError:
+                pass  # the sender gave up (timeout)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    return Handler
+
+
+@contextmanager
+def receiving(script: Sequence[int | str] = (), hang_seconds: float = 3.0) -> Iterator[Receiver]:
+    """A receiver on 127.0.0.1 (a free port) for the `with` block."""
+    receiver = Receiver(list(script), hang_seconds)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(receiver))
+    server.daemon_threads = True
+    receiver.url = f"http://127.0.0.1:{server.server_address[1]}/hooks/batchcrop"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield receiver
+    finally:
+        server.shutdown()
+        server.server_close()
