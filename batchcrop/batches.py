@@ -372,7 +372,7 @@ class BatchService:
             raise NoSuchBatch(f"no batch {batch_id}")
         return _batch(row)
 
-    # -- completion callbacks (docs/design.md §7, callbacks; ADR 0012) ------------------------
+    # -- completion callbacks (docs/design.md §7, callbacks; ADR 0013) ------------------------
 
     def on_group_finished(self, conn: Any, group_id: str) -> None:
         """The lease engine's finish hook: the transaction `conn` just ended the last unfinished

@@ -1,5 +1,5 @@
 """Completion callbacks: who may be called, how a request is signed, and the delivery loop
-(docs/design.md §7, callbacks; ADR 0012).
+(docs/design.md §7, callbacks; ADR 0013).
 
 A delivery is a lease item (its own one-item group, written in the outbox transaction by
 `BatchService.on_group_finished`), so it is claimed, fenced, retried with backoff, released

@@ -32,7 +32,7 @@ batches = sa.Table(
 )
 
 # The outbox: one row per delivery of a completion callback. A delivery is also a lease group
-# of one item with the same id (its attempts are that item's claims and transitions; ADR 0012),
+# of one item with the same id (its attempts are that item's claims and transitions; ADR 0013),
 # written in the transaction that made the batch terminal. `notification_id` names the
 # notification (one per time the batch became terminal); redeliveries repeat it, and it is the
 # `Idempotency-Key` a receiver deduplicates on.

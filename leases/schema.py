@@ -24,7 +24,7 @@ groups = sa.Table(
     # False while the group's items are still being written (docs/design.md §3, creation).
     sa.Column("sealed", sa.Boolean, nullable=False, server_default=sa.true()),
     # True: the owner's `on_group_finished` hook runs in the transaction that ends the group's
-    # last unfinished item (docs/design.md §3, finish hook; ADR 0012).
+    # last unfinished item (docs/design.md §3, finish hook; ADR 0013).
     sa.Column("notify_finish", sa.Boolean, nullable=False, server_default=sa.false()),
 )
 

@@ -1,4 +1,4 @@
-"""Completion callbacks (docs/design.md §7, callbacks; ADR 0012) on SQLite and PostgreSQL,
+"""Completion callbacks (docs/design.md §7, callbacks; ADR 0013) on SQLite and PostgreSQL,
 against a receiver on loopback that checks signatures and deduplicates."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The finish hook (docs/design.md §3; ADR 0012): a group created with `notify_finish` has
+"""The finish hook (docs/design.md §3; ADR 0013): a group created with `notify_finish` has
 `on_group_finished(conn, group_id)` run inside the transaction that ends its last unfinished
 item, whichever transition that is, exactly once per time the group finishes."""
 

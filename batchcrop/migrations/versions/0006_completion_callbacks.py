@@ -1,4 +1,4 @@
-"""Completion callbacks (docs/design.md §7, callbacks; ADR 0012): a batch's `notify_url`, and
+"""Completion callbacks (docs/design.md §7, callbacks; ADR 0013): a batch's `notify_url`, and
 the outbox of deliveries, each one a lease group of one item written in the transaction that
 makes its batch terminal.
 

@@ -51,6 +51,7 @@ function showStatus(fresh) {
   byId("progress").replaceChildren(progressBar(status));
   const c = status.counts;
   byId("summary").replaceChildren(
+    ...(status.label ? term("Label", status.label) : []),
     ...term(
       "State",
       stateBadge(status.state),

@@ -38,6 +38,8 @@ function row(status) {
       h("br"),
       h("small", {}, "created ", timeElement(status.created_at)),
     ),
+    // The label is the submitter's text: a text node (h), never markup.
+    h("td", { class: "label" }, status.label ?? "—"),
     h(
       "td",
       {},

@@ -1,5 +1,5 @@
 """The finish hook: a group may ask to be told, in the transaction that ends its last unfinished
-item, that it is finished (docs/design.md §3; ADR 0012). Existing groups do not ask.
+item, that it is finished (docs/design.md §3; ADR 0013). Existing groups do not ask.
 
 Revision ID: 0004
 Revises: 0003
