@@ -26,6 +26,7 @@ ENDPOINTS = [
     ("GET", "/v1/batches/{id}/items/{id}/derivatives/1x1"),
     ("GET", "/metrics"),
     ("GET", "/v1/meta"),
+    ("GET", "/v1/workers"),
     ("GET", "/openapi.json"),
 ]
 

@@ -34,6 +34,8 @@ OPERATIONS = [
     ("GET", "/v1/batches/{batch_id}/events"),
     ("POST", "/v1/batches/{batch_id}/cancel"),
     ("POST", "/v1/batches/{batch_id}/requeue"),
+    ("POST", "/v1/batches/{batch_id}/redeliver"),
+    ("GET", "/v1/workers"),
     ("GET", "/v1/batches/{batch_id}/items/{item_id}/source-thumbnail"),
     ("GET", "/v1/batches/{batch_id}/items/{item_id}/derivatives/{ratio}"),
 ]
