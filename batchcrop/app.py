@@ -147,15 +147,16 @@ def database_url(text: str) -> str:
     try:
         url = sa.make_url(text)
         url.get_dialect()
-    except sa.exc.ArgumentError:
-        raise SettingsError(
-            f"cannot parse the database URL {redact_url(text)!r}: use sqlite:///FILE or "
-            "postgresql://USER@HOST/DATABASE (--database-url, BATCHCROP_DATABASE_URL)"
-        ) from None
+    # NoSuchModuleError is an ArgumentError: it goes first.
     except (sa.exc.NoSuchModuleError, ImportError):
         raise SettingsError(
             f"unknown database driver {scheme!r} in the database URL: use sqlite:///FILE or "
             "postgresql://USER@HOST/DATABASE"
+        ) from None
+    except sa.exc.ArgumentError:
+        raise SettingsError(
+            f"cannot parse the database URL {redact_url(text)!r}: use sqlite:///FILE or "
+            "postgresql://USER@HOST/DATABASE (--database-url, BATCHCROP_DATABASE_URL)"
         ) from None
     return text
 

@@ -69,9 +69,9 @@ class AmbiguousId(BatchcropError):
 _ID_CHARS = frozenset("0123456789abcdef-")
 
 
-def _one(found: Sequence[str], prefix: str, what: str) -> str:
+def _one(found: Sequence[str], prefix: str, what: str, where: str = "") -> str:
     if not found:
-        raise NoSuchBatch(f"no {what} {prefix}")
+        raise NoSuchBatch(f"no {what} {prefix}{where}")
     if len(found) > 1:
         raise AmbiguousId(
             f"{prefix} is the start of several ids ({', '.join(found)}, …): give more"
@@ -333,7 +333,7 @@ class BatchService:
         if row is not None and row.group_id == batch_id:
             return text
         found = self.leases.item_ids_with_prefix(text, group_id=batch_id)
-        return _one(found, text, f"item in batch {batch_id}")
+        return _one(found, text, "item", f" in batch {batch_id}")
 
     # -- reading ---------------------------------------------------------------------------
 
