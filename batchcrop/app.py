@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
-from batchcrop import migrations
-from batchcrop.attempts import Attempts
 from batchcrop.batches import BatchService
-from batchcrop.crop import IMAGE_SUFFIXES, MIB, MemoryBudget
+from batchcrop.crop.budget import MIB, MemoryBudget
+from batchcrop.crop.limits import IMAGE_SUFFIXES
 from batchcrop.logs import log_event
-from batchcrop.metrics import Metrics
-from batchcrop.notify import Deliverer, delivery_leases
-from batchcrop.settings import Settings
-from batchcrop.worker import Worker, WorkerOptions
-from leases import DatabaseUnavailable, LeaseManager, make_engine
-from leases import upgrade as upgrade_leases
+from batchcrop.settings import Settings, SettingsError, redact_url
+from leases import DatabaseRefused, DatabaseUnavailable, LeaseManager, make_engine
+from leases.executor import driver_reason, is_refusal
 from storage import ObjectStore, S3Settings, SourceReader, open_store
+
+if TYPE_CHECKING:
+    from batchcrop.metrics import Metrics
+    from batchcrop.notify import Deliverer
+    from batchcrop.worker import Worker, WorkerOptions
+
+# The migrations (Alembic), the worker (the crop engine: NumPy, Pillow, OpenCV), the callback
+# deliverer (httpx) and the metrics (prometheus_client) are imported where first needed, so that
+# reading commands start fast (`bench/startup.py`).
 
 
 @dataclass
@@ -28,16 +34,34 @@ class App:
     engine: sa.Engine
     leases: LeaseManager
     batches: BatchService
-    metrics: Metrics = field(default_factory=Metrics)
     decode_budget: MemoryBudget = field(init=False)
+    _metrics: Metrics | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.decode_budget = MemoryBudget(self.settings.decode_memory_mib * MIB)
 
     @property
+    def metrics(self) -> Metrics:
+        """This process's metrics registry, made on first use."""
+        if self._metrics is None:
+            from batchcrop.metrics import Metrics  # noqa: PLC0415  (see the imports)
+
+            self._metrics = Metrics(queue=self.leases.queue)
+        return self._metrics
+
+    @property
     def poll_margin_seconds(self) -> float:
         """lease + one reaper interval: how long past its deadline a batch can still move."""
         return self.settings.lease_seconds + self.settings.reaper_interval_seconds
+
+    def database_label(self) -> str:
+        """Where the database is, for logs: dialect, host, port and name, or the SQLite file;
+        never the user or password."""
+        url = self.engine.url
+        if url.get_backend_name() == "sqlite":
+            return f"sqlite:///{url.database or ''}"
+        port = f":{url.port}" if url.port else ""
+        return f"{url.get_backend_name()}://{url.host or ''}{port}/{url.database or ''}"
 
     def s3_settings(self) -> S3Settings:
         """boto3 client settings for the store and for s3:// sources."""
@@ -69,13 +93,17 @@ class App:
 
     def upgrade(self) -> None:
         """Create or migrate every table (lease engine first, then ours)."""
+        from batchcrop import migrations  # noqa: PLC0415  (see the imports)
+        from leases.migrate import upgrade as upgrade_leases  # noqa: PLC0415
+
         try:
             upgrade_leases(self.engine)
             migrations.upgrade(self.engine)
         except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
             # The driver's first line says why (refused, locked, timed out); it carries no password.
-            reason = str(exc.orig).strip().splitlines()[0] if str(exc.orig).strip() else ""
-            raise DatabaseUnavailable(f"database unreachable: {reason}") from exc
+            if is_refusal(exc):
+                raise DatabaseRefused(f"the database refused: {driver_reason(exc)}") from exc
+            raise DatabaseUnavailable(f"database unreachable: {driver_reason(exc)}") from exc
 
     def worker(
         self,
@@ -92,6 +120,9 @@ class App:
         root afterwards (a swapped symlink): so with source roots configured, the worker checks
         them again at read time. `trusted_sources` is for `run`, whose operator named them.
         """
+        from batchcrop.attempts import Attempts  # noqa: PLC0415  (see the imports)
+        from batchcrop.worker import Worker  # noqa: PLC0415
+
         return Worker(
             deliverer=self.deliverer if deliver else None,
             leases=self.leases,
@@ -109,6 +140,8 @@ class App:
     def deliverer(self, worker_id: str) -> Deliverer | None:
         """The callback deliverer of a worker or `serve` (not started), or None when this
         process has no `BATCHCROP_NOTIFY_SECRET`: its deliveries wait for a process that has."""
+        from batchcrop.notify import Deliverer, delivery_leases  # noqa: PLC0415  (see the imports)
+
         secret = self.settings.notify_secret
         if secret is None:
             log_event("callbacks_not_delivered_here", reason="no BATCHCROP_NOTIFY_SECRET")
@@ -131,9 +164,45 @@ class App:
         self.engine.dispose()
 
 
+POSTGRES_DRIVER = "postgresql+psycopg"
+"""The PostgreSQL driver batchcrop ships with (psycopg 3)."""
+
+
+def database_url(text: str) -> str:
+    """The SQLAlchemy URL for `text`, checked: `postgres://` and `postgresql://` (what people
+    paste from their provider) mean psycopg 3, the driver batchcrop ships; an unparsable URL or
+    an unknown driver is a `SettingsError` naming it (the password never shown)."""
+    scheme, sep, rest = text.partition("://")
+    if sep and scheme.lower() in ("postgres", "postgresql"):
+        text = f"{POSTGRES_DRIVER}://{rest}"
+    try:
+        url = sa.make_url(text)
+        url.get_dialect()
+    # NoSuchModuleError is an ArgumentError: it goes first.
+    except (sa.exc.NoSuchModuleError, ImportError):
+        raise SettingsError(
+            f"unknown database driver {scheme!r} in the database URL: use sqlite:///FILE or "
+            "postgresql://USER@HOST/DATABASE"
+        ) from None
+    except sa.exc.ArgumentError:
+        raise SettingsError(
+            f"cannot parse the database URL {redact_url(text)!r}: use sqlite:///FILE or "
+            "postgresql://USER@HOST/DATABASE (--database-url, BATCHCROP_DATABASE_URL)"
+        ) from None
+    return text
+
+
 def build(settings: Settings) -> App:
     """Wire the app from settings; touches no network until a command runs."""
-    engine = make_engine(settings.database_url)
+    url = database_url(settings.database_url)
+    try:
+        engine = make_engine(url)
+    except ImportError as exc:
+        # A dialect whose driver module is not installed (postgresql+pg8000, say).
+        raise SettingsError(
+            f"the database driver of {redact_url(url)!r} is not installed ({exc.name}): use "
+            "sqlite:///FILE or postgresql://USER@HOST/DATABASE"
+        ) from None
     leases = LeaseManager(
         engine,
         lease_seconds=settings.lease_seconds,

@@ -12,11 +12,11 @@ import uuid
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from batchcrop import queries
-from batchcrop.crop import MAX_SOURCE_PIXELS, RenderSpec
-from batchcrop.crop.window import Box
+from batchcrop.crop.limits import MAX_SOURCE_PIXELS
+from batchcrop.crop.spec import RenderSpec
 from batchcrop.documents import (
     Batch,
     batch_state,
@@ -40,6 +40,9 @@ from leases import (
     State,
 )
 from storage import canonical_store_url, object_url
+
+if TYPE_CHECKING:
+    from batchcrop.crop.window import Box
 
 PAGE_LIMIT_MAX = 1000
 PRUNE_BATCH_ROWS = 500
@@ -74,6 +77,23 @@ class EmptyBatch(BatchcropError):
 class NeedsNewDeadline(BatchcropError):
     """A requeue of a cancelled or expired batch without a new deadline: the reaper would
     abandon the requeued items at once."""
+
+
+class AmbiguousId(BatchcropError):
+    """An id prefix that several batches (or items) start with."""
+
+
+_ID_CHARS = frozenset("0123456789abcdef-")
+
+
+def _one(found: Sequence[str], prefix: str, what: str, where: str = "") -> str:
+    if not found:
+        raise NoSuchBatch(f"no {what} {prefix}{where}")
+    if len(found) > 1:
+        raise AmbiguousId(
+            f"{prefix} is the start of several ids ({', '.join(found)}, …): give more"
+        )
+    return found[0]
 
 
 class BadCursor(BatchcropError):
@@ -305,12 +325,27 @@ class BatchService:
         deadline_seconds: float | None = None,
     ) -> dict[str, Any]:
         """Give failed/abandoned items a fresh attempt budget (J)."""
+        document, _ = self.requeue_counted(
+            batch_id, states=states, item_ids=item_ids, deadline_seconds=deadline_seconds
+        )
+        return document
+
+    def requeue_counted(
+        self,
+        batch_id: str,
+        *,
+        states: Collection[State] = REQUEUEABLE,
+        item_ids: Collection[str] | None = None,
+        deadline_seconds: float | None = None,
+    ) -> tuple[dict[str, Any], int]:
+        """`requeue`, returning (status, number of items requeued). Item ids not of the batch
+        are not moved (the CLI resolves its `--item` ids first, refusing unknown ones)."""
         if deadline_seconds is not None:
             _check_deadline(deadline_seconds)
         self.batch(batch_id)
         try:
             with _as_batch(batch_id):
-                self.leases.requeue(
+                moved = self.leases.requeue(
                     batch_id, states=states, item_ids=item_ids, deadline_seconds=deadline_seconds
                 )
         except RequeueNeedsDeadline as exc:
@@ -318,7 +353,29 @@ class BatchService:
                 f"batch {batch_id} is cancelled or past its deadline: requeue it with a new "
                 "deadline (--deadline / deadline_seconds), or the reaper would abandon it at once"
             ) from exc
-        return self.status(batch_id)
+        return self.status(batch_id), moved
+
+    def resolve_id(self, text: str) -> str:
+        """The id of the batch `text` names: its whole id, or a prefix only it starts with.
+        `NoSuchBatch` when none does; `AmbiguousId` when several do."""
+        text = text.strip().lower()
+        with self.leases.reading() as conn:
+            if conn.execute(queries.batch_by_id(text)).first() is not None:
+                return text
+            if not _ID_CHARS.issuperset(text) or not text:
+                raise NoSuchBatch(f"no batch {text}")
+            found = [str(r.id) for r in conn.execute(queries.batch_ids_with_prefix(text))]
+        return _one(found, text, "batch")
+
+    def resolve_item_id(self, batch_id: str, text: str) -> str:
+        """The id of the item of `batch_id` that `text` names (its whole id or a unique prefix);
+        `NoSuchBatch` when none, `AmbiguousId` when several."""
+        text = text.strip().lower()
+        row = self.leases.item(text)
+        if row is not None and row.group_id == batch_id:
+            return text
+        found = self.leases.item_ids_with_prefix(text, group_id=batch_id)
+        return _one(found, text, "item", f" in batch {batch_id}")
 
     def prune(self, finished_before_seconds: float) -> PruneResult:
         """Delete every batch whose items all ended at least `finished_before_seconds` ago: its

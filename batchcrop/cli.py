@@ -7,19 +7,13 @@ Errors are one line on stderr and an exit code, never a traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 
-from batchcrop import __version__, commands
-from batchcrop.batches import (
-    BadCursor,
-    EmptyBatch,
-    IdempotencyConflict,
-    NeedsNewDeadline,
-    NoSuchBatch,
-    NothingToRedeliver,
-)
-from batchcrop.crop.budget import return_freed_pixels_promptly
+# Only light modules here: `--help`, `--version` and reading commands must start fast
+# (`bench/startup.py`). The commands, and whatever they need, are imported when one runs.
+from batchcrop import __version__
 from batchcrop.crop.spec import (
     FORMAT_NAMES,
     FORMATS_DEFAULT,
@@ -28,7 +22,6 @@ from batchcrop.crop.spec import (
     RATIOS_DEFAULT,
 )
 from batchcrop.exit_codes import Exit
-from batchcrop.logs import configure as configure_logs
 from batchcrop.settings import (
     CONCURRENCY,
     DATABASE_URL,
@@ -39,24 +32,35 @@ from batchcrop.settings import (
     MAX_SOURCE_BYTES,
     REAPER_INTERVAL_SECONDS,
     SHUTDOWN_GRACE_SECONDS,
-    SettingsError,
 )
-from leases import (
-    LEASE_SECONDS,
-    MAX_ATTEMPT_SECONDS,
-    REQUEUEABLE,
-    WORKER_TIMEOUT_SECONDS,
-    DatabaseUnavailable,
-    SchemaMissing,
-    state_names,
-)
-from storage import (
-    ConditionalWritesUnsupported,
-    ObjectNotFound,
-    SourceNotAllowed,
-    StorageError,
-    StorageUnavailable,
-)
+from leases.defaults import LEASE_SECONDS, MAX_ATTEMPT_SECONDS, WORKER_TIMEOUT_SECONDS
+from leases.models import REQUEUEABLE, state_names
+
+STATE_NAMES = state_names()
+LOG_LEVEL_DEFAULT = "WARNING"
+LOG_LEVEL_LONG_RUNNING = "INFO"
+LONG_RUNNING_COMMANDS = frozenset({"worker", "serve"})
+"""Commands that log at INFO unless told otherwise: their log is how an operator follows them."""
+METRICS_HOST_DEFAULT = "127.0.0.1"
+EXIT_BROKEN_PIPE = 141
+"""128 + SIGPIPE: what a shell reports for a command whose reader went away (`| head`)."""
+
+
+class _Commands:
+    """`batchcrop.commands`, imported only once a command runs (not to parse or show help):
+    `commands.run` is a handler that imports the module and calls its `run`."""
+
+    def __getattr__(self, name: str) -> Callable[[argparse.Namespace], int]:
+        def handler(args: argparse.Namespace) -> int:
+            from batchcrop import commands as module  # noqa: PLC0415  (see the imports)
+
+            function: Callable[[argparse.Namespace], int] = getattr(module, name)
+            return function(args)
+
+        return handler
+
+
+commands = _Commands()
 
 REQUEUEABLE_NAMES = ",".join(state_names(REQUEUEABLE))
 
@@ -198,9 +202,7 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table
         description="Smart-crop catalogue images into several aspect ratios, as leased batch work.",
     )
     parser.add_argument("--version", action="version", version=f"batchcrop {__version__}")
-    parser.add_argument(
-        "--log-level", default="WARNING", help="DEBUG, INFO, WARNING (default) or ERROR"
-    )
+    _global_flags(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser(
@@ -262,6 +264,13 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table
         "--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics on this port"
     )
     p.add_argument(
+        "--metrics-host",
+        default=METRICS_HOST_DEFAULT,
+        metavar="HOST",
+        help=f"address the metrics endpoint listens on (default {METRICS_HOST_DEFAULT}; "
+        "0.0.0.0 or :: for a Prometheus on another host)",
+    )
+    p.add_argument(
         "--shutdown-grace-seconds",
         type=float,
         default=SHUTDOWN_GRACE_SECONDS,
@@ -284,7 +293,7 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table
     p.set_defaults(handler=commands.reap)
 
     p = sub.add_parser("batches", help="list batches, newest first")
-    p.add_argument("--state", choices=commands.STATE_NAMES)
+    p.add_argument("--state", choices=STATE_NAMES)
     p.add_argument("--label", help="only batches with this label")
     _json_flag(p, "list")
     _database_flags(p)
@@ -299,7 +308,7 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table
 
     p = sub.add_parser("items", help="a batch's items")
     p.add_argument("batch")
-    p.add_argument("--state", choices=commands.STATE_NAMES)
+    p.add_argument("--state", choices=STATE_NAMES)
     _json_flag(p, "items")
     _database_flags(p)
     p.set_defaults(handler=commands.items)
@@ -390,52 +399,153 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table
     up = db.add_parser("upgrade", help="create or migrate the schema (SQLite and PostgreSQL)")
     _database_flags(up)
     up.set_defaults(handler=commands.db_upgrade)
+
+    p = sub.add_parser(
+        "wait", help="wait until a batch is terminal: exit 0 if it succeeded, 1 if not"
+    )
+    p.add_argument("batch")
+    _json_flag(p, "final status document")
+    _database_flags(p)
+    p.set_defaults(handler=commands.wait)
+    _add_global_flags_everywhere(sub)
     return parser
 
 
+def _global_flags(p: argparse.ArgumentParser) -> None:
+    # SUPPRESS: a subcommand's copy sets the value only when given, so the flags work before
+    # and after the subcommand alike.
+    p.add_argument(
+        "--log-level",
+        default=argparse.SUPPRESS,
+        metavar="LEVEL",
+        help="DEBUG, INFO, WARNING or ERROR; BATCHCROP_LOG_LEVEL (default INFO for worker and "
+        "serve, WARNING otherwise)",
+    )
+    p.add_argument(
+        "--log-format",
+        default=argparse.SUPPRESS,
+        metavar="FORMAT",
+        help="logfmt (default) or json; BATCHCROP_LOG_FORMAT",
+    )
+
+
+def _add_global_flags_everywhere(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Give every (sub)command the global flags, so `batchcrop worker --log-format json` works."""
+    for parser in set(sub.choices.values()):
+        _global_flags(parser)
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                _add_global_flags_everywhere(action)
+
+
 def _fail(code: Exit, message: str) -> int:
-    print(f"batchcrop: error: {message}", file=sys.stderr)
+    print(f"batchcrop: error: {printable(message)}", file=sys.stderr)
     return int(code)
 
 
-ERRORS: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], Exit], ...] = (
-    (
+def printable(text: str) -> str:
+    """`text` with every control character shown as an escape: an error line quotes what the
+    user typed (an id, a path), which must not act on the terminal."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
+def _errors() -> tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], Exit], ...]:
+    """Which error means which exit code; imported only once a command failed."""
+    # The error classes live with the (heavier) modules that raise them.
+    from batchcrop import commands as module  # noqa: PLC0415
+    from batchcrop.batches import (  # noqa: PLC0415
+        AmbiguousId,
+        BadCursor,
+        EmptyBatch,
+        IdempotencyConflict,
+        NeedsNewDeadline,
+        NoSuchBatch,
+        NothingToRedeliver,
+    )
+    from batchcrop.settings import SettingsError  # noqa: PLC0415
+    from leases import DatabaseUnavailable, SchemaMissing  # noqa: PLC0415
+    from leases.errors import DatabaseRefused  # noqa: PLC0415
+    from storage import (  # noqa: PLC0415
+        ConditionalWritesUnsupported,
+        ObjectNotFound,
+        SourceNotAllowed,
+        StorageError,
+        StorageUnavailable,
+    )
+
+    return (
         (
-            SettingsError,
-            ValueError,
-            EmptyBatch,
-            IdempotencyConflict,
-            BadCursor,
-            NeedsNewDeadline,
-            NothingToRedeliver,
-            SourceNotAllowed,
-            commands.UsageError,
+            (
+                SettingsError,
+                ValueError,
+                EmptyBatch,
+                IdempotencyConflict,
+                BadCursor,
+                AmbiguousId,
+                NeedsNewDeadline,
+                NothingToRedeliver,
+                SourceNotAllowed,
+                module.UsageError,
+            ),
+            Exit.USAGE,
         ),
-        Exit.USAGE,
-    ),
-    (NoSuchBatch, Exit.NO_SUCH_BATCH),
-    ((DatabaseUnavailable, SchemaMissing), Exit.DATABASE_UNREACHABLE),
-    (ObjectNotFound, Exit.USAGE),
-    ((StorageUnavailable, ConditionalWritesUnsupported, StorageError), Exit.STORE_UNREACHABLE),
-)
+        (NoSuchBatch, Exit.NO_SUCH_BATCH),
+        (module.StillUnfinished, Exit.BATCH_NOT_SUCCEEDED),
+        ((DatabaseUnavailable, DatabaseRefused, SchemaMissing), Exit.DATABASE_UNREACHABLE),
+        (ObjectNotFound, Exit.USAGE),
+        ((StorageUnavailable, ConditionalWritesUnsupported, StorageError), Exit.STORE_UNREACHABLE),
+    )
+
+
+def _configure_logs(args: argparse.Namespace) -> None:
+    from batchcrop.logs import configure  # noqa: PLC0415  (see the imports)
+
+    default = LOG_LEVEL_LONG_RUNNING if args.command in LONG_RUNNING_COMMANDS else LOG_LEVEL_DEFAULT
+    level = getattr(args, "log_level", None) or os.environ.get("BATCHCROP_LOG_LEVEL") or default
+    fmt = getattr(args, "log_format", None) or os.environ.get("BATCHCROP_LOG_FORMAT") or "logfmt"
+    configure(level, fmt)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `batchcrop` command; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    configure_logs(args.log_level)
-    return_freed_pixels_promptly()
+    code = _run(args)
+    # Flush here, where a reader that went away (`batchcrop items X | head`) is caught, rather
+    # than at interpreter exit, where Python complains on stderr.
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return _broken_pipe()
+    return code
+
+
+def _run(args: argparse.Namespace) -> int:
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
+        _configure_logs(args)
+        if args.command in ("run", "worker", "serve"):
+            from batchcrop.crop.budget import return_freed_pixels_promptly  # noqa: PLC0415
+
+            return_freed_pixels_promptly()
         return handler(args)
     except KeyboardInterrupt:
         return _fail(Exit.INTERRUPTED, "interrupted")
+    except BrokenPipeError:
+        return _broken_pipe()
     except Exception as exc:
-        for kinds, code in ERRORS:
+        for kinds, code in _errors():
             if isinstance(exc, kinds):
                 return _fail(code, _message(exc))
         raise
+
+
+def _broken_pipe() -> int:
+    # Point stdout at /dev/null: the interpreter's final flush must not fail again.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_BROKEN_PIPE
 
 
 SCHEMA_MISSING_MESSAGE = (
@@ -445,6 +555,8 @@ SCHEMA_MISSING_MESSAGE = (
 
 
 def _message(exc: BaseException) -> str:
+    from leases import SchemaMissing  # noqa: PLC0415
+
     if isinstance(exc, SchemaMissing):
         return SCHEMA_MISSING_MESSAGE
     text = str(exc) or type(exc).__name__

@@ -15,16 +15,20 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
-from typing import Any
-
-from prometheus_client import start_http_server
+from typing import TYPE_CHECKING, Any
 
 from batchcrop.app import App, build
-from batchcrop.batches import FOCUS_TERMS, BatchRequest, FocusError, ItemRequest, focus_box
-from batchcrop.crop import RenderSpec
-from batchcrop.crop.window import Box
+from batchcrop.batches import (
+    FOCUS_TERMS,
+    BatchRequest,
+    FocusError,
+    ItemRequest,
+    focus_box,
+)
+from batchcrop.crop.spec import RenderSpec
 from batchcrop.errors import BatchcropError
 from batchcrop.exit_codes import Exit
 from batchcrop.fleet import fleet_summary, worker_documents
@@ -41,9 +45,15 @@ from batchcrop.reporting import (
 )
 from batchcrop.settings import Settings, parse_duration
 from batchcrop.startup import wait_until_ready
-from batchcrop.worker import WorkerOptions
-from leases import REQUEUEABLE, TERMINAL, State, state_names
+from leases import REQUEUEABLE, TERMINAL, DatabaseUnavailable, State, state_names
 from storage import SourceReader
+
+if TYPE_CHECKING:
+    from batchcrop.crop.window import Box
+    from batchcrop.worker import WorkerOptions
+
+# The worker (and with it the crop engine) and prometheus_client are imported by the commands
+# that use them: reading commands start without them (`bench/startup.py`).
 
 STATE_NAMES = state_names()
 RUN_IDLE_SLEEP_SECONDS = 0.2
@@ -55,6 +65,12 @@ exits anyway (a slot stuck past that has its item recovered by the reaper, lease
 
 class UsageError(BatchcropError):
     """A command line that cannot be run as given (exit 2)."""
+
+
+def _worker_options(**values: Any) -> WorkerOptions:
+    from batchcrop.worker import WorkerOptions  # noqa: PLC0415  (see the imports)
+
+    return WorkerOptions(**values)
 
 
 SETTING_FLAGS = (
@@ -230,9 +246,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"Resuming batch {batch_id}", file=sys.stderr)
         worker = app.worker(
             store,
-            WorkerOptions(
+            _worker_options(
                 concurrency=args.workers,
                 batch_ids=[batch_id],
+                database=app.database_label(),
                 reaper_interval_seconds=app.settings.reaper_interval_seconds,
                 idle_sleep_seconds=RUN_IDLE_SLEEP_SECONDS,
                 max_source_bytes=app.settings.max_source_bytes,
@@ -300,13 +317,19 @@ def worker(args: argparse.Namespace) -> int:
             store = wait_until_ready(app, stopped)
         if store is None:
             return 0  # stopped while waiting for the database or store: nothing was held
+        batch_ids = (
+            None
+            if args.batch_ids is None
+            else [app.batches.resolve_id(batch_id) for batch_id in args.batch_ids]
+        )
         the_worker = app.worker(
             store,
-            WorkerOptions(
+            _worker_options(
                 concurrency=args.concurrency,
-                batch_ids=args.batch_ids,
+                batch_ids=batch_ids,
                 reaper_interval_seconds=app.settings.reaper_interval_seconds,
                 max_source_bytes=app.settings.max_source_bytes,
+                database=app.database_label(),
             ),
         )
         signals = threading.Event()
@@ -320,14 +343,20 @@ def worker(args: argparse.Namespace) -> int:
             the_worker.stop()
 
         if args.metrics_port is not None:
-            start_http_server(args.metrics_port, addr="127.0.0.1", registry=app.metrics.registry)
+            _serve_metrics(app, args.metrics_host, args.metrics_port)
         with _signals(on_signal):
             the_worker.start_presence()
             the_worker.start()
             while not signals.wait(0.5):
                 pass
+            log_event(
+                "worker_stopping",
+                worker=the_worker.worker_id,
+                grace_s=f"{args.shutdown_grace_seconds:g}",
+            )
             ended = the_worker.join(args.shutdown_grace_seconds)
             if not ended:
+                log_event("shutdown_give_back", level=logging.WARNING, worker=the_worker.worker_id)
                 the_worker.give_back_now()
                 ended = the_worker.join(GIVE_BACK_WAIT_SECONDS)
                 if not ended:
@@ -335,7 +364,22 @@ def worker(args: argparse.Namespace) -> int:
             # Every slot ended: nothing is held, the row goes. Else it goes stale, and the
             # reaper releases what is still held within the worker timeout.
             the_worker.retire(forget=ended)
+            log_event("worker_stopped", worker=the_worker.worker_id, clean=ended)
     return 0
+
+
+def _serve_metrics(app: App, host: str, port: int) -> None:
+    """The Prometheus endpoint of a worker; a taken port or unknown host is a usage error."""
+    from prometheus_client import start_http_server  # noqa: PLC0415  (see the imports)
+
+    try:
+        start_http_server(port, addr=host, registry=app.metrics.registry)
+    except OSError as exc:
+        raise UsageError(
+            f"cannot serve metrics on {host}:{port}: {exc.strerror or exc} "
+            "(--metrics-host, --metrics-port)"
+        ) from None
+    log_event("metrics_listening", host=host, port=port)
 
 
 def workers(args: argparse.Namespace) -> int:
@@ -384,11 +428,12 @@ def status(args: argparse.Namespace) -> int:
         if args.watch:
 
             def fleet() -> dict[str, int]:
-                return fleet_summary(worker_documents(app.leases.workers(args.batch)))
+                return fleet_summary(worker_documents(app.leases.workers(batch_id)))
 
-            document = watch(lambda: app.batches.status(args.batch), stderr=args.json, fleet=fleet)
+            batch_id = app.batches.resolve_id(args.batch)
+            document = watch(lambda: app.batches.status(batch_id), stderr=args.json, fleet=fleet)
         else:
-            document = app.batches.status(args.batch)
+            document = app.batches.status(app.batches.resolve_id(args.batch))
     if args.json:
         _print_json(document)
     elif not args.watch:
@@ -400,10 +445,11 @@ def items(args: argparse.Namespace) -> int:
     """`batchcrop items`: every item of a batch (all pages)."""
     states = [State(args.state)] if args.state else None
     with opened(args) as app:
+        batch_id = app.batches.resolve_id(args.batch)
         documents: list[dict[str, Any]] = []
         cursor: str | None = None
         while True:
-            page, cursor = app.batches.items(args.batch, states=states, cursor=cursor, limit=1000)
+            page, cursor = app.batches.items(batch_id, states=states, cursor=cursor, limit=1000)
             documents.extend(page)
             if cursor is None:
                 break
@@ -417,12 +463,12 @@ def items(args: argparse.Namespace) -> int:
 def events(args: argparse.Namespace) -> int:
     """`batchcrop events`: the timeline of a batch or one item (all pages)."""
     with opened(args) as app:
+        batch_id = app.batches.resolve_id(args.batch)
+        item_id = None if args.item is None else app.batches.resolve_item_id(batch_id, args.item)
         documents: list[dict[str, Any]] = []
         cursor: str | None = None
         while True:
-            page, cursor = app.batches.events(
-                args.batch, item_id=args.item, cursor=cursor, limit=1000
-            )
+            page, cursor = app.batches.events(batch_id, item_id=item_id, cursor=cursor, limit=1000)
             documents.extend(page)
             if cursor is None:
                 break
@@ -436,7 +482,7 @@ def events(args: argparse.Namespace) -> int:
 def cancel(args: argparse.Namespace) -> int:
     """`batchcrop cancel`: request cancellation of a batch."""
     with opened(args) as app:
-        document = app.batches.cancel(args.batch)
+        document = app.batches.cancel(app.batches.resolve_id(args.batch))
     if args.json:
         _print_json(document)
     else:
@@ -454,12 +500,20 @@ def requeue(args: argparse.Namespace) -> int:
         raise UsageError("only failed and abandoned items can be requeued")
     deadline = parse_duration(args.deadline) if args.deadline else None
     with opened(args) as app:
-        document = app.batches.requeue(
-            args.batch, states=states, item_ids=args.item_ids, deadline_seconds=deadline
+        batch_id = app.batches.resolve_id(args.batch)
+        # Every --item must name an item of this batch: checked before anything moves.
+        item_ids = (
+            None
+            if args.item_ids is None
+            else [app.batches.resolve_item_id(batch_id, item) for item in args.item_ids]
+        )
+        document, moved = app.batches.requeue_counted(
+            batch_id, states=states, item_ids=item_ids, deadline_seconds=deadline
         )
     if args.json:
         _print_json(document)
     else:
+        print(f"requeued {moved} item{'' if moved == 1 else 's'}", file=sys.stderr)
         print_status(document)
     return 0
 
@@ -473,6 +527,50 @@ def redeliver(args: argparse.Namespace) -> int:
     else:
         print_status(document)
     return 0
+
+
+def wait(args: argparse.Namespace) -> int:
+    """`batchcrop wait`: poll the batch until it is terminal; exit 0 if it succeeded, 1 if it
+    ended failed or abandoned, or is still unfinished past its `poll_until` (no worker or
+    reaper is moving it). Database outages are waited out."""
+    with opened(args) as app:
+        batch_id = app.batches.resolve_id(args.batch)
+        document = app.batches.status(batch_id)
+        quiet_since = time.monotonic()
+        while document["state"] not in TERMINAL:
+            if _past(document["poll_until"]):
+                raise StillUnfinished(
+                    f"batch {batch_id} is still {document['state']} past its poll_until "
+                    f"({document['poll_until']}): is any worker or `batchcrop serve` running?"
+                )
+            # The API's Retry-After schedule: 1 s, one more per 10 s without change, at most 10.
+            time.sleep(min(WAIT_POLL_MAX_SECONDS, 1 + (time.monotonic() - quiet_since) // 10))
+            try:
+                latest = app.batches.status(batch_id)
+            except DatabaseUnavailable as exc:
+                log_event("database_unavailable", level=logging.WARNING, error=str(exc))
+                continue
+            if latest != document:
+                quiet_since = time.monotonic()
+            document = latest
+    if args.json:
+        _print_json(document)
+    else:
+        print(f"batch {batch_id} {document['state']}", file=sys.stderr)
+    succeeded = document["state"] == State.SUCCEEDED.value
+    return int(Exit.OK if succeeded else Exit.BATCH_NOT_SUCCEEDED)
+
+
+WAIT_POLL_MAX_SECONDS = 10.0
+
+
+class StillUnfinished(BatchcropError):
+    """`wait` gave up: the batch is not terminal past its poll_until (exit 1)."""
+
+
+def _past(iso_time: str) -> bool:
+    when = datetime.fromisoformat(iso_time.replace("Z", "+00:00"))
+    return datetime.now(UTC) > when
 
 
 def serve(args: argparse.Namespace) -> int:

@@ -1,41 +1,125 @@
-"""Structured logs: one logfmt line per claim, crop, write and transition.
+"""Structured logs on stderr, one line per event: logfmt (default) or JSON (docs/design.md §7).
 
-Lines carry ids (item, batch, attempt, correlation id), categories and figures — never source
-names, secrets or stack traces of user input (tracebacks only for internal errors, at DEBUG).
+Every line has `ts`, `level` and `msg` first (the event's name, or another library's message),
+then the event's fields in the order given: ids (item, batch, attempt, correlation id),
+categories and figures — never source names, secrets or stack traces of user input (tracebacks
+only for internal errors, at DEBUG, escaped onto the same line). Values are quoted and escaped
+so that one event is always one line, whatever a value holds (newlines, terminal escapes).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import time
 from typing import Any
 
 LOGGER = logging.getLogger("batchcrop")
+LOG_FORMATS = ("logfmt", "json")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+FIELDS_ATTRIBUTE = "batchcrop_fields"
+"""The `extra` attribute of a record that carries an event's fields."""
+EVENT_ATTRIBUTE = "batchcrop_event"
+"""The `extra` attribute of a record that carries the event's name (its `msg`)."""
+OTHER_LOGGERS = ("uvicorn", "uvicorn.error")
+"""Loggers of libraries whose lines join ours in the same format (uvicorn's start and stop
+lines; its access log is replaced by our own `http_request` lines)."""
+
+
+class LogSettingError(ValueError):
+    """An unknown log level or format; the message names the accepted values."""
 
 
 def _format_value(value: Any) -> str:
     text = str(value)
-    if not text or any(c in text for c in ' ="'):
-        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    return text
+    if text and all(c.isprintable() and c not in ' ="\\' for c in text):
+        return text
+    # JSON string escaping: quotes, backslashes and every control character become escapes.
+    return json.dumps(text)
 
 
 def log_event(event: str, *, level: int = logging.INFO, **fields: Any) -> None:
-    """Log `event key=value ...` with the fields in the order given."""
+    """Log `event` with `key=value` fields in the order given (None values are left out)."""
     if LOGGER.isEnabledFor(level):
-        pairs = " ".join(f"{k}={_format_value(v)}" for k, v in fields.items() if v is not None)
-        LOGGER.log(level, "%s %s", event, pairs)
+        present = {k: v for k, v in fields.items() if v is not None}
+        # The record's own message stays `event key=value ...` for handlers other than ours
+        # (pytest's caplog, a library user's logging setup); ours format the fields.
+        pairs = " ".join(f"{k}={_format_value(v)}" for k, v in present.items())
+        LOGGER.log(
+            level,
+            "%s %s",
+            event,
+            pairs,
+            extra={FIELDS_ATTRIBUTE: present, EVENT_ATTRIBUTE: event},
+        )
 
 
-def configure(level: str = "INFO") -> None:
-    """Send batchcrop's logs to stderr with UTC timestamps (stdout stays for documents)."""
+def _timestamp(record: logging.LogRecord) -> str:
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+    return f"{stamp}.{int(record.msecs):03d}Z"
+
+
+def _pairs(record: logging.LogRecord) -> dict[str, Any]:
+    pairs: dict[str, Any] = {
+        "ts": _timestamp(record),
+        "level": record.levelname.lower(),
+        "msg": getattr(record, EVENT_ATTRIBUTE, None) or record.getMessage(),
+    }
+    if record.name not in (LOGGER.name,):
+        pairs["logger"] = record.name
+    pairs.update(getattr(record, FIELDS_ATTRIBUTE, {}))
+    if record.exc_info and record.exc_info[0] is not None:
+        pairs["exc"] = logging.Formatter().formatException(record.exc_info)
+    return pairs
+
+
+class LogfmtFormatter(logging.Formatter):
+    """`ts=… level=… msg=… key=value …`: strict logfmt, one line per record."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return " ".join(f"{k}={_format_value(v)}" for k, v in _pairs(record).items())
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line with the same keys as the logfmt form."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return json.dumps(_pairs(record), ensure_ascii=False, default=str)
+
+
+def check_level(level: str) -> str:
+    """The level's canonical name; LogSettingError for anything else."""
+    name = level.strip().upper()
+    if name not in LOG_LEVELS:
+        raise LogSettingError(
+            f"unknown log level {level!r}: use one of {', '.join(LOG_LEVELS)} "
+            "(--log-level or BATCHCROP_LOG_LEVEL)"
+        )
+    return name
+
+
+def check_format(fmt: str) -> str:
+    """The format's canonical name; LogSettingError for anything else."""
+    name = fmt.strip().lower()
+    if name not in LOG_FORMATS:
+        raise LogSettingError(
+            f"unknown log format {fmt!r}: use logfmt or json (--log-format or BATCHCROP_LOG_FORMAT)"
+        )
+    return name
+
+
+def configure(level: str = "INFO", fmt: str = "logfmt") -> None:
+    """Send batchcrop's logs (and uvicorn's) to stderr in `fmt`; stdout stays for documents.
+
+    Raises LogSettingError for an unknown level or format.
+    """
+    level, fmt = check_level(level), check_format(fmt)
     handler = logging.StreamHandler(sys.stderr)
-    formatter = logging.Formatter(
-        "%(asctime)s.%(msecs)03dZ %(levelname)s %(message)s", "%Y-%m-%dT%H:%M:%S"
-    )
-    formatter.converter = time.gmtime
-    handler.setFormatter(formatter)
-    LOGGER.handlers[:] = [handler]
-    LOGGER.setLevel(level.upper())
-    LOGGER.propagate = False
+    handler.setFormatter(JsonFormatter() if fmt == "json" else LogfmtFormatter())
+    for name in (LOGGER.name, *OTHER_LOGGERS):
+        logger = logging.getLogger(name)
+        logger.handlers[:] = [handler]
+        logger.setLevel(level)
+        logger.propagate = False
+        logger.disabled = False  # a library's logging.config call may have disabled it

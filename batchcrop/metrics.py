@@ -1,9 +1,41 @@
 """Prometheus metrics (docs/design.md §7): one registry per process, built by the composition
-root."""
+root.
+
+Besides this process's counters: the process and platform collectors, `batchcrop_build_info`,
+and the queue gauges an autoscaler (KEDA, an HPA on external metrics) scales on, read from the
+database at scrape time (at most once per `QUEUE_CACHE_SECONDS`). No `_created` series.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+import logging
+import platform
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from batchcrop import __version__
+from leases import UNFINISHED, QueueStats, State
+
+# `_created` series double the number of series and no alert reads them.
+disable_created_metrics()  # type: ignore[no-untyped-call]
+
+QUEUE_CACHE_SECONDS = 2.0
+"""Scrapes within this long of the last queue read reuse it (several scrapers, one read)."""
 
 ITEM_DURATION_BUCKETS_SECONDS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 
@@ -11,8 +43,33 @@ ITEM_DURATION_BUCKETS_SECONDS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 30
 class Metrics:
     """The counters and histogram operators alert on; safe to share between threads."""
 
-    def __init__(self) -> None:
+    def __init__(self, queue: Callable[[], QueueStats] | None = None) -> None:
         self.registry = CollectorRegistry()
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        Info("batchcrop_build", "The running version of batchcrop.", registry=self.registry).info(
+            {"version": __version__, "python": platform.python_version()}
+        )
+        if queue is not None:
+            self.registry.register(QueueCollector(queue))
+        self.in_flight = Gauge(
+            "batchcrop_items_in_flight",
+            "Items this process is working on now (claimed, not yet ended).",
+            registry=self.registry,
+        )
+        self.outages = Counter(
+            "batchcrop_outages",
+            "Outages this process met (the database, the store or a source stopped answering), "
+            "counted once each from the first failure to the next success.",
+            ["dependency"],
+            registry=self.registry,
+        )
+        self.put_if_absent_hits = Counter(
+            "batchcrop_put_if_absent_hits",
+            "Derivative writes whose key already held the same bytes (an earlier attempt or "
+            "batch wrote them); nothing was written.",
+            registry=self.registry,
+        )
         self.claims = Counter(
             "batchcrop_claims", "Items claimed by workers.", registry=self.registry
         )
@@ -63,3 +120,49 @@ class Metrics:
     def render(self) -> bytes:
         """The Prometheus text exposition of this registry."""
         return generate_latest(self.registry)
+
+
+class QueueCollector(Collector):
+    """`batchcrop_queue_items{state}` and `batchcrop_queue_oldest_queued_age_seconds`, read
+    from the database when scraped; nothing is exported while the database is unavailable."""
+
+    def __init__(self, read: Callable[[], QueueStats]) -> None:
+        self._read = read
+        self._lock = threading.Lock()
+        self._last: tuple[float, QueueStats] | None = None
+
+    def describe(self) -> list[Metric]:
+        # Registering must not read the database: describe the families without samples.
+        return list(self._families(None))
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            now = time.monotonic()
+            if self._last is None or now - self._last[0] >= QUEUE_CACHE_SECONDS:
+                try:
+                    self._last = (now, self._read())
+                except Exception:
+                    logging.getLogger("batchcrop").debug("queue read failed", exc_info=True)
+                    self._last = None
+                    return
+            stats = self._last[1]
+        yield from self._families(stats)
+
+    @staticmethod
+    def _families(stats: QueueStats | None) -> Iterator[Metric]:
+        items = GaugeMetricFamily(
+            "batchcrop_queue_items",
+            "Unfinished items of every batch by state (queued, in_progress, retryable).",
+            labels=["state"],
+        )
+        age = GaugeMetricFamily(
+            "batchcrop_queue_oldest_queued_age_seconds",
+            "How long the next queued item to be claimed has waited (0 when nothing is queued).",
+        )
+        if stats is not None:
+            for state in State:
+                if state in UNFINISHED:
+                    items.add_metric([state.value], stats.counts.get(state, 0))
+            age.add_metric([], stats.head_queued_age_seconds or 0.0)
+        yield items
+        yield age

@@ -80,7 +80,13 @@ def read_source(sources: SourceReader, source: str, *, max_bytes: int) -> bytes:
 
 
 def store_rendition(
-    store: ObjectStore, key: str, rendition: Rendition, *, source_sha256: str, variant: str
+    store: ObjectStore,
+    key: str,
+    rendition: Rendition,
+    *,
+    source_sha256: str,
+    variant: str,
+    on_put_hit: Callable[[], None] = lambda: None,
 ) -> Derivative:
     """put_if_absent one derivative with its facts (`batchcrop.facts`); return its manifest row.
 
@@ -90,7 +96,7 @@ def store_rendition(
     """
     ratio = str(rendition.ratio)
     try:
-        store.put_if_absent(
+        put = store.put_if_absent(
             key,
             rendition.data,
             content_type=FORMATS[rendition.format].media_type,
@@ -111,6 +117,8 @@ def store_rendition(
         raise PermanentItemError(str(exc), category=Category.STORAGE_ACCESS_DENIED) from exc
     except (StorageUnavailable, StorageError) as exc:
         raise TransientItemError(str(exc), category=Category.STORAGE_UNAVAILABLE) from exc
+    if not put.created:
+        on_put_hit()  # the same bytes were already there: an earlier attempt or batch wrote them
     return Derivative(
         ratio=ratio,
         format=rendition.format,
@@ -138,6 +146,8 @@ class Attempt:
     on_stage: Callable[[str], None] = lambda stage: None
     on_write_differs: Callable[[], None] = lambda: None
     """Called when a taken key held other bytes of the same derivative (a metric)."""
+    on_put_hit: Callable[[], None] = lambda: None
+    """Called when a derivative's key already held the same bytes (a metric)."""
 
     def run(self, heartbeat: Heartbeater) -> list[Derivative]:
         """Read, crop, store; return the manifest to commit. Raises LeaseLost, Interruption or
@@ -152,6 +162,7 @@ class Attempt:
         del data
         log_event(
             "crop",
+            level=logging.DEBUG,
             item=claim.item_id,
             batch=claim.group_id,
             attempt=claim.attempt,
@@ -165,10 +176,16 @@ class Attempt:
             variant = variants[rendition.format]
             key = derivative_key(source_sha256, rendition, variant)
             derivative = store_rendition(
-                self.store, key, rendition, source_sha256=source_sha256, variant=variant
+                self.store,
+                key,
+                rendition,
+                source_sha256=source_sha256,
+                variant=variant,
+                on_put_hit=self.on_put_hit,
             )
             log_event(
                 "write",
+                level=logging.DEBUG,
                 item=claim.item_id,
                 attempt=claim.attempt,
                 corr=claim.correlation_id,

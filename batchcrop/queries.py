@@ -42,6 +42,16 @@ def batch_by_idempotency_key(key: str) -> sa.Select[Any]:
     return sa.select(batches).where(batches.c.idempotency_key == key)
 
 
+def batch_ids_with_prefix(prefix: str) -> sa.Select[Any]:
+    """Up to two batch ids starting with `prefix` (hex digits and hyphens only: no wildcard)."""
+    return (
+        sa.select(batches.c.id)
+        .where(batches.c.id.like(prefix + "%"))
+        .order_by(batches.c.id)
+        .limit(2)
+    )
+
+
 def batch_stores(batch_ids: Collection[str]) -> sa.Select[Any]:
     """(id, store) of these batches."""
     return sa.select(batches.c.id, batches.c.store).where(batches.c.id.in_(list(batch_ids)))

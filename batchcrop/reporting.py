@@ -39,6 +39,29 @@ def literal(value: object) -> Text:
     return Text(shown)
 
 
+ID_CHARS = 36
+"""A UUID's length: id columns are never narrower, so a table never cuts an id (other columns
+wrap instead), and an id can be copied whole from any terminal width."""
+
+
+def _table(
+    *columns: str, ids: Sequence[str] = ("id",), folded: Sequence[str] = ("source",)
+) -> Table:
+    """A table whose id columns (`ids`) keep every id whole and on one line; long free text
+    (`folded`) wraps first, so short columns (states, counts) stay readable."""
+    table = Table()
+    for name in columns:
+        if name in ids:
+            table.add_column(name, no_wrap=True, min_width=ID_CHARS)
+        elif name in ("state", "status"):
+            table.add_column(name, no_wrap=True, min_width=len("in_progress"))
+        elif name in folded:
+            table.add_column(name, overflow="fold", ratio=1)
+        else:
+            table.add_column(name, overflow="fold")
+    return table
+
+
 def _console(stderr: bool = False) -> Console:
     return Console(stderr=stderr, highlight=False, soft_wrap=True)
 
@@ -126,7 +149,7 @@ def print_status(document: dict[str, Any], *, out_dir: str | None = None) -> Non
 
 def print_batches(documents: Sequence[dict[str, Any]]) -> None:
     """One line per batch."""
-    table = Table("id", "label", "state", "done/total", "failures", "created", "deadline")
+    table = _table("id", "label", "state", "done/total", "failures", "created", "deadline")
     for d in documents:
         failures = ", ".join(f"{k}: {v}" for k, v in d["failures"].items())
         cells = (d["id"], d.get("label"), d["state"], f"{_done(d)}/{d['total']}", failures)
@@ -136,17 +159,19 @@ def print_batches(documents: Sequence[dict[str, Any]]) -> None:
 
 def print_items(documents: Sequence[dict[str, Any]]) -> None:
     """One line per item; `focus` is the item's focus box as left,top,right,bottom."""
-    table = Table("id", "ref", "focus", "state", "attempt", "error", "derivatives")
+    table = _table("id", "ref", "source", "focus", "state", "attempt", "error", "derivatives")
     for d in documents:
         focus = ",".join(map(str, d["focus_box"])) if d.get("focus_box") else None
-        cells = (d["id"], d["ref"], focus, d["state"], d["attempt"], d["error_category"])
+        cells = (
+            d["id"], d["ref"], d["source"], focus, d["state"], d["attempt"], d["error_category"]
+        )  # fmt: skip
         table.add_row(*map(literal, cells), str(len(d["derivatives"])))
     _console().print(table)
 
 
 def print_events(documents: Sequence[dict[str, Any]]) -> None:
     """One line per transition."""
-    table = Table("at", "item", "attempt", "from", "to", "reason", "worker")
+    table = _table("at", "item", "attempt", "from", "to", "reason", "worker", ids=("item",))
     for d in documents:
         cells = (
             d["at"],
@@ -163,7 +188,7 @@ def print_events(documents: Sequence[dict[str, Any]]) -> None:
 
 def print_workers(documents: Sequence[dict[str, Any]]) -> None:
     """One line per worker of the registry: whether it is alive, where, and what it holds."""
-    table = Table(
+    table = _table(
         "id", "status", "host", "pid", "version", "seen", "slots", "batches", "store", "held",
         "oldest lease",
     )  # fmt: skip

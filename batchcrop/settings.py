@@ -121,7 +121,7 @@ class Settings:
 
     def __repr__(self) -> str:
         # The API token and database credentials never reach logs or error output.
-        return f"Settings(database={_redact_url(self.database_url)}, store={self.store})"
+        return f"Settings(database={redact_url(self.database_url)}, store={self.store})"
 
     @classmethod
     def load(
@@ -180,7 +180,7 @@ def _convert(name: str, raw: str) -> Any:
     return raw
 
 
-def _redact_url(url: str) -> str:
+def redact_url(url: str) -> str:
     scheme, sep, rest = url.partition("://")
     if "@" in rest:
         rest = "***@" + rest.rsplit("@", 1)[1]
@@ -191,12 +191,16 @@ _UNIT_SECONDS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 def parse_duration(text: str) -> float:
-    """Seconds from `90`, `90s`, `30m`, `2h` or `1d`; SettingsError otherwise."""
+    """Seconds from `90s`, `30m`, `2h` or `1d`; SettingsError otherwise.
+
+    A unit is required: a bare `90` reads as seconds to some and minutes to others.
+    """
     text = text.strip().lower()
     unit = _UNIT_SECONDS.get(text[-1:]) if text else None
-    number = text[:-1] if unit else text
+    if unit is None:
+        raise SettingsError(f"not a duration: {text!r} (give a unit: 90s, 30m, 2h or 1d)")
     try:
-        seconds = float(number) * (unit or 1.0)
+        seconds = float(text[:-1]) * unit
     except ValueError:
         raise SettingsError(f"not a duration: {text!r} (use e.g. 90s, 30m, 2h, 1d)") from None
     # `not 0 < x <= max` also refuses NaN and infinity (which float() accepts).

@@ -3,7 +3,9 @@
 A worker (re)started by its supervisor while PostgreSQL restarts or the store blips must not
 exit at once: it would crash-loop exactly when the fleet is recovering. It retries the schema
 upgrade and the store check with backoff for up to `STARTUP_OUTAGE_WAIT_SECONDS`, then gives up
-with the last error (exit 3 or 4), so a misconfiguration still surfaces.
+with the last error (exit 3 or 4). A configuration mistake — no such database or role, a
+refused password, a missing bucket, refused store credentials — is not an outage: it fails at
+once with its reason (docs/operations.md, start-up).
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ def wait_until_ready(
 
     Returns the store, or None when `stop` was set while waiting (nothing is held then).
     Raises the last `DatabaseUnavailable` / `StorageUnavailable` once `wait_seconds` passed;
-    other errors (a store that overwrites, bad settings) are raised at once.
+    other errors (`DatabaseRefused`, a missing bucket, refused credentials, a store that
+    overwrites, bad settings) are raised at once. Each wait is logged with its reason.
     """
     deadline = time.monotonic() + wait_seconds
     delay = STARTUP_RETRY_FIRST_SECONDS
@@ -43,7 +46,18 @@ def wait_until_ready(
         except (DatabaseUnavailable, StorageUnavailable) as exc:
             if time.monotonic() + delay > deadline:
                 raise
-            log_event("waiting_for_backends", level=logging.WARNING, error=type(exc).__name__)
+            log_event(
+                "waiting_for_backends",
+                level=logging.WARNING,
+                backend="database" if isinstance(exc, DatabaseUnavailable) else "store",
+                reason=_reason(exc),
+                retry_in_s=round(delay, 1),
+            )
         if stop.wait(delay):
             return None
         delay = min(delay * 2, STARTUP_RETRY_MAX_SECONDS)
+
+
+def _reason(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__

@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from batchcrop import __version__
 from batchcrop.attempts import Attempts, Outcome
 from batchcrop.batches import BatchService
 from batchcrop.crop import MemoryBudget, RenderSpec
@@ -46,32 +47,65 @@ OUTAGE_BACKOFF_MIN_SECONDS = 0.5
 OUTAGE_BACKOFF_MAX_SECONDS = 30.0
 # Attempts ending in these categories mean a dependency is down, not that the item is bad:
 # the slots stop claiming for a while so an outage does not burn every item's attempt budget.
+QUIET_OUTCOMES = frozenset({Outcome.SUCCEEDED, Outcome.GIVEN_BACK, Outcome.RETRYABLE})
+"""Outcomes logged at INFO; the others (failed, abandoned, lease lost, database unavailable) at
+WARNING: they are what an operator looks for."""
 OUTAGE_CATEGORIES = frozenset(
     {Category.STORAGE_UNAVAILABLE, Category.SOURCE_UNAVAILABLE, Category.DEPENDENCY_TIMEOUT}
 )
 
 
 class OutageGate:
-    """Exponential backoff shared by a worker's slots while the database or store is down."""
+    """Exponential backoff shared by a worker's slots while the database or store is down.
 
-    def __init__(self) -> None:
+    The first failure of an outage is logged (`outage_started`, with the dependency and the
+    reason) and counted; the first success after it is logged once (`outage_ended`, with how
+    long it lasted).
+    """
+
+    def __init__(self, on_outage: Callable[[str], None] = lambda dependency: None) -> None:
         self._lock = threading.Lock()
         self._delay_seconds = 0.0
         self._until = 0.0
+        self._since: float | None = None
+        self._dependency = ""
+        self._on_outage = on_outage
 
-    def failed(self) -> None:
+    def failed(self, dependency: str = "database", reason: str = "") -> None:
         """Note an outage: claiming pauses for twice the previous pause (with jitter)."""
         with self._lock:
+            started = self._since is None
+            if started:
+                self._since = time.monotonic()
+                self._dependency = dependency
             self._delay_seconds = min(
                 max(self._delay_seconds * 2, OUTAGE_BACKOFF_MIN_SECONDS),
                 OUTAGE_BACKOFF_MAX_SECONDS,
             )
             self._until = time.monotonic() + self._delay_seconds * random.uniform(0.5, 1.0)
+        if started:
+            self._on_outage(dependency)
+            log_event(
+                "outage_started",
+                level=logging.WARNING,
+                dependency=dependency,
+                reason=reason or None,
+            )
 
-    def recovered(self) -> None:
-        """A dependency answered: the next outage starts from the smallest pause again."""
+    def recovered(self, dependency: str | None = None) -> None:
+        """`dependency` (None: every one) answered: the next outage starts from the smallest
+        pause again. An outage of another dependency goes on."""
         with self._lock:
+            if self._since is not None and dependency not in (None, self._dependency):
+                return
             self._delay_seconds = 0.0
+            since, self._since = self._since, None
+        if since is not None:
+            log_event(
+                "outage_ended",
+                dependency=self._dependency,
+                lasted_s=round(time.monotonic() - since, 1),
+            )
 
     def wait(self, stopping: threading.Event) -> None:
         """Sleep out the current pause, if any (returns early on stop)."""
@@ -95,6 +129,8 @@ class WorkerOptions:
     idle_sleep_seconds: float = IDLE_SLEEP_SECONDS
     max_source_bytes: int = MAX_SOURCE_BYTES
     worker_id: str = ""
+    database: str | None = None
+    """Where the database is (no credentials), for the start-up log line."""
 
 
 class Worker:
@@ -129,7 +165,7 @@ class Worker:
         self._specs: dict[str, RenderSpec] = {}
         self._specs_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
-        self._outage = OutageGate()
+        self._outage = OutageGate(lambda dependency: metrics.outages.labels(dependency).inc())
         self._batches_lock = threading.Lock()
         self._batches: list[str] = []
         self._batches_read_at = -float("inf")
@@ -153,7 +189,16 @@ class Worker:
             if self._deliverer is not None:
                 self._deliverer.start()
                 self._threads.append(self._deliverer)
-        log_event("worker_started", worker=self.worker_id, concurrency=self.options.concurrency)
+        log_event(
+            "worker_started",
+            worker=self.worker_id,
+            version=__version__,
+            concurrency=self.options.concurrency,
+            database=self.options.database,
+            store=self.store.url,
+            lease_s=f"{self.leases.lease_seconds:g}",
+            batches=",".join(self.options.batch_ids) if self.options.batch_ids else "all",
+        )
 
     def start_presence(self) -> None:
         """Write this worker's registry row now, then keep it fresh in a daemon thread (which
@@ -220,9 +265,9 @@ class Worker:
             try:
                 claims = self.leases.claim(self.worker_id, 1, group_ids=self.claimable_batches())
             except DatabaseUnavailable as exc:
-                log_event("database_unavailable", level=logging.WARNING, error=str(exc))
-                self._outage.failed()
+                self._outage.failed("database", str(exc))
                 continue
+            self._outage.recovered("database")
             if not claims:
                 self._stopping.wait(self.options.idle_sleep_seconds * random.uniform(0.5, 1.0))
                 continue
@@ -302,29 +347,37 @@ class Worker:
         """Run one attempt to its exit; returns the outcome name (for metrics and tests)."""
         started = time.monotonic()
         self.metrics.claims.inc()
+        self.metrics.in_flight.inc()
         log_event(
             "claim",
+            level=logging.DEBUG,
             item=claim.item_id,
             batch=claim.group_id,
             attempt=claim.attempt,
             corr=claim.correlation_id,
             worker=self.worker_id,
         )
-        outcome = self._attempt(claim)
+        try:
+            outcome, category = self._attempt(claim)
+        finally:
+            self.metrics.in_flight.dec()
         self.metrics.item_duration.labels(outcome).observe(time.monotonic() - started)
         log_event(
             "transition",
+            level=logging.INFO if outcome in QUIET_OUTCOMES else logging.WARNING,
             item=claim.item_id,
             batch=claim.group_id,
             attempt=claim.attempt,
             corr=claim.correlation_id,
             outcome=outcome,
+            category=category,
             ms=round((time.monotonic() - started) * 1000),
         )
         return outcome
 
-    def _attempt(self, claim: Claim) -> Outcome:
-        """Run the pipeline, then end the attempt through the one door (`Attempts`)."""
+    def _attempt(self, claim: Claim) -> tuple[Outcome, str | None]:
+        """Run the pipeline, then end the attempt through the one door (`Attempts`); returns the
+        outcome and the category the item was left with (None on success or give-back)."""
         cause: Category | None = None
         retried = False
         try:
@@ -353,7 +406,8 @@ class Worker:
             cause, retried = Category.INTERNAL_ERROR, True
             outcome = self.attempts.retry(claim, cause)
         self._account(claim, outcome, cause, retried=retried)
-        return outcome
+        category = Category.ATTEMPTS_EXHAUSTED if retried and outcome is Outcome.FAILED else cause
+        return outcome, None if category is None else str(category)
 
     def _run(self, claim: Claim, heartbeat: Heartbeater) -> list[Derivative]:
         attempt = Attempt(
@@ -366,6 +420,7 @@ class Worker:
             decode_budget=self.decode_budget,
             give_back_now=self._give_back_now,
             on_write_differs=self.metrics.derivative_bytes_differ.inc,
+            on_put_hit=self.metrics.put_if_absent_hits.inc,
         )
         try:
             return attempt.run(heartbeat)
@@ -389,8 +444,7 @@ class Worker:
             case Outcome.DATABASE_UNAVAILABLE:
                 # Nothing of this attempt was committed: its lease runs out and the reaper
                 # retries the item once the database is back.
-                log_event("database_unavailable", level=logging.WARNING, item=claim.item_id)
-                self._outage.failed()
+                self._outage.failed("database", "the attempt could not be ended")
             case Outcome.FAILED | Outcome.ABANDONED:
                 label = Category.ATTEMPTS_EXHAUSTED if retried else cause
                 self.metrics.terminal_failures.labels(str(label)).inc()
@@ -403,5 +457,5 @@ class Worker:
             and cause in OUTAGE_CATEGORIES
             and outcome in (Outcome.RETRYABLE, Outcome.FAILED)
         ):
-            log_event("dependency_unavailable", level=logging.WARNING, category=str(cause))
-            self._outage.failed()
+            dependency = "source" if cause is Category.SOURCE_UNAVAILABLE else "store"
+            self._outage.failed(dependency, str(cause))

@@ -3,39 +3,87 @@
 Items belong to groups; workers claim items under time-limited leases held in database time,
 renew them with heartbeats, and end each attempt with a fenced transition; a reaper recovers
 expired leases. See `LeaseManager` and docs/design.md §3.
+
+Names are imported from their submodules on first use, so that `import leases` (and a
+command line's help) does not load SQLAlchemy and Alembic before they are needed.
 """
 
-from leases.engine import configure_sqlite, make_engine
-from leases.errors import (
-    ConstraintViolation,
-    DatabaseUnavailable,
-    GroupExists,
-    LeaseError,
-    LeaseLost,
-    NoSuchGroup,
-    RequeueNeedsDeadline,
-    SchemaMissing,
-)
-from leases.heartbeat import Heartbeater
-from leases.manager import LEASE_SECONDS, MAX_ATTEMPT_SECONDS, WORKER_TIMEOUT_SECONDS, LeaseManager
-from leases.migrate import upgrade
-from leases.models import (
-    REQUEUEABLE,
-    TERMINAL,
-    UNFINISHED,
-    Claim,
-    EventRow,
-    GroupSummary,
-    HeartbeatReply,
-    ItemRow,
-    NewItem,
-    ReapResult,
-    State,
-    StopReason,
-    WorkerRow,
-    state_names,
-)
-from leases.registry import WORKER_LOST
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from leases.defaults import LEASE_SECONDS, MAX_ATTEMPT_SECONDS, WORKER_TIMEOUT_SECONDS
+    from leases.engine import configure_sqlite, make_engine
+    from leases.errors import (
+        ConstraintViolation,
+        DatabaseRefused,
+        DatabaseUnavailable,
+        GroupExists,
+        LeaseError,
+        LeaseLost,
+        NoSuchGroup,
+        RequeueNeedsDeadline,
+        SchemaMissing,
+    )
+    from leases.heartbeat import Heartbeater
+    from leases.manager import LeaseManager
+    from leases.migrate import upgrade
+    from leases.models import (
+        REQUEUEABLE,
+        TERMINAL,
+        UNFINISHED,
+        Claim,
+        EventRow,
+        GroupSummary,
+        HeartbeatReply,
+        ItemRow,
+        NewItem,
+        QueueStats,
+        ReapResult,
+        State,
+        StopReason,
+        WorkerRow,
+        state_names,
+    )
+    from leases.registry import WORKER_LOST
+
+_HOMES = {
+    "configure_sqlite": "leases.engine",
+    "make_engine": "leases.engine",
+    "ConstraintViolation": "leases.errors",
+    "DatabaseRefused": "leases.errors",
+    "DatabaseUnavailable": "leases.errors",
+    "GroupExists": "leases.errors",
+    "LeaseError": "leases.errors",
+    "LeaseLost": "leases.errors",
+    "NoSuchGroup": "leases.errors",
+    "RequeueNeedsDeadline": "leases.errors",
+    "SchemaMissing": "leases.errors",
+    "Heartbeater": "leases.heartbeat",
+    "LEASE_SECONDS": "leases.defaults",
+    "MAX_ATTEMPT_SECONDS": "leases.defaults",
+    "WORKER_TIMEOUT_SECONDS": "leases.defaults",
+    "LeaseManager": "leases.manager",
+    "upgrade": "leases.migrate",
+    "REQUEUEABLE": "leases.models",
+    "TERMINAL": "leases.models",
+    "UNFINISHED": "leases.models",
+    "Claim": "leases.models",
+    "EventRow": "leases.models",
+    "GroupSummary": "leases.models",
+    "HeartbeatReply": "leases.models",
+    "ItemRow": "leases.models",
+    "NewItem": "leases.models",
+    "QueueStats": "leases.models",
+    "ReapResult": "leases.models",
+    "State": "leases.models",
+    "StopReason": "leases.models",
+    "WorkerRow": "leases.models",
+    "state_names": "leases.models",
+    "WORKER_LOST": "leases.registry",
+}
 
 __all__ = [
     "LEASE_SECONDS",
@@ -47,6 +95,7 @@ __all__ = [
     "WORKER_TIMEOUT_SECONDS",
     "Claim",
     "ConstraintViolation",
+    "DatabaseRefused",
     "DatabaseUnavailable",
     "EventRow",
     "GroupExists",
@@ -59,6 +108,7 @@ __all__ = [
     "LeaseManager",
     "NewItem",
     "NoSuchGroup",
+    "QueueStats",
     "ReapResult",
     "RequeueNeedsDeadline",
     "SchemaMissing",
@@ -70,3 +120,13 @@ __all__ = [
     "state_names",
     "upgrade",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import the submodule that defines `name` on first use (PEP 562)."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value

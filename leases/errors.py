@@ -41,3 +41,9 @@ class DatabaseUnavailable(LeaseError):
 
     Callers may retry the operation later; nothing was committed by the failed call.
     """
+
+
+class DatabaseRefused(LeaseError):
+    """The database answered, and refused: no such database or role, a wrong password, a
+    database file that cannot be opened. Waiting does not help; the configuration must change.
+    """

@@ -14,12 +14,42 @@ import sqlalchemy as sa
 from sqlalchemy.sql import Executable
 
 from leases.engine import READ_ONLY_OPTION, configure_sqlite
-from leases.errors import ConstraintViolation, DatabaseUnavailable, SchemaMissing
+from leases.errors import ConstraintViolation, DatabaseRefused, DatabaseUnavailable, SchemaMissing
 
 # SQLite reports lock waits that outlasted the busy timeout with these OperationalError messages;
 # its other OperationalErrors (missing table, syntax) are programming errors, not outages.
 SQLITE_TRANSIENT_MARKERS = ("database is locked", "database is busy", "disk i/o error")
 POSTGRES_UNDEFINED_TABLE = "42P01"
+# The server (or SQLite) answered and refused: a configuration mistake, not an outage. psycopg
+# reports connection-time refusals without a SQLSTATE, so they are known by their message.
+REFUSAL_MARKERS = (
+    "does not exist",  # FATAL: database "x" / role "x" does not exist
+    "authentication failed",  # password, peer, ident, SCRAM
+    "no pg_hba.conf entry",
+    "permission denied for database",
+    "unable to open database file",  # SQLite: a missing folder, no permission
+    "too many connections for role",
+)
+
+
+def driver_reason(exc: BaseException) -> str:
+    """The first line of a driver error, which says why (refused, timed out, no such database);
+    it never holds the password."""
+    orig = getattr(exc, "orig", None) or exc
+    lines = str(orig).strip().splitlines()
+    text = lines[0].strip() if lines else type(orig).__name__
+    return text.removeprefix("connection failed: ")
+
+
+def is_refusal(exc: sa.exc.DBAPIError) -> bool:
+    """True when the database refused us for a reason waiting cannot fix (no such database or
+    role, bad credentials, an SQLite file that cannot be opened)."""
+    if not isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError):
+        return False
+    message = str(exc.orig).lower()
+    return any(marker in message for marker in REFUSAL_MARKERS) and (
+        "fatal" in message or "sqlite" in type(exc.orig).__module__ or "unable to open" in message
+    )
 
 
 def _is_transient(exc: sa.exc.DBAPIError, dialect_name: str) -> bool:
@@ -57,10 +87,10 @@ class Executor:
         except sa.exc.IntegrityError as exc:
             raise ConstraintViolation(f"constraint violated: {type(exc.orig).__name__}") from exc
         except sa.exc.DBAPIError as exc:
+            if is_refusal(exc):
+                raise DatabaseRefused(f"the database refused: {driver_reason(exc)}") from exc
             if _is_transient(exc, self.dialect_name):
-                raise DatabaseUnavailable(
-                    f"database unavailable: {type(exc.orig).__name__}"
-                ) from exc
+                raise DatabaseUnavailable(f"database unavailable: {driver_reason(exc)}") from exc
             if _is_missing_table(exc):
                 raise SchemaMissing("the database has no such table") from exc
             raise

@@ -239,3 +239,37 @@ def event_rows(
     if after_id is not None:
         stmt = stmt.where(events.c.id > after_id)
     return stmt.order_by(events.c.id).limit(limit)
+
+
+def queue_depth() -> sa.Select[Any]:
+    """Unfinished items by state over every group, from the counters: (state, n)."""
+    return (
+        sa.select(counters.c.state, sa.func.sum(counters.c.n).label("n"))
+        .where(state_in_column(counters.c.state, UNFINISHED))
+        .group_by(counters.c.state)
+    )
+
+
+def state_in_column(column: sa.ColumnElement[str], states: Collection[State]) -> Any:
+    """`column IN (states)`, in `State` order (one cached statement)."""
+    return column.in_([s.value for s in State if s in states])
+
+
+def head_queued_age_ms() -> sa.Select[Any]:
+    """Milliseconds since the next queued item to be claimed (lowest `seq`) became queued: one
+    probe of the queued-seq partial index."""
+    return (
+        sa.select(db_now_ms() - items.c.updated_at)
+        .where(items.c.state == State.QUEUED.value)
+        .order_by(items.c.seq)
+        .limit(1)
+    )
+
+
+def item_ids_with_prefix(prefix: str, group_id: str | None) -> sa.Select[tuple[str]]:
+    """Up to two item ids starting with `prefix` (which holds no LIKE wildcard: the caller
+    allows only hex digits and hyphens)."""
+    query = sa.select(items.c.id).where(items.c.id.like(prefix + "%")).order_by(items.c.id).limit(2)
+    if group_id is not None:
+        query = query.where(items.c.group_id == group_id)
+    return query

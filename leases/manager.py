@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.sql.dml import Update
 
 from leases import group_queries, pgqueries, queries, registry, schema, transitions
+from leases.defaults import LEASE_SECONDS, MAX_ATTEMPT_SECONDS, WORKER_TIMEOUT_SECONDS
 from leases.engine import creation_turn
 from leases.errors import GroupExists, LeaseLost, NoSuchGroup, RequeueNeedsDeadline
 from leases.executor import Executor
@@ -39,8 +40,6 @@ from leases.models import (
 from leases.reads import Reader
 from leases.transitions import Source
 
-LEASE_SECONDS = 900.0
-MAX_ATTEMPT_SECONDS = 600.0
 RETRY_BACKOFF_SECONDS = 5.0
 RETRY_BACKOFF_MAX_SECONDS = 300.0
 COUNTER_SHARDS = 8
@@ -62,9 +61,6 @@ UNSEALED_EXPIRY_SECONDS = 3600.0
 # stale statistics (say, an empty queue), claims would sort every queued row instead of walking
 # the queue index, until autovacuum caught up.
 ANALYZE_AFTER_ITEMS = 1000
-# A registered worker not seen for this long is taken for dead: the reaper releases its leases
-# (docs/design.md §3, worker registry). Workers refresh their row several times per timeout.
-WORKER_TIMEOUT_SECONDS = 30.0
 # The row of a worker not seen for this long is deleted by the reaper (its leases are long
 # released); until then operators see it as absent.
 WORKER_FORGET_SECONDS = 3600.0

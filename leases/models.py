@@ -94,6 +94,15 @@ class HeartbeatReply:
 
 
 @dataclass(frozen=True)
+class QueueStats:
+    """The whole queue at one moment: unfinished items by state (from the counters) and how
+    long the item at the head of the queued line has been waiting (None: nothing queued)."""
+
+    counts: Mapping[State, int]
+    head_queued_age_seconds: float | None
+
+
+@dataclass(frozen=True)
 class ReapResult:
     """How many items one reaper pass moved, by destination."""
 

@@ -12,7 +12,15 @@ import sqlalchemy as sa
 from leases import group_queries, queries
 from leases.errors import NoSuchGroup
 from leases.executor import Executor
-from leases.models import CATEGORISED, EventRow, GroupSummary, ItemRow, State, from_ms
+from leases.models import (
+    CATEGORISED,
+    EventRow,
+    GroupSummary,
+    ItemRow,
+    QueueStats,
+    State,
+    from_ms,
+)
 
 
 def summary(
@@ -113,6 +121,25 @@ class Reader:
         passes them as `claim(group_ids=...)`, starts from these)."""
         with self._db.read() as c:
             return [str(row.id) for row in self._db.rows(c, queries.open_groups_with_work())]
+
+    def queue(self) -> QueueStats:
+        """The whole queue: unfinished items by state and the head of the line's waiting time
+        (what an autoscaler scales on). Two cheap reads: the counters and one index probe."""
+        with self._db.read() as c:
+            rows = self._db.rows(c, group_queries.queue_depth())
+            age_ms = self._db.scalar(c, group_queries.head_queued_age_ms())
+        counts = {State(r.state): int(r.n or 0) for r in rows}
+        age = None if age_ms is None else max(0.0, int(age_ms) / 1000)
+        return QueueStats(counts=counts, head_queued_age_seconds=age)
+
+    def item_ids_with_prefix(self, prefix: str, *, group_id: str | None = None) -> list[str]:
+        """Up to two ids of items (of `group_id`, if given) that start with `prefix`: one means
+        the prefix names that item, two that it is ambiguous. Only `0-9 a-f -` are looked up."""
+        if not prefix or not all(c in "0123456789abcdef-" for c in prefix):
+            return []
+        with self._db.read() as c:
+            rows = self._db.rows(c, group_queries.item_ids_with_prefix(prefix, group_id))
+        return [str(r.id) for r in rows]
 
     @contextmanager
     def _reading(self, conn: sa.Connection | None) -> Iterator[sa.Connection]:

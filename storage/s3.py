@@ -17,18 +17,16 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import boto3
-from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
-from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from storage.errors import (
     ConditionalWritesUnsupported,
     ObjectConflict,
     ObjectNotFound,
     ObjectTooLarge,
+    StorageError,
     StorageUnavailable,
 )
 from storage.port import (
@@ -43,6 +41,13 @@ from storage.port import (
     validate_metadata,
     validate_prefix,
 )
+
+if TYPE_CHECKING:
+    import boto3
+    from botocore.config import Config
+
+# boto3, botocore's config and tenacity are imported where used: a process that never talks to
+# S3 (most commands on a local store) does not pay for loading them.
 from storage.s3errors import (
     error_code,
     is_conditional_conflict,
@@ -85,6 +90,8 @@ class S3Settings:
 
     def config(self) -> Config:
         """The botocore `Config`: standard retries set explicitly, path addressing off AWS."""
+        from botocore.config import Config  # noqa: PLC0415  (see the imports)
+
         return Config(
             region_name=self.region,
             connect_timeout=self.connect_timeout_seconds,
@@ -99,6 +106,8 @@ class S3Settings:
 
     def client(self, session: boto3.session.Session | None = None) -> Any:
         """A new thread-safe boto3 S3 client; credentials from `session` or the default chain."""
+        import boto3  # noqa: PLC0415  (see the imports)
+
         # A fresh Session per client: boto3's module-level default session is not thread-safe.
         session = session or boto3.session.Session()
         return session.client(
@@ -202,13 +211,16 @@ class S3Store:
 
         The probe is written twice; the second write must answer 412, else the store would
         silently overwrite and `ConditionalWritesUnsupported` is raised. The probe is deleted
-        afterwards (best effort). A missing bucket counts as an unreachable store.
+        afterwards (best effort). A missing bucket is a permanent `StorageError`.
         """
         try:
             with translated(f"reach {self.url}"):
                 self.client.head_bucket(Bucket=self.bucket)
         except ObjectNotFound as exc:
-            raise StorageUnavailable(f"bucket {self.bucket!r} does not exist") from exc
+            # A configuration mistake, not an outage: waiting would not make the bucket appear.
+            raise StorageError(
+                f"bucket {self.bucket!r} does not exist at {self.client.meta.endpoint_url}"
+            ) from exc
         # Built without validate_key: the probe folder is reserved precisely so no caller can
         # write (or list) there.
         probe_key = self._root_key(f"{PROBE_DIR_NAME}/{PROBE_NAME_PREFIX}{uuid.uuid4().hex}")
@@ -248,6 +260,13 @@ class S3Store:
         except ClientError as exc:
             if not is_conditional_conflict(exc):
                 raise
+            from tenacity import (  # noqa: PLC0415  (see the imports)
+                Retrying,
+                retry_if_exception,
+                stop_after_attempt,
+                wait_random_exponential,
+            )
+
             Retrying(
                 retry=retry_if_exception(is_conditional_conflict),
                 stop=stop_after_attempt(CONFLICT_RETRY_ATTEMPTS - 1),

@@ -15,7 +15,7 @@ from batchcrop.api import handlers, models
 from batchcrop.api.auth import token_guard
 from batchcrop.api.hosts import HostGuard
 from batchcrop.api.media import media_router
-from batchcrop.api.middleware import BODY_BYTES_MAX, BodyLimit, CrashGuard, NoSniff
+from batchcrop.api.middleware import BODY_BYTES_MAX, AccessLog, BodyLimit, CrashGuard, NoSniff
 from batchcrop.api.problems import Problem
 from batchcrop.api.routes import PROBLEM_RESPONSE, batch_router, json_response
 from batchcrop.app import App
@@ -106,4 +106,5 @@ def create_api(app: App, *, max_body_bytes: int = BODY_BYTES_MAX) -> FastAPI:
         allowed_hosts=app.settings.allowed_hosts,
     )
     api.add_middleware(NoSniff)
+    api.add_middleware(AccessLog)  # outermost: logs every answer, refusals included
     return api

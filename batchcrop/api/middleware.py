@@ -7,11 +7,13 @@ they add no task or thread hop to every request.
 from __future__ import annotations
 
 import logging
+import time
 
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from batchcrop.api.problems import Problem, problem_response
+from batchcrop.logs import log_event
 
 BODY_BYTES_MAX = 16 * 1024 * 1024
 NOSNIFF_HEADER = b"x-content-type-options"
@@ -139,3 +141,38 @@ class NoSniff:
             await send(message)
 
         await self.app(scope, receive, with_header)
+
+
+class AccessLog:
+    """One `http_request` log line per answered request, in the process's log format: method,
+    path (never the query string, which may carry a cursor or anything a client put there),
+    status, duration and client address."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.monotonic()
+        status = 500  # what the client gets if nothing answers (the server's own 500)
+
+        async def noting(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, noting)
+        finally:
+            client = scope.get("client")
+            log_event(
+                "http_request",
+                method=scope.get("method"),
+                path=scope.get("path"),
+                status=status,
+                ms=round((time.monotonic() - started) * 1000, 1),
+                client=client[0] if client else None,
+            )

@@ -18,6 +18,7 @@ from types import FrameType
 
 import uvicorn
 
+from batchcrop import __version__
 from batchcrop.api.application import create_api
 from batchcrop.api.hosts import is_loopback
 from batchcrop.app import App
@@ -49,7 +50,7 @@ class Reaper(threading.Thread):
             try:
                 result = self.app.leases.reap()
             except DatabaseUnavailable as exc:
-                log_event("database_unavailable", level=logging.WARNING, error=type(exc).__name__)
+                log_event("database_unavailable", level=logging.WARNING, error=str(exc))
                 continue
             except Exception:
                 log.exception("reaper pass failed")
@@ -127,9 +128,20 @@ def serve(app: App, *, host: str, port: int) -> int:
         port=port,
         timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
         server_header=False,
-        log_level="info",
+        # batchcrop.logs formats uvicorn's own lines; requests are logged by `AccessLog`.
+        log_config=None,
+        access_log=False,
     )
     server = uvicorn.Server(config)
+    log_event(
+        "serve_started",
+        version=__version__,
+        database=app.database_label(),
+        store=app.settings.store,
+        host=host,
+        port=port,
+        token=bool(app.settings.api_token),
+    )
     reaper = Reaper(app)
     reaper.start()
     pruner = None
@@ -155,6 +167,7 @@ def serve(app: App, *, host: str, port: int) -> int:
         reaper.join()
         if pruner is not None:
             pruner.stop()
+    log_event("serve_stopped")
     return EXIT_OK
 
 

@@ -25,7 +25,6 @@ from PIL import Image
 from batchcrop.crop.budget import MemoryBudget, reserved
 from batchcrop.crop.colour import GREY_MODES, has_alpha
 from batchcrop.crop.decode import (
-    MAX_SOURCE_PIXELS,
     OpenedImage,
     decode_cost,
     decode_rgb,
@@ -35,6 +34,7 @@ from batchcrop.crop.decode import (
 from batchcrop.crop.encode import FORMATS, encode
 from batchcrop.crop.errors import InvalidFocus
 from batchcrop.crop.faces import DETECTION_BYTES, find_faces, keep_box
+from batchcrop.crop.limits import MAX_SOURCE_PIXELS
 from batchcrop.crop.resample import Cut, resample_all
 from batchcrop.crop.saliency import saliency_map, small_copy
 from batchcrop.crop.spec import Ratio, RenderSpec, Rendition

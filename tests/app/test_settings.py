@@ -76,14 +76,20 @@ def test_the_api_token_can_come_from_a_file(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("90", 90.0), ("90s", 90.0), ("30m", 1800.0), ("2h", 7200.0), ("1d", 86400.0)],
+    [("90s", 90.0), ("30m", 1800.0), ("2h", 7200.0), ("1d", 86400.0), ("1.5h", 5400.0)],
 )
 def test_durations_parse_with_units(text: str, seconds: float) -> None:
-    """Deadlines are written 90s, 30m, 2h, 1d (or plain seconds)."""
+    """Deadlines are written 90s, 30m, 2h, 1d."""
     assert parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["", "soon", "-5m", "0"])
+def test_a_duration_without_a_unit_is_refused() -> None:
+    """`90` alone reads as seconds to some and minutes to others: a unit is required."""
+    with pytest.raises(SettingsError, match="give a unit"):
+        parse_duration("90")
+
+
+@pytest.mark.parametrize("text", ["", "soon", "-5m", "0s", "90"])
 def test_bad_durations_are_refused(text: str) -> None:
     """Empty, non-numeric and non-positive durations are refused."""
     with pytest.raises(SettingsError):

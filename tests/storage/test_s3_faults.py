@@ -110,12 +110,14 @@ def test_wrong_credentials_are_access_denied(rgw_bucket: S3Store) -> None:
         S3Store(rgw_bucket.bucket, client=client).put_if_absent("k", b"x")
 
 
-def test_missing_bucket_check_is_unavailable(s3_factory: StoreFactory) -> None:
-    """check() on a bucket that does not exist reports the store as unavailable."""
+def test_missing_bucket_check_is_a_permanent_error(s3_factory: StoreFactory) -> None:
+    """check() on a bucket that does not exist raises a permanent error naming the bucket (a
+    configuration mistake, which waiting would not fix), not StorageUnavailable."""
     store = s3_factory()
     missing = S3Store("no-such-bucket-bc", client=store.client)
-    with pytest.raises(StorageUnavailable):
+    with pytest.raises(StorageError, match="no-such-bucket-bc") as raised:
         missing.check()
+    assert not isinstance(raised.value, StorageUnavailable)
     with pytest.raises(ObjectNotFound):
         missing.get("k")
 

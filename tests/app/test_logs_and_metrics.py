@@ -1,0 +1,168 @@
+"""Log formats and metric names, in process (docs/design.md §7, logs and metrics)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import platform
+import re
+from collections.abc import Callable, Iterator
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from batchcrop import __version__
+from batchcrop.app import App
+from batchcrop.batches import BatchRequest, ItemRequest
+from batchcrop.crop import RenderSpec
+from batchcrop.logs import LogSettingError, configure, log_event
+from batchcrop.metrics import Metrics
+from leases import QueueStats, State
+
+# A strict logfmt line: key=value pairs, a value bare or a JSON-quoted string.
+LOGFMT_PAIR = re.compile(r'([a-z_]+)=("(?:[^"\\]|\\.)*"|[^\s"=]+)(?: |$)')
+
+
+def parse_logfmt(line: str) -> dict[str, str]:
+    """The pairs of one logfmt line; fails on anything that is not strict logfmt."""
+    pairs = LOGFMT_PAIR.findall(line)
+    assert "".join(f"{k}={v} " for k, v in pairs).rstrip() == line, line
+    return {k: json.loads(v) if v.startswith('"') else v for k, v in pairs}
+
+
+class Stderr:
+    """What batchcrop's logs wrote to stderr (pytest's capture of it)."""
+
+    def __init__(self, capsys: pytest.CaptureFixture[str]) -> None:
+        self.capsys = capsys
+
+    def getvalue(self) -> str:
+        return self.capsys.readouterr().err
+
+
+@pytest.fixture
+def stderr(capsys: pytest.CaptureFixture[str]) -> Iterator[Stderr]:
+    """batchcrop's logs on pytest's captured stderr, with the handlers put back afterwards."""
+    logger = logging.getLogger("batchcrop")
+    saved = (logger.handlers[:], logger.level, logger.propagate)
+    yield Stderr(capsys)
+    logger.handlers[:], logger.level, logger.propagate = saved[0], saved[1], saved[2]
+
+
+TRICKY = 'a "quoted" value\nwith a newline, \x1b]0;title\x07 and = signs'
+
+
+def test_logfmt_lines_are_strict_with_ts_level_msg_first(stderr: Stderr) -> None:
+    """`ts=… level=… msg=…` then the fields in order; a value with spaces, quotes, newlines or
+    terminal escapes is one quoted, escaped value, so an event is always one line."""
+    configure("INFO", "logfmt")
+    log_event("claim", item="i-1", batch="b-1", attempt=2, tricky=TRICKY, skipped=None)
+    log_event("hidden", level=logging.DEBUG)
+    (line,) = stderr.getvalue().splitlines()
+    pairs = parse_logfmt(line)
+    assert list(pairs) == ["ts", "level", "msg", "item", "batch", "attempt", "tricky"]
+    assert (pairs["level"], pairs["msg"], pairs["attempt"], pairs["tricky"]) == (
+        "info",
+        "claim",
+        "2",
+        TRICKY,
+    )
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", pairs["ts"])
+    assert "\x1b" not in line
+
+
+def test_json_lines_carry_the_same_keys(stderr: Stderr) -> None:
+    """`--log-format json`: one object per line with the same keys, values as given."""
+    configure("WARNING", "json")
+    log_event("outage_started", level=logging.WARNING, dependency="database", reason=TRICKY)
+    log_event("not_shown")
+    (line,) = stderr.getvalue().splitlines()
+    document = json.loads(line)
+    assert list(document) == ["ts", "level", "msg", "dependency", "reason"]
+    assert (document["level"], document["msg"], document["reason"]) == (
+        "warning",
+        "outage_started",
+        TRICKY,
+    )
+
+
+def test_other_libraries_lines_join_in_the_same_format(stderr: Stderr) -> None:
+    """uvicorn's own lines (start, bind errors) come out in batchcrop's format too."""
+    configure("INFO", "logfmt")
+    logging.getLogger("uvicorn.error").error("[Errno 98] address already in use")
+    pairs = parse_logfmt(stderr.getvalue().splitlines()[0])
+    assert (pairs["level"], pairs["msg"], pairs["logger"]) == (
+        "error",
+        "[Errno 98] address already in use",
+        "uvicorn.error",
+    )
+
+
+@pytest.mark.parametrize(("level", "fmt"), [("LOUD", "logfmt"), ("INFO", "xml")])
+def test_unknown_levels_and_formats_are_refused(level: str, fmt: str) -> None:
+    """A mistyped level or format is a setting error that lists the accepted values."""
+    with pytest.raises(LogSettingError, match="use "):
+        configure(level, fmt)
+
+
+def scrape(metrics: Metrics) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    """Every sample of the registry by name, parsed with prometheus_client's own parser."""
+    samples: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    for family in text_string_to_metric_families(metrics.render().decode()):
+        for sample in family.samples:
+            labels = tuple(sorted(sample.labels.items()))
+            samples.setdefault(sample.name, {})[labels] = sample.value
+    return samples
+
+
+def test_the_registry_has_the_operators_series_and_no_created_ones() -> None:
+    """Build info, process and platform collectors, the queue gauges, in-flight, outages and
+    put-if-absent hits; no `_created` series."""
+    queue = QueueStats(counts={State.QUEUED: 7, State.RETRYABLE: 2}, head_queued_age_seconds=12.5)
+    metrics = Metrics(queue=lambda: queue)
+    metrics.outages.labels("database").inc()
+    metrics.put_if_absent_hits.inc()
+    metrics.in_flight.inc()
+    samples = scrape(metrics)
+    assert samples["batchcrop_build_info"] == {
+        (("python", platform.python_version()), ("version", __version__)): 1.0
+    }
+    assert "python_info" in samples
+    assert "process_cpu_seconds_total" in samples
+    assert "process_resident_memory_bytes" in samples
+    assert samples["batchcrop_queue_items"] == {
+        (("state", "queued"),): 7.0,
+        (("state", "in_progress"),): 0.0,
+        (("state", "retryable"),): 2.0,
+    }
+    assert samples["batchcrop_queue_oldest_queued_age_seconds"] == {(): 12.5}
+    assert samples["batchcrop_items_in_flight"] == {(): 1.0}
+    assert samples["batchcrop_outages_total"] == {(("dependency", "database"),): 1.0}
+    assert samples["batchcrop_put_if_absent_hits_total"] == {(): 1.0}
+    assert not [name for name in samples if name.endswith("_created")]
+
+
+def test_a_failing_queue_read_leaves_the_gauges_out_not_the_page() -> None:
+    """While the database is down the queue gauges are missing; every other series stays."""
+
+    def down() -> QueueStats:
+        raise RuntimeError("database down")
+
+    samples = scrape(Metrics(queue=down))
+    assert "batchcrop_queue_items" not in samples
+    assert "batchcrop_claims_total" in samples
+
+
+def test_the_queue_gauges_read_the_database(make_app: Callable[..., App], tmp_path: str) -> None:
+    """`LeaseManager.queue()` on a real database: three queued items, waiting since submission."""
+    app = make_app()
+    request = BatchRequest(
+        items=tuple(ItemRequest(source=f"/nowhere/{n}.jpg") for n in range(3)),
+        spec=RenderSpec.from_input({}),
+        deadline_seconds=3600.0,
+        max_attempts=3,
+    )
+    app.batches.submit(request)
+    samples = scrape(app.metrics)
+    assert samples["batchcrop_queue_items"][(("state", "queued"),)] == 3.0
+    assert 0.0 <= samples["batchcrop_queue_oldest_queued_age_seconds"][()] < 60.0
