@@ -341,7 +341,7 @@ class BatchService:
         """`requeue`, returning (status, number of items requeued). Item ids not of the batch
         are not moved (the CLI resolves its `--item` ids first, refusing unknown ones)."""
         if deadline_seconds is not None:
-            _check_deadline(deadline_seconds)
+            check_deadline(deadline_seconds)
         self.batch(batch_id)
         try:
             with _as_batch(batch_id):
@@ -680,11 +680,12 @@ def _check_limits(request: BatchRequest) -> None:
     usage error (ValueError: exit 2 on the CLI)."""
     if not 1 <= request.max_attempts <= MAX_ATTEMPTS_MAX:
         raise ValueError(f"max_attempts must be in 1..{MAX_ATTEMPTS_MAX}")
-    _check_deadline(request.deadline_seconds)
+    check_deadline(request.deadline_seconds)
     _check_label(request.label)
 
 
-def _check_deadline(seconds: float) -> None:
+def check_deadline(seconds: float) -> None:
+    """The one deadline limit of the CLI and the API (ValueError: exit 2, or a 422)."""
     if not 0 < seconds <= DEADLINE_SECONDS_MAX:
         days = round(DEADLINE_SECONDS_MAX / 86400)
         raise ValueError(f"the deadline must be positive and at most {days} days from now")

@@ -26,6 +26,7 @@ from batchcrop.batches import (
     BatchRequest,
     FocusError,
     ItemRequest,
+    check_deadline,
     focus_box,
 )
 from batchcrop.crop.spec import RenderSpec
@@ -499,6 +500,8 @@ def requeue(args: argparse.Namespace) -> int:
     if not set(states) <= REQUEUEABLE:
         raise UsageError("only failed and abandoned items can be requeued")
     deadline = parse_duration(args.deadline) if args.deadline else None
+    if deadline is not None:
+        check_deadline(deadline)  # a usage error, before the database is asked anything
     with opened(args) as app:
         batch_id = app.batches.resolve_id(args.batch)
         # Every --item must name an item of this batch: checked before anything moves.
