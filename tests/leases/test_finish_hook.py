@@ -145,12 +145,6 @@ def test_released_absent_worker_at_the_cap_runs_it(
     assert calls.groups == [group]
 
 
-@pytest.fixture
-def racing(engine: sa.Engine) -> None:
-    if engine.dialect.name != "postgresql":
-        pytest.skip("SQLite has one writer at a time: no two last items commit at once")
-
-
 def _end_at_once(manager: LeaseManager, claims: Sequence[Claim]) -> None:
     """End every claim succeeded, each in its own thread, released together."""
     barrier = threading.Barrier(len(claims))
@@ -167,7 +161,10 @@ def _end_at_once(manager: LeaseManager, claims: Sequence[Claim]) -> None:
         thread.join()
 
 
-@pytest.mark.usefixtures("racing")
+# PostgreSQL only: SQLite has one writer at a time, so no two last items ever commit at once.
+@pytest.mark.parametrize(
+    "database_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
 def test_two_last_items_ending_at_once_run_it_exactly_once(
     hooked: LeaseManager, calls: Calls
 ) -> None:
