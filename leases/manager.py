@@ -164,28 +164,12 @@ class LeaseManager(Reader):
         concurrent creation of the same id)."""
         if max_attempts < 1 or not 1 <= len(items) <= CREATE_BATCH_ROWS:
             raise ValueError(f"a group added in a transaction has 1 to {CREATE_BATCH_ROWS} items")
-        db = self._db
-        with db.write(conn) as c:
-            if db.one(c, group_queries.group_row(group_id, sealed_only=False)) is not None:
-                raise GroupExists(group_id)
-            now: int = db.scalar(c, queries.select_now())
-            group = {
-                "id": group_id,
-                "created_at": now,
-                "deadline_at": now + to_ms(deadline_seconds),
-                "max_attempts": max_attempts,
-                "cancel_requested": False,
-                "sealed": True,
-                "notify_finish": False,
-            }
-            db.execute_many(c, group_queries.insert_group(), [group])
-            rows = [_item_row(group_id, seq, item, now) for seq, item in enumerate(items)]
-            db.insert_rows(c, schema.items, rows)
+        with self._db.write(conn) as c:
+            now = self._insert_group(
+                c, group_id, deadline_seconds, max_attempts, sealed=True, notify_finish=False
+            )
             cid = transitions.new_correlation_id()
-            db.execute(c, group_queries.insert_creation_events(group_id, cid, 0))
-            per_shard = Counter(transitions.shard_of(r["seq"], self._shards) for r in rows)
-            deltas = [((group_id, State.QUEUED.value, "", s), n) for s, n in per_shard.items()]
-            transitions.add(db, c, deltas, now)
+            self._insert_items(c, group_id, items, first_seq=0, now=now, correlation_id=cid)
 
     def _create(
         self,
@@ -199,19 +183,14 @@ class LeaseManager(Reader):
     ) -> int:
         db = self._db
         with db.write() as c:
-            if db.one(c, group_queries.group_row(group_id, sealed_only=False)) is not None:
-                raise GroupExists(group_id)
-            now: int = db.scalar(c, queries.select_now())
-            group = {
-                "id": group_id,
-                "created_at": now,
-                "deadline_at": now + to_ms(deadline_seconds),
-                "max_attempts": max_attempts,
-                "cancel_requested": False,
-                "sealed": False,
-                "notify_finish": notify_finish,
-            }
-            db.execute_many(c, group_queries.insert_group(), [group])
+            self._insert_group(
+                c,
+                group_id,
+                deadline_seconds,
+                max_attempts,
+                sealed=False,
+                notify_finish=notify_finish,
+            )
         try:
             created = self._add_items(group_id, items)
             if created >= ANALYZE_AFTER_ITEMS and db.dialect_name == "postgresql":
@@ -243,17 +222,59 @@ class LeaseManager(Reader):
                     raise NoSuchGroup(group_id)
                 # Every item, event and counter is dated at the group's creation, whichever
                 # transaction writes it.
-                now: int = group.created_at
-                rows = [_item_row(group_id, seq + i, item, now) for i, item in enumerate(chunk)]
-                db.insert_rows(c, schema.items, rows)
-                db.execute(c, group_queries.insert_creation_events(group_id, cid, seq))
-                per_shard = Counter(transitions.shard_of(r["seq"], self._shards) for r in rows)
-                deltas = [((group_id, State.QUEUED.value, "", s), n) for s, n in per_shard.items()]
-                transitions.add(db, c, deltas, now)
-            seq += len(rows)
+                seq += self._insert_items(
+                    c, group_id, chunk, first_seq=seq, now=group.created_at, correlation_id=cid
+                )
             if db.dialect_name == "sqlite":
                 time.sleep(CREATE_PAUSE_SECONDS)
         return seq
+
+    def _insert_group(
+        self,
+        c: sa.Connection,
+        group_id: str,
+        deadline_seconds: float,
+        max_attempts: int,
+        *,
+        sealed: bool,
+        notify_finish: bool,
+    ) -> int:
+        """Write the group's row (GroupExists if the id is taken); returns its creation time."""
+        db = self._db
+        if db.one(c, group_queries.group_row(group_id, sealed_only=False)) is not None:
+            raise GroupExists(group_id)
+        now: int = db.scalar(c, queries.select_now())
+        group = {
+            "id": group_id,
+            "created_at": now,
+            "deadline_at": now + to_ms(deadline_seconds),
+            "max_attempts": max_attempts,
+            "cancel_requested": False,
+            "sealed": sealed,
+            "notify_finish": notify_finish,
+        }
+        db.execute_many(c, group_queries.insert_group(), [group])
+        return now
+
+    def _insert_items(
+        self,
+        c: sa.Connection,
+        group_id: str,
+        items: Sequence[NewItem],
+        *,
+        first_seq: int,
+        now: int,
+        correlation_id: str,
+    ) -> int:
+        """Write `items` queued from `first_seq` on, their creation events and counters."""
+        db = self._db
+        rows = [_item_row(group_id, first_seq + i, item, now) for i, item in enumerate(items)]
+        db.insert_rows(c, schema.items, rows)
+        db.execute(c, group_queries.insert_creation_events(group_id, correlation_id, first_seq))
+        per_shard = Counter(transitions.shard_of(r["seq"], self._shards) for r in rows)
+        deltas = [((group_id, State.QUEUED.value, "", s), n) for s, n in per_shard.items()]
+        transitions.add(db, c, deltas, now)
+        return len(rows)
 
     def _discard_unsealed(self, group_id: str, *, expiry_ms: int) -> None:
         """Delete an unsealed group created `expiry_ms` ago or more, a batch of rows per
@@ -268,20 +289,43 @@ class LeaseManager(Reader):
                 group is not None and not group.sealed and group.created_at <= group.now - expiry_ms
             )
 
+        self._delete_group(group_id, still_discardable, MOVE_BATCH_ROWS, pause=False)
+
+    def _delete_group(
+        self,
+        group_id: str,
+        deletable: Callable[[sa.Connection], bool],
+        batch_rows: int,
+        *,
+        pause: bool,
+    ) -> int:
+        """Delete a group's events and items `batch_rows` per transaction, then its counters and
+        row, each transaction first checking `deletable` (which takes the group's row lock);
+        returns the rows deleted. Stops as soon as the check fails; a call cut short is
+        completed by calling again."""
+        db = self._db
+        total = 0
         for table in (schema.events, schema.items):
-            deleted = MOVE_BATCH_ROWS
-            while deleted == MOVE_BATCH_ROWS:
+            deleted = batch_rows
+            while deleted == batch_rows:
                 with db.write() as c:
-                    if not still_discardable(c):
-                        return
-                    stmt = group_queries.delete_group_rows(table, group_id, MOVE_BATCH_ROWS)
+                    if not deletable(c):
+                        return total
+                    stmt = group_queries.delete_group_rows(table, group_id, batch_rows)
                     deleted = db.rowcount(c, stmt)
+                total += deleted
+                if pause and db.dialect_name == "sqlite":
+                    time.sleep(CREATE_PAUSE_SECONDS)
         with db.write() as c:
-            if still_discardable(c):
-                db.execute(c, group_queries.delete_group_rows(schema.events, group_id))
-                db.execute(c, group_queries.delete_group_rows(schema.items, group_id))
-                db.execute(c, group_queries.delete_counters(group_id))
-                db.execute(c, group_queries.delete_group(group_id))
+            if deletable(c):
+                for stmt in (
+                    group_queries.delete_group_rows(schema.events, group_id),
+                    group_queries.delete_group_rows(schema.items, group_id),
+                    group_queries.delete_counters(group_id),
+                    group_queries.delete_group(group_id),
+                ):
+                    total += db.rowcount(c, stmt)
+        return total
 
     # --- retention ----------------------------------------------------------------------------
 
@@ -311,24 +355,9 @@ class LeaseManager(Reader):
         transaction (each re-checks, under the group's row lock, that no item is unfinished: a
         requeue takes the same lock, and stops the purge). Returns the rows deleted; 0 when the
         group is gone or not finished. A purge cut short is completed by calling it again."""
-        db = self._db
-        total = 0
-        for table in (schema.events, schema.items):
-            deleted = PURGE_BATCH_ROWS
-            while deleted == PURGE_BATCH_ROWS:
-                with db.write() as c:
-                    if not self._finished(c, group_id):
-                        return total
-                    stmt = group_queries.delete_group_rows(table, group_id, PURGE_BATCH_ROWS)
-                    deleted = db.rowcount(c, stmt)
-                total += deleted
-                if db.dialect_name == "sqlite":
-                    time.sleep(CREATE_PAUSE_SECONDS)
-        with db.write() as c:
-            if self._finished(c, group_id):
-                total += db.rowcount(c, group_queries.delete_counters(group_id))
-                total += db.rowcount(c, group_queries.delete_group(group_id))
-        return total
+        return self._delete_group(
+            group_id, lambda c: self._finished(c, group_id), PURGE_BATCH_ROWS, pause=True
+        )
 
     # --- worker side: claim, heartbeat, fenced transitions -----------------------------------
 

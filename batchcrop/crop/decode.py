@@ -103,13 +103,9 @@ def reduction(opened: OpenedImage, scale: float, margin: float = COARSE_REDUCTIO
         return 1
     stored_w, stored_h = image.size
     wanted = (max(1, math.ceil(stored_w * scale)), max(1, math.ceil(stored_h * scale)))
-    room = min(stored_w / wanted[0], stored_h / wanted[1])
-    return next(
-        factor
-        for factor in (8, 4, 2, 1)
-        if factor <= room / (margin if factor >= 4 else 1.0)
-        and factor <= min(stored_w // wanted[0], stored_h // wanted[1])
-    )
+    room = min(stored_w // wanted[0], stored_h // wanted[1])  # whole reductions that cover
+    spare = min(stored_w / wanted[0], stored_h / wanted[1])
+    return next(f for f in (8, 4, 2, 1) if f <= room and (f < 4 or f <= spare / margin))
 
 
 def decode_cost(opened: OpenedImage, factor: int) -> int:

@@ -83,7 +83,8 @@ def _classifier() -> cv2.CascadeClassifier:
 def find_faces(picture: Image.Image, size: tuple[int, int]) -> tuple[Box, ...]:
     """The faces in `picture` (an upright RGB decode of a `size` source), in source pixels.
 
-    Sorted by position; overlapping detections (frontal and profile of one face) are merged.
+    Sorted by position; overlapping detections of one face (nested boxes the cascade's own
+    grouping leaves) are merged.
     """
     scale = min(1.0, DETECT_SIDE_PX / max(picture.size))
     small = picture

@@ -7,6 +7,8 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw
 
+from tests.crop.images import STORE_AS
+
 
 def photo(
     width: int = 800,
@@ -50,11 +52,6 @@ def write_corrupt(folder: Path) -> list[Path]:
     return [text, truncated]
 
 
-# Orientation ⇒ the transpose that turns the upright picture into what a camera stores (the
-# inverse of what a viewer applies), for the orientations the focus tests use.
-STORED_AS = {6: Image.Transpose.ROTATE_90, 8: Image.Transpose.ROTATE_270}
-
-
 def busy_corner(
     width: int = 960,
     height: int = 640,
@@ -73,7 +70,9 @@ def busy_corner(
         draw.rectangle((x, top + stripe, x + stripe - 1, bottom - stripe - 1), fill=(250, 220, 60))
     options: dict[str, object] = {"quality": 95}
     if orientation != 1:
-        image = image.transpose(STORED_AS[orientation])
+        transpose = STORE_AS[orientation]
+        assert transpose is not None
+        image = image.transpose(transpose)
         exif = Image.Exif()
         exif[0x0112] = orientation
         options["exif"] = exif.tobytes()

@@ -11,6 +11,19 @@ from PIL import Image, ImageDraw
 
 Box = tuple[int, int, int, int]
 
+# Orientation ⇒ the transpose that turns the upright picture into what a camera stores under that
+# EXIF orientation: the inverse of what a viewer (PIL.ImageOps.exif_transpose) applies.
+STORE_AS: dict[int, Image.Transpose | None] = {
+    1: None,
+    2: Image.Transpose.FLIP_LEFT_RIGHT,
+    3: Image.Transpose.ROTATE_180,
+    4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_90,
+    7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_270,
+}
+
 SUBJECT_RGB = (200, 40, 40)
 STRIPE_RGB = (250, 220, 60)
 BACKGROUND_RGB = (120, 130, 125)

@@ -25,21 +25,9 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from tests.crop.images import Box
+from tests.crop.images import STORE_AS, Box
 
 ORIENTATION_TAG = 0x0112
-# The transpose that stores an upright picture under each EXIF orientation: the inverse of the one
-# PIL.ImageOps.exif_transpose applies when reading it (6 and 8 swap; the rest undo themselves).
-_STORE_TRANSPOSE: dict[int, Image.Transpose | None] = {
-    1: None,
-    2: Image.Transpose.FLIP_LEFT_RIGHT,
-    3: Image.Transpose.ROTATE_180,
-    4: Image.Transpose.FLIP_TOP_BOTTOM,
-    5: Image.Transpose.TRANSPOSE,
-    6: Image.Transpose.ROTATE_90,
-    7: Image.Transpose.TRANSVERSE,
-    8: Image.Transpose.ROTATE_270,
-}
 ROTATED_QUALITY = 95
 
 
@@ -224,12 +212,12 @@ def rotated(photo: RealPhoto, orientation: int) -> RealPhoto:
     is re-encoded at quality 95 without chroma subsampling, so it differs from the original by JPEG
     noise only (about one level on average).
     """
-    if orientation not in _STORE_TRANSPOSE:
+    if orientation not in STORE_AS:
         msg = f"EXIF orientation must be 1..8, not {orientation}"
         raise ValueError(msg)
     with Image.open(io.BytesIO(photo.data)) as source:
         upright = source.convert("L" if source.mode in ("L", "I;16", "I", "1") else "RGB")
-    method = _STORE_TRANSPOSE[orientation]
+    method = STORE_AS[orientation]
     stored = upright if method is None else upright.transpose(method)
     exif = Image.Exif()
     exif[ORIENTATION_TAG] = orientation

@@ -7,6 +7,7 @@ from PIL import Image
 
 from batchcrop.crop import Ratio, RenderSpec, render
 from tests.crop.images import (
+    STORE_AS,
     SUBJECT_RGB,
     Box,
     contains,
@@ -18,19 +19,6 @@ from tests.crop.images import (
 )
 
 FOUR = tuple(Ratio.parse(text) for text in ("1:1", "4:3", "16:9", "3:4"))
-
-# Orientation ⇒ the transpose that turns the upright picture into what is stored, i.e. the
-# inverse of what a viewer applies.
-STORE_AS = {
-    1: None,
-    2: Image.Transpose.FLIP_LEFT_RIGHT,
-    3: Image.Transpose.ROTATE_180,
-    4: Image.Transpose.FLIP_TOP_BOTTOM,
-    5: Image.Transpose.TRANSPOSE,
-    6: Image.Transpose.ROTATE_90,
-    7: Image.Transpose.TRANSVERSE,
-    8: Image.Transpose.ROTATE_270,
-}
 
 
 def subject_colour_at(rendition_data: bytes, crop: Box, subject: Box) -> tuple[float, ...]:
