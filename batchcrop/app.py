@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -12,13 +15,14 @@ from batchcrop.crop.budget import MIB, MemoryBudget
 from batchcrop.crop.limits import IMAGE_SUFFIXES
 from batchcrop.logs import log_event
 from batchcrop.settings import Settings, SettingsError, redact_url
-from leases import DatabaseRefused, DatabaseUnavailable, LeaseManager, make_engine
+from leases import DatabaseRefused, DatabaseUnavailable, LeaseManager, SchemaMissing, make_engine
 from leases.executor import driver_reason, is_refusal
 from storage import ObjectStore, S3Settings, SourceReader, open_store
 
 if TYPE_CHECKING:
     from batchcrop.metrics import Metrics
     from batchcrop.notify import Deliverer
+    from batchcrop.schema import History
     from batchcrop.worker import Worker, WorkerOptions
 
 # The migrations (Alembic), the worker (the crop engine: NumPy, Pillow, OpenCV), the callback
@@ -96,14 +100,54 @@ class App:
         from batchcrop import migrations  # noqa: PLC0415  (see the imports)
         from leases.migrate import upgrade as upgrade_leases  # noqa: PLC0415
 
-        try:
+        with _database_errors():
             upgrade_leases(self.engine)
             migrations.upgrade(self.engine)
-        except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
-            # The driver's first line says why (refused, locked, timed out); it carries no password.
-            if is_refusal(exc):
-                raise DatabaseRefused(f"the database refused: {driver_reason(exc)}") from exc
-            raise DatabaseUnavailable(f"database unreachable: {driver_reason(exc)}") from exc
+
+    def schema(self) -> list[History]:
+        """Where both migration histories stand against this version (reads only)."""
+        from batchcrop.schema import histories  # noqa: PLC0415  (see the imports)
+
+        with _database_errors():
+            return histories(self.engine)
+
+    def check_schema(self) -> list[History]:
+        """The start-up check of `worker` and `serve` (they do not migrate by default):
+        `SchemaMissing` on a database without batchcrop tables, `SchemaBehind` when either
+        history is behind this version's head (exit 3, naming `batchcrop db upgrade`). A schema
+        a newer batchcrop migrated is accepted with a warning: during a rolling deploy the old
+        processes keep running on it (migrations are additive; docs/operations.md, upgrades)."""
+        from batchcrop.schema import (  # noqa: PLC0415  (see the imports)
+            Position,
+            SchemaBehind,
+            ahead_message,
+            behind_message,
+            is_empty,
+        )
+
+        found = self.schema()
+        if is_empty(found):
+            raise SchemaMissing("no batchcrop tables")
+        positions = {h.position for h in found}
+        if positions & {Position.BEHIND, Position.MISSING}:
+            raise SchemaBehind(behind_message(found))
+        if Position.AHEAD in positions:
+            log_event("schema_newer_than_code", level=logging.WARNING, detail=ahead_message(found))
+        return found
+
+    def prepare_schema(self) -> None:
+        """The schema step of `run`, `submit`, `batches` and `prune`: on SQLite (one machine's
+        database, the quickstart's default) create or migrate it; elsewhere create the tables
+        of an empty database (nothing can be running on it), else only check like `worker`."""
+        if self.engine.url.get_backend_name() == "sqlite":
+            self.upgrade()
+            return
+        from batchcrop.schema import is_empty  # noqa: PLC0415  (see the imports)
+
+        if is_empty(self.schema()):
+            self.upgrade()
+        else:
+            self.check_schema()
 
     def worker(
         self,
@@ -162,6 +206,18 @@ class App:
     def close(self) -> None:
         """Release pooled connections."""
         self.engine.dispose()
+
+
+@contextmanager
+def _database_errors() -> Iterator[None]:
+    """A driver error while migrating or reading the schema's revision, as ours."""
+    try:
+        yield
+    except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
+        # The driver's first line says why (refused, locked, timed out); it carries no password.
+        if is_refusal(exc):
+            raise DatabaseRefused(f"the database refused: {driver_reason(exc)}") from exc
+        raise DatabaseUnavailable(f"database unreachable: {driver_reason(exc)}") from exc
 
 
 POSTGRES_DRIVER = "postgresql+psycopg"

@@ -191,6 +191,15 @@ def _notify_flags(p: argparse.ArgumentParser, *, with_url: bool) -> None:
     )
 
 
+def _migrate_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--migrate",
+        action="store_true",
+        help="create or migrate the schema at start (one-machine deployments); by default the "
+        "schema is only checked and `batchcrop db upgrade` is a deploy step",
+    )
+
+
 def _json_flag(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--json", action="store_true", help=f"print the {what} as JSON on stdout")
 
@@ -278,6 +287,7 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table
         help="on SIGTERM, time to finish held items before giving them back "
         f"(default {SHUTDOWN_GRACE_SECONDS:g})",
     )
+    _migrate_flag(p)
     _database_flags(p)
     _store_flags(p)
     _notify_flags(p, with_url=False)
@@ -376,6 +386,7 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table
         help="BATCHCROP_PRUNE_FINISHED_BEFORE: every hour, prune batches finished at least this "
         "long ago, e.g. 30d (default: never)",
     )
+    _migrate_flag(p)
     _database_flags(p)
     _store_flags(p)
     _notify_flags(p, with_url=False)
@@ -396,9 +407,23 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table
 
     p = sub.add_parser("db", help="database maintenance")
     db = p.add_subparsers(dest="db_command", required=True, metavar="ACTION")
-    up = db.add_parser("upgrade", help="create or migrate the schema (SQLite and PostgreSQL)")
+    up = db.add_parser(
+        "upgrade", help="create or migrate the schema (SQLite and PostgreSQL): the deploy step"
+    )
     _database_flags(up)
     up.set_defaults(handler=commands.db_upgrade)
+    current = db.add_parser(
+        "current",
+        help="each migration history's revision and this version's head "
+        "(exit 0 at head, 1 otherwise)",
+    )
+    _database_flags(current)
+    current.set_defaults(handler=commands.db_current)
+    check = db.add_parser(
+        "check", help="exit 0 when the schema is at this version's head, else 1 saying what to run"
+    )
+    _database_flags(check)
+    check.set_defaults(handler=commands.db_check)
 
     p = sub.add_parser(
         "wait", help="wait until a batch is terminal: exit 0 if it succeeded, 1 if not"
@@ -462,6 +487,7 @@ def _errors() -> tuple[tuple[type[BaseException] | tuple[type[BaseException], ..
         NoSuchBatch,
         NothingToRedeliver,
     )
+    from batchcrop.schema import SchemaBehind  # noqa: PLC0415
     from batchcrop.settings import SettingsError  # noqa: PLC0415
     from leases import DatabaseUnavailable, SchemaMissing  # noqa: PLC0415
     from leases.errors import DatabaseRefused  # noqa: PLC0415
@@ -491,7 +517,10 @@ def _errors() -> tuple[tuple[type[BaseException] | tuple[type[BaseException], ..
         ),
         (NoSuchBatch, Exit.NO_SUCH_BATCH),
         (module.StillUnfinished, Exit.BATCH_NOT_SUCCEEDED),
-        ((DatabaseUnavailable, DatabaseRefused, SchemaMissing), Exit.DATABASE_UNREACHABLE),
+        (
+            (DatabaseUnavailable, DatabaseRefused, SchemaMissing, SchemaBehind),
+            Exit.DATABASE_UNREACHABLE,
+        ),
         (ObjectNotFound, Exit.USAGE),
         ((StorageUnavailable, ConditionalWritesUnsupported, StorageError), Exit.STORE_UNREACHABLE),
     )

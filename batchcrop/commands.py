@@ -51,6 +51,7 @@ from storage import SourceReader
 
 if TYPE_CHECKING:
     from batchcrop.crop.window import Box
+    from batchcrop.schema import History
     from batchcrop.worker import WorkerOptions
 
 # The worker (and with it the crop engine) and prometheus_client are imported by the commands
@@ -190,7 +191,7 @@ def _request(args: argparse.Namespace, reader: SourceReader) -> BatchRequest:
 def submit(args: argparse.Namespace) -> int:
     """`batchcrop submit`: create a batch, print its id (or its status document)."""
     with opened(args) as app:
-        app.upgrade()
+        app.prepare_schema()
         request = _request(args, app.source_reader(trusted=True))
         try:
             document, _ = app.batches.submit(request, idempotency_key=args.idempotency_key)
@@ -236,7 +237,7 @@ def run(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
     with opened(args, store=store_url) as app:
-        app.upgrade()
+        app.prepare_schema()
         request = _request(args, app.source_reader(trusted=True))
         store = app.open_store()
         document, created = app.batches.submit(
@@ -315,7 +316,7 @@ def worker(args: argparse.Namespace) -> int:
     with opened(args) as app:
         stopped = threading.Event()
         with _signals(lambda signum, frame: stopped.set()):
-            store = wait_until_ready(app, stopped)
+            store = wait_until_ready(app, stopped, migrate=args.migrate)
         if store is None:
             return 0  # stopped while waiting for the database or store: nothing was held
         batch_ids = (
@@ -406,7 +407,7 @@ def batches(args: argparse.Namespace) -> int:
     """`batchcrop batches`: every batch, newest first."""
     state = State(args.state) if args.state else None
     with opened(args) as app:
-        app.upgrade()
+        app.prepare_schema()
         documents: list[dict[str, Any]] = []
         cursor: str | None = None
         while True:
@@ -582,14 +583,14 @@ def serve(args: argparse.Namespace) -> int:
     from batchcrop.api.server import serve as serve_api  # noqa: PLC0415
 
     with opened(args) as app:
-        return serve_api(app, host=args.host, port=args.port)
+        return serve_api(app, host=args.host, port=args.port, migrate=args.migrate)
 
 
 def prune(args: argparse.Namespace) -> int:
     """`batchcrop prune`: delete the rows of batches finished long enough ago."""
     older_than = parse_duration(args.finished_before)
     with opened(args) as app:
-        app.upgrade()
+        app.prepare_schema()
         result = app.batches.prune(older_than)
     if args.json:
         _print_json({"batches": result.batches, "rows": result.rows})
@@ -599,8 +600,54 @@ def prune(args: argparse.Namespace) -> int:
 
 
 def db_upgrade(args: argparse.Namespace) -> int:
-    """`batchcrop db upgrade`: create or migrate the schema."""
+    """`batchcrop db upgrade`: create or migrate the schema (the deploy step)."""
     with opened(args) as app:
         app.upgrade()
     print("database schema is up to date")
     return 0
+
+
+def db_current(args: argparse.Namespace) -> int:
+    """`batchcrop db current`: each history's revision and this version's head; exit 0 when
+    both are at head, 1 otherwise."""
+    with opened(args) as app:
+        found = app.schema()
+    width = max(len(h.name) for h in found)
+    for history in found:
+        print(
+            f"{history.name:<{width}}  current {history.current or 'none':<6} "
+            f"head {history.head:<6} {history.position.value}"
+        )
+    return int(Exit.OK if _at_head(found) else Exit.BATCH_NOT_SUCCEEDED)
+
+
+def db_check(args: argparse.Namespace) -> int:
+    """`batchcrop db check`: exit 0 when the schema is at this version's head, else 1 with one
+    line saying what to run."""
+    from batchcrop.schema import ahead_message, behind_message, is_empty  # noqa: PLC0415
+
+    with opened(args) as app:
+        found = app.schema()
+    if _at_head(found):
+        print("database schema is at head (" + ", ".join(h.describe() for h in found) + ")")
+        return int(Exit.OK)
+    if is_empty(found):
+        message = "the database has no batchcrop tables: run `batchcrop db upgrade`"
+    elif _behind(found):
+        message = behind_message(found)
+    else:
+        message = ahead_message(found) + ": run the batchcrop version that migrated it"
+    print(f"batchcrop: {message}", file=sys.stderr)
+    return int(Exit.BATCH_NOT_SUCCEEDED)
+
+
+def _at_head(found: list[History]) -> bool:
+    from batchcrop.schema import Position  # noqa: PLC0415
+
+    return all(h.position is Position.AT_HEAD for h in found)
+
+
+def _behind(found: list[History]) -> bool:
+    from batchcrop.schema import Position  # noqa: PLC0415
+
+    return any(h.position in (Position.BEHIND, Position.MISSING) for h in found)

@@ -2,10 +2,11 @@
 
 A worker (re)started by its supervisor while PostgreSQL restarts or the store blips must not
 exit at once: it would crash-loop exactly when the fleet is recovering. It retries the schema
-upgrade and the store check with backoff for up to `STARTUP_OUTAGE_WAIT_SECONDS`, then gives up
-with the last error (exit 3 or 4). A configuration mistake — no such database or role, a
-refused password, a missing bucket, refused store credentials — is not an outage: it fails at
-once with its reason (docs/operations.md, start-up).
+check (the upgrade, with `--migrate`) and the store check with backoff for up to
+`STARTUP_OUTAGE_WAIT_SECONDS`, then gives up with the last error (exit 3 or 4). A schema behind
+this version is not waited out either: exit 3 naming `batchcrop db upgrade`. A configuration
+mistake — no such database or role, a refused password, a missing bucket, refused store
+credentials — is not an outage: it fails at once with its reason (docs/operations.md, start-up).
 """
 
 from __future__ import annotations
@@ -29,8 +30,10 @@ def wait_until_ready(
     stop: threading.Event,
     *,
     wait_seconds: float = STARTUP_OUTAGE_WAIT_SECONDS,
+    migrate: bool = False,
 ) -> ObjectStore | None:
-    """Upgrade the schema and open (and check) the store, retrying transient outages.
+    """Check the schema (`migrate`: upgrade it) and open (and check) the store, retrying
+    transient outages. A schema behind this version is not an outage: `SchemaBehind` at once.
 
     Returns the store, or None when `stop` was set while waiting (nothing is held then).
     Raises the last `DatabaseUnavailable` / `StorageUnavailable` once `wait_seconds` passed;
@@ -41,7 +44,10 @@ def wait_until_ready(
     delay = STARTUP_RETRY_FIRST_SECONDS
     while True:
         try:
-            app.upgrade()
+            if migrate:
+                app.upgrade()
+            else:
+                app.check_schema()
             return app.open_store()
         except (DatabaseUnavailable, StorageUnavailable) as exc:
             if time.monotonic() + delay > deadline:

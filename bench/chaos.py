@@ -3,7 +3,8 @@
 Real `batchcrop worker` processes reach a private PostgreSQL cluster and the live Ceph RGW only
 through fault proxies of our own (`tests/services/proxy.py`); the harness (`tests/chaos/`)
 injects the faults as the main batch progresses, then audits the database and the store. Prints
-one table; exits 1 if any invariant was violated.
+one table — with the time from each SIGKILL until the killed worker's items were released and
+claimed again, against their bounds — and exits 1 if any invariant or bound was violated.
 
     .venv/bin/python bench/chaos.py [--items 2000] [--workers 4] [--kills 20] [--store s3|local]
 """
@@ -31,6 +32,12 @@ def main() -> int:
     parser.add_argument("--pauses", type=int, default=3)
     parser.add_argument("--pg-restarts", type=int, default=2)
     parser.add_argument("--lease-seconds", type=float, default=3.0)
+    parser.add_argument(
+        "--worker-timeout-seconds",
+        type=float,
+        default=3.0,
+        help="a worker not seen this long is absent and its items are released (every process)",
+    )
     parser.add_argument("--storage-fail-fraction", type=float, default=0.06)
     parser.add_argument("--timeout-seconds", type=float, default=1500.0)
     parser.add_argument("--store", choices=["s3", "local"], default="s3", help="derivative store")
@@ -46,6 +53,7 @@ def main() -> int:
         pauses=args.pauses,
         pg_restarts=args.pg_restarts,
         lease_seconds=args.lease_seconds,
+        worker_timeout_seconds=args.worker_timeout_seconds,
         storage_fail_fraction=args.storage_fail_fraction,
         timeout_seconds=args.timeout_seconds,
         seed=args.seed,

@@ -45,8 +45,27 @@ def upgrade(engine: sa.Engine, revision: str = "head") -> None:
 
 def current(engine: sa.Engine) -> str | None:
     """The applied revision, or None before the first upgrade."""
+    return current_revision(engine, VERSION_TABLE)
+
+
+def current_revision(engine: sa.Engine, version_table: str) -> str | None:
+    """The revision recorded in `version_table` (any Alembic history), or None when the table
+    is absent or empty. Reads only: never creates the table."""
     from alembic.runtime.migration import MigrationContext  # noqa: PLC0415  (rarely needed)
 
     with engine.connect() as connection:
-        context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
+        context = MigrationContext.configure(connection, opts={"version_table": version_table})
         return context.get_current_revision()
+
+
+def revisions(script_location: Path = MIGRATIONS_DIR) -> tuple[str, ...]:
+    """Every revision of the history in `script_location`, newest (the head) first."""
+    from alembic.script import ScriptDirectory  # noqa: PLC0415  (rarely needed)
+
+    script = ScriptDirectory(str(script_location))
+    return tuple(s.revision for s in script.walk_revisions())
+
+
+def head() -> str:
+    """The newest revision of the lease engine's history."""
+    return revisions()[0]

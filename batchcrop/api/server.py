@@ -106,12 +106,13 @@ class Pruner(threading.Thread):
         self._stopping.set()
 
 
-def serve(app: App, *, host: str, port: int) -> int:
+def serve(app: App, *, host: str, port: int, migrate: bool = False) -> int:
     """Run the API until SIGTERM/SIGINT; the exit code of `batchcrop serve`.
 
     Returns 2 (after one line on stderr) when `host` is not loopback and no token is set.
     uvicorn handles the signals: it stops accepting, finishes in-flight requests (up to
-    `SHUTDOWN_GRACE_SECONDS`), then we stop the reaper.
+    `SHUTDOWN_GRACE_SECONDS`), then we stop the reaper. The schema is only checked (a schema
+    behind this version: `SchemaBehind`, exit 3), unless `migrate`.
     """
     if not is_loopback(host) and not app.settings.api_token:
         print(
@@ -121,7 +122,10 @@ def serve(app: App, *, host: str, port: int) -> int:
         )
         return EXIT_USAGE
     # Only once the host is allowed: a refused `serve` touches nothing, not even the schema.
-    app.upgrade()
+    if migrate:
+        app.upgrade()
+    else:
+        app.check_schema()
     config = uvicorn.Config(
         create_api(app),
         host=host,

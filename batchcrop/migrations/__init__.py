@@ -18,6 +18,20 @@ def upgrade(engine: sa.Engine, revision: str = "head") -> None:
     _run(engine, command.upgrade, revision)
 
 
+def current(engine: sa.Engine) -> str | None:
+    """The application history's applied revision, or None before the first upgrade."""
+    from leases.migrate import current_revision  # noqa: PLC0415
+
+    return current_revision(engine, VERSION_TABLE)
+
+
+def revisions() -> tuple[str, ...]:
+    """Every revision of the application's history, the head first."""
+    from leases.migrate import revisions as walk  # noqa: PLC0415
+
+    return walk(SCRIPT_LOCATION)
+
+
 def downgrade(engine: sa.Engine, revision: str) -> None:
     """Take the application tables back to `revision` (an operator's rollback)."""
     _run(engine, command.downgrade, revision)

@@ -117,7 +117,10 @@ def test_serves_and_stops_gracefully(
     """The real server answers the API (with the token when set) and exits 0 on a signal."""
     host, token, stop = scenario
     port = _free_port()
-    process = _serve(_env(database_url, source_root, token), "--host", host, "--port", str(port))
+    # --migrate: a fresh database, and the opt-in of a one-machine deployment.
+    process = _serve(
+        _env(database_url, source_root, token), "--migrate", "--host", host, "--port", str(port)
+    )
     processes.append(process)
     url = f"http://127.0.0.1:{port}"
     _wait_healthy(url, process)
@@ -142,7 +145,7 @@ def test_port_in_use_is_a_configuration_error(database_url: str, source_root: Pa
         taken.listen()
         port = taken.getsockname()[1]
         result = subprocess.run(
-            [sys.executable, "-m", "batchcrop", "serve", "--port", str(port)],
+            [sys.executable, "-m", "batchcrop", "serve", "--migrate", "--port", str(port)],
             env=_env(database_url, source_root, None),
             capture_output=True,
             text=True,

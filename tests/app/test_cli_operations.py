@@ -160,6 +160,7 @@ def test_each_mistake_is_one_line_and_its_exit_code(
 
 def test_a_taken_metrics_port_is_a_usage_error(cli: Cli) -> None:
     """`worker --metrics-port` on a port someone listens on: exit 2, one line naming it."""
+    assert cli("db", "upgrade").returncode == 0
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -200,6 +201,7 @@ def test_postgres_urls_people_paste_are_accepted(postgres_url: str, tmp_path: Pa
 
 def test_a_missing_bucket_fails_at_once_with_exit_4(cli: Cli) -> None:
     """A store bucket that does not exist is not waited out: exit 4 naming the bucket."""
+    assert cli("db", "upgrade").returncode == 0
     from moto.server import ThreadedMotoServer  # noqa: PLC0415  (moto is a test dependency)
 
     port = free_port()

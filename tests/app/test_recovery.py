@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,8 @@ from batchcrop.presence import REFRESHES_PER_TIMEOUT
 from leases import WORKER_LOST, State
 from tests.app.images import write_photos
 from tests.app.test_cli import Cli, _submit, cli, held_by, inspect, pg_cli, pg_inspect, wait_for
+from tests.chaos.invariants import all_events
+from tests.chaos.recovery import Kill, recoveries
 
 __all__ = ["cli", "inspect", "pg_cli", "pg_inspect"]  # fixtures
 
@@ -33,6 +36,7 @@ class Recovery:
     item: str
     released: float
     reclaimed: float
+    kill: Kill
 
 
 def _claims(app: App, batch: str, item: str) -> int:
@@ -48,6 +52,7 @@ def measure_recovery(cli: Cli, app: App, src: Path, *flags: str) -> Recovery:
     item = wait_for(lambda: held_by(app, batch, victim.pid), "the victim to hold an item")
     victim.send_signal(signal.SIGKILL)
     killed = time.monotonic()
+    kill = Kill(victim.pid, datetime.now(UTC))
     victim.wait(10)
     survivor = cli.spawn("worker", "--concurrency", "1", *flags)
     try:
@@ -66,7 +71,7 @@ def measure_recovery(cli: Cli, app: App, src: Path, *flags: str) -> Recovery:
     finally:
         survivor.send_signal(signal.SIGTERM)
         assert survivor.wait(30) == 0
-    return Recovery(item, released, reclaimed)
+    return Recovery(item, released, reclaimed, kill)
 
 
 def test_sigkilled_worker_items_come_back_within_the_worker_timeout(
@@ -88,6 +93,13 @@ def test_sigkilled_worker_items_come_back_within_the_worker_timeout(
     refresh = TIMEOUT_SECONDS / REFRESHES_PER_TIMEOUT
     assert recovery.released <= TIMEOUT_SECONDS + refresh + SLACK_SECONDS, recovery
     assert recovery.reclaimed <= TIMEOUT_SECONDS + refresh + FIRST_RETRY_SECONDS + SLACK_SECONDS
+    # The chaos harness's measure (from the event log) agrees with this one (polled).
+    (measured,) = recoveries([recovery.kill], all_events(inspect, batch))
+    assert (measured.item_id, measured.reason) == (recovery.item, WORKER_LOST)
+    assert measured.released is not None
+    assert measured.reclaimed is not None
+    assert abs(measured.released - recovery.released) < 1.0
+    assert abs(measured.reclaimed - recovery.reclaimed) < 1.0
     item = inspect.leases.item(recovery.item)
     assert item is not None
     assert item.state == State.SUCCEEDED

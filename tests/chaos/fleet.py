@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 STOP_TIMEOUT_SECONDS = 30.0
@@ -43,6 +44,8 @@ class Fleet:
     slots: list[Slot] = field(default_factory=list)
     unexpected_exits: list[tuple[int, int, str]] = field(default_factory=list)
     logs: list[Path] = field(default_factory=list)
+    kills: list[tuple[int, datetime]] = field(default_factory=list)
+    """(pid, wall-clock UTC time) of every SIGKILL we sent."""
 
     def start(self) -> None:
         """Start every worker."""
@@ -84,6 +87,7 @@ class Fleet:
         assert slot.process is not None
         slot.killed_by_us = True
         os.kill(slot.process.pid, signal.SIGKILL)
+        self.kills.append((slot.process.pid, datetime.now(UTC)))
         slot.process.wait(STOP_TIMEOUT_SECONDS)
         return slot.process.pid
 

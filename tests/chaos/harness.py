@@ -18,13 +18,15 @@ import shutil
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
 
 from batchcrop.app import App, build
 from batchcrop.settings import Settings
-from leases import DatabaseUnavailable
+from leases import DatabaseUnavailable, State
+from leases.manager import RETRY_BACKOFF_SECONDS
 from leases.schema import items as items_table
 from leases.sqlfuncs import db_now_ms
 from storage import LocalStore, ObjectStore, S3Store
@@ -43,6 +45,7 @@ from tests.chaos.backends import (
 )
 from tests.chaos.fleet import Fleet
 from tests.chaos.poller import Poller
+from tests.chaos.recovery import Kill, Recovery, recoveries
 from tests.receiver import Receiver, receiving
 from tests.services.proxy import FAULT_KINDS, FaultProxy
 
@@ -62,6 +65,14 @@ STALL_WINDOW_SECONDS = 0.5
 RECEIVER_SCRIPT: tuple[int | str, ...] = ("fail", "fail", "fail", "hang")
 RECEIVER_HANG_SECONDS = 12.0
 CALLBACKS_WAIT_SECONDS = 60.0
+# Time-to-recovery after a SIGKILL (tests/chaos/recovery.py) is held to its bound only for kills
+# with no database fault (restart, dropped connections, stall) from this long before the kill to
+# the end of the bound: an outage stops every reaper and is measured by its own invariants.
+RECOVERY_FAULT_MARGIN_SECONDS = 10.0
+# Slack on the recovery bounds for a loaded 2-core machine (as tests/app/test_recovery.py).
+RECOVERY_SLACK_SECONDS = 4.0
+# A slot's idle sleep before it looks for due work again, and one item's processing.
+RECOVERY_CLAIM_SLACK_SECONDS = 2.0
 
 
 @dataclass
@@ -78,6 +89,12 @@ class Report:
     storage_requests: int = 0
     notes: list[str] = field(default_factory=list)
     api_answers: dict[int, int] = field(default_factory=dict)
+    recoveries: list[Recovery] = field(default_factory=list)
+    """Every item a SIGKILLed worker held, with its time to release and to the next claim."""
+    recoveries_bounded: int = 0
+    """How many of them were held to the bounds (no database fault near their kill)."""
+    release_bound: float = 0.0
+    reclaim_bound: float = 0.0
 
     @property
     def violations(self) -> list[str]:
@@ -129,6 +146,7 @@ class Run:
         self.rng = random.Random(config.seed)
         self.report = Report()
         self.last_outage = 0.0
+        self.database_faults: list[datetime] = []
         self.services: Services | None = None
 
     def execute(self) -> Report:
@@ -159,6 +177,8 @@ class Run:
             services.client.delete_object(Bucket=services.bucket, Key=f"src/hostile/{name}")
         proxied_db = f"postgresql+psycopg://postgres@127.0.0.1:{services.pg_proxy.port}/postgres"
         env = env_for(services, proxied_db, services.s3_proxy.url, store_url)
+        # Every process (workers and serve) uses the same worker timeout, as a fleet must.
+        env["BATCHCROP_WORKER_TIMEOUT_SECONDS"] = str(config.worker_timeout_seconds)
         app = build(Settings(database_url=services.cluster.url))
         fleet = Fleet(
             config.workers,
@@ -194,6 +214,7 @@ class Run:
         self.report.notes += [f"traceback in {name}" for name in fleet.tracebacks()]
         self.report.notes.append(f"final worker exit codes: {codes}")
         self._audit(app, services, ids, expected)
+        self._recovery(app, ids, fleet.kills)
         invariants.check_callbacks(self.report.audit, app, ids.values(), receiver)
         self.report.api_answers = dict(poller.answers)
         for violation in poller.violations:
@@ -258,14 +279,17 @@ class Run:
         elif kind == "sigstop":
             injected = fleet.pause_random(pause) is not None
         elif kind == "pg_restart":
+            self.database_faults.append(datetime.now(UTC))
             services.cluster.restart()
             self.last_outage = time.monotonic()
         elif kind == "pg_drop":
+            self.database_faults.append(datetime.now(UTC))
             services.pg_proxy.reset_all()
             self.last_outage = time.monotonic()
         elif kind == "storage_outage":
             services.s3_proxy.outage(config.storage_outage_seconds)
         elif kind == "pg_stall":
+            self.database_faults.append(datetime.now(UTC))
             self._stall(services.pg_proxy, config.lease_seconds * 1.5)
             self.last_outage = time.monotonic() + config.lease_seconds * 1.5
         elif kind == "s3_stall":
@@ -316,6 +340,48 @@ class Run:
                 f"{report.overdue_samples} samples saw items in_progress past lease + reaper"
             )
         self._expect(app, ids, expected)
+
+    def _recovery(self, app: App, ids: dict[str, str], kills: list[tuple[int, datetime]]) -> None:
+        """Time-to-recovery of each SIGKILLed worker's items; a violation past the bounds.
+
+        Released: the lease (renewed every lease/3) runs out within `lease_seconds`, the worker
+        is absent after `worker_timeout_seconds` and released by the next refresh (timeout/6)
+        or reaper pass (jittered, at most 1.2 intervals): the first of the two, plus slack.
+        Claimed again (when released to `retryable`): after the first retry backoff and a
+        slot's idle sleep. Kills near a database fault are reported but not bounded."""
+        config, report = self.config, self.report
+        reaper = config.reaper_interval_seconds * 1.2
+        timeout = config.worker_timeout_seconds
+        report.release_bound = (
+            min(config.lease_seconds, timeout + timeout / 6) + reaper + RECOVERY_SLACK_SECONDS
+        )
+        report.reclaim_bound = (
+            report.release_bound + RETRY_BACKOFF_SECONDS + RECOVERY_CLAIM_SLACK_SECONDS
+        )
+        events = [e for bid in ids.values() for e in invariants.all_events(app, bid)]
+        report.recoveries = recoveries([Kill(pid, at) for pid, at in kills], events)
+        margin = timedelta(seconds=RECOVERY_FAULT_MARGIN_SECONDS)
+        window = timedelta(seconds=report.reclaim_bound)
+        kill_at = dict(kills)
+        for recovery in report.recoveries:
+            at = kill_at[recovery.pid]
+            if any(at - margin <= fault <= at + window for fault in self.database_faults):
+                continue
+            report.recoveries_bounded += 1
+            where = f"item {recovery.item_id} of SIGKILLed pid {recovery.pid}"
+            if recovery.released is None or recovery.released > report.release_bound:
+                report.audit.violate(
+                    f"{where}: released after {recovery.released} s, "
+                    f"bound {report.release_bound:.1f} s"
+                )
+                continue
+            if recovery.released_to != State.RETRYABLE:
+                continue  # abandoned (cancelled, past its deadline) or failed: no next claim
+            if recovery.reclaimed is None or recovery.reclaimed > report.reclaim_bound:
+                report.audit.violate(
+                    f"{where}: claimed again after {recovery.reclaimed} s, "
+                    f"bound {report.reclaim_bound:.1f} s"
+                )
 
     def _expect(self, app: App, ids: dict[str, str], expected: dict[str, str]) -> None:
         """The batches whose outcome is known: hostile items, the cancelled and late batches."""

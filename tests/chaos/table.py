@@ -2,11 +2,35 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from tests.chaos.harness import Report
+from tests.chaos.recovery import summary
 
 
 def _answers(answers: dict[int, int]) -> str:
     return ", ".join(f"{code}: {n}" for code, n in sorted(answers.items())) or "none"
+
+
+def _recovery_rows(report: Report) -> list[tuple[str, str]]:
+    found = report.recoveries
+    reasons = Counter(r.reason or "never" for r in found)
+    return [
+        (
+            "items held by SIGKILLed workers (bounded)",
+            f"{len(found)} ({report.recoveries_bounded}; "
+            + ", ".join(f"{k}: {n}" for k, n in sorted(reasons.items()))
+            + ")",
+        ),
+        (
+            "SIGKILL to release",
+            f"{summary(r.released for r in found)}; bound {report.release_bound:.1f} s",
+        ),
+        (
+            "SIGKILL to next claim",
+            f"{summary(r.reclaimed for r in found)}; bound {report.reclaim_bound:.1f} s",
+        ),
+    ]
 
 
 def render(report: Report) -> str:
@@ -40,6 +64,7 @@ def render(report: Report) -> str:
             f"{audit.callbacks} ({audit.callback_requests}, {audit.callback_duplicates})",
         ),
         ("manifest rows", str(audit.manifest_rows)),
+        *_recovery_rows(report),
         ("API status answers", _answers(report.api_answers)),
         ("violations", str(len(report.violations))),
         ("wall time", f"{report.wall_seconds:.0f} s"),
