@@ -256,6 +256,29 @@ export function pollStatus(batchId, onChange, { etag = null, onError = () => {} 
   };
 }
 
+// On a phone a table shows each row as a stack of cells (style.css), each led by its column's
+// heading: every body cell of a `table.data` carries that heading as `data-label`, set again
+// whenever a page writes rows.
+function labelCells(table) {
+  const headings = [...(table.tHead?.rows[0]?.cells || [])].map((cell) => cell.textContent.trim());
+  for (const body of table.tBodies) {
+    for (const row of body.rows) {
+      [...row.cells].forEach((cell, index) => {
+        if (headings[index] && cell.dataset.label !== headings[index]) {
+          cell.dataset.label = headings[index];
+        }
+      });
+    }
+  }
+}
+
+function labelTables() {
+  for (const table of document.querySelectorAll("table.data")) {
+    labelCells(table);
+    new MutationObserver(() => labelCells(table)).observe(table, { childList: true, subtree: true });
+  }
+}
+
 async function loadMeta() {
   if (TERMINAL_STATES.size) return;
   const meta = await apiJson("/v1/meta");
@@ -270,6 +293,7 @@ export function startPage(load) {
   const input = byId("token-input");
   const forget = byId("token-forget");
   const content = byId("content");
+  labelTables();
 
   async function run() {
     forget.hidden = !token();

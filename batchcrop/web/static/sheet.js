@@ -90,7 +90,7 @@ function sourceFigure(batchId, item, ratios) {
     h(
       "figcaption",
       {},
-      h("span", { class: "ref" }, label),
+      h("span", { class: "ref", title: label }, label),
       " ",
       stateBadge(item.state),
       item.error_category ? h("span", { class: "category" }, ` ${item.error_category}`) : null,
