@@ -69,7 +69,8 @@ def overflow(page: Any) -> dict[str, Any]:
           const width = window.innerWidth;
           const out = [...document.querySelectorAll('body *')]
             .filter((e) => e.getBoundingClientRect().right > width + 0.5)
-            .map((e) => `${e.tagName.toLowerCase()}.${e.className} ${Math.round(e.getBoundingClientRect().right)}`)
+            .map((e) => `${e.tagName.toLowerCase()}.${e.className} `
+              + Math.round(e.getBoundingClientRect().right))
             .slice(0, 8);
           return { scroll: document.documentElement.scrollWidth, inner: width, out };
         }"""
