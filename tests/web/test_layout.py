@@ -81,8 +81,8 @@ def overflow(page: Any) -> dict[str, Any]:
 def settled(page: Any) -> None:
     """Wait until every image of the page has loaded or given up (its placeholder shown)."""
     page.wait_for_function(
-        "() => [...document.querySelectorAll('#sheet img')].every("
-        "i => i.hidden || (i.src && i.complete))"
+        "() => [...document.querySelectorAll('#sheet figure')].every("
+        "f => f.dataset.image === 'shown' || f.dataset.image === 'failed')"
     )
 
 
