@@ -87,10 +87,13 @@ def derivative_key(source_sha256: str, rendition: Rendition, variant: str) -> st
     return f"derivatives/{source_sha256}/{rendition.ratio.key}-{variant}.{extension}"
 
 
+PREVIEW_KEY_PREFIX = "previews/"
+
+
 def preview_key(source_sha256: str, variant: str) -> str:
     """docs/design.md §5, previews: `previews/{source_sha256}/{variant}.jpg`, `variant` being
     `preview_variant()`: one preview per source, whichever batch rendered it."""
-    return f"previews/{source_sha256}/{variant}.jpg"
+    return f"{PREVIEW_KEY_PREFIX}{source_sha256}/{variant}.jpg"
 
 
 def read_source(sources: SourceReader, source: str, *, max_bytes: int) -> bytes:
