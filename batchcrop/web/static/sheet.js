@@ -122,7 +122,7 @@ function sourceFigure(batchId, item, ratios) {
       ? `Crop boxes for ${byRatio(item.derivatives).map((g) => g[0].ratio).join(", ")}`
       : "No crop boxes: no derivatives yet",
   });
-  const frame = h("div", { class: "frame pending" }, img, overlay);
+  const frame = h("div", { class: "frame" }, img, overlay);
   // Sizes through CSSOM, not a style attribute: the page's CSP allows no inline styles.
   const [boxWidth, boxHeight] = thumbBox(item.preview);
   frame.style.width = `${boxWidth}rem`;
@@ -131,7 +131,6 @@ function sourceFigure(batchId, item, ratios) {
   const path = `/v1/batches/${batchId}/items/${item.id}/source-thumbnail?max_side=${THUMBNAIL_MAX_SIDE_PX}`;
   function onShown() {
     // From here the picture gives the frame its size.
-    frame.classList.remove("pending");
     frame.style.width = "";
     frame.style.height = "";
   }
