@@ -89,9 +89,9 @@ def settled(page: Any) -> None:
 def test_no_page_scrolls_sideways_at_phone_and_desktop_widths(
     page: Any, long_batch: tuple[LiveServer, dict[str, Any], list[dict[str, Any]]]
 ) -> None:
-    """Index, batch, item and not-found pages, at 390, 1280 and 1600 px wide: the document is
-    never wider than the window, and the long label, ref, source and callback address are on
-    the page in full."""
+    """The token form, and the index, batch, item and not-found pages, at 390, 1280 and 1600 px
+    wide: the document is never wider than the window, and the long label, ref, source and
+    callback address are on the page in full."""
     live, status, items = long_batch
     longest = next(i for i in items if i["state"] == "succeeded")
     pages = {
@@ -100,7 +100,12 @@ def test_no_page_scrolls_sideways_at_phone_and_desktop_widths(
         "item": (f"/batches/{status['id']}/items/{longest['id']}", "#timeline tbody tr"),
         "not-found": ("/batches/not-an-id", "h1"),
     }
-    page.goto(live.url + "/")
+    for width in WIDTHS_PX:  # the token form, before any data
+        page.set_viewport_size({"width": width, "height": VIEWPORT_HEIGHT_PX})
+        page.goto(live.url + "/")
+        page.get_by_label("Remember on this browser").wait_for()
+        measured = overflow(page)
+        assert measured["scroll"] <= measured["inner"], ("token form", width, measured)
     enter_token(page)
     page.locator("#content").wait_for(state="visible")
     for width in WIDTHS_PX:
