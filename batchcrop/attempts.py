@@ -14,7 +14,7 @@ from dataclasses import asdict
 from enum import StrEnum
 
 from batchcrop import queries
-from batchcrop.documents import Derivative
+from batchcrop.documents import Derivative, Preview
 from batchcrop.errors import Category
 from leases import Claim, DatabaseUnavailable, LeaseLost, LeaseManager, State
 
@@ -37,8 +37,11 @@ class Attempts:
     def __init__(self, leases: LeaseManager) -> None:
         self.leases = leases
 
-    def succeed(self, claim: Claim, manifest: Sequence[Derivative]) -> Outcome:
-        """C: write the manifest and move the item to `succeeded` in one fenced transaction.
+    def succeed(
+        self, claim: Claim, manifest: Sequence[Derivative], preview: Preview | None = None
+    ) -> Outcome:
+        """C: write the manifest (and the source's preview row, when one was stored) and move
+        the item to `succeeded` in one fenced transaction.
 
         The fenced transition goes first: a stale holder fails its predicate before it writes a
         single manifest row, and the transaction rolls back whole.
@@ -50,6 +53,9 @@ class Attempts:
                 self.leases.complete(claim, conn=conn)
                 statement, params = queries.insert_derivatives(rows)
                 conn.execute(statement, list(params))
+                if preview is not None:
+                    values = {**asdict(preview), "item_id": claim.item_id}
+                    conn.execute(queries.insert_preview({**values, "batch_id": claim.group_id}))
 
         return _fenced(commit, Outcome.SUCCEEDED)
 

@@ -403,14 +403,13 @@ class BatchService:
                     continue  # requeued since it was listed
                 # First the batch row: from here on the batch is gone for readers and requeue.
                 conn.execute(queries.delete_batch(batch_id))
-            deleted = PRUNE_BATCH_ROWS
-            while deleted == PRUNE_BATCH_ROWS:
-                with self.leases.transaction() as conn:
-                    deleted = conn.execute(
-                        queries.delete_derivatives(batch_id, PRUNE_BATCH_ROWS)
-                    ).rowcount
-                result.rows += deleted
-                time.sleep(PRUNE_PAUSE_SECONDS)
+            for delete in (queries.delete_derivatives, queries.delete_previews):
+                deleted = PRUNE_BATCH_ROWS
+                while deleted == PRUNE_BATCH_ROWS:
+                    with self.leases.transaction() as conn:
+                        deleted = conn.execute(delete(batch_id, PRUNE_BATCH_ROWS)).rowcount
+                    result.rows += deleted
+                    time.sleep(PRUNE_PAUSE_SECONDS)
             for delivery in own:
                 result.rows += self.leases.purge(delivery)
             with self.leases.transaction() as conn:
@@ -590,7 +589,10 @@ class BatchService:
         limit = max(1, min(limit, PAGE_LIMIT_MAX))
         rows = self.leases.items(batch_id, states=states, after_seq=_cursor(cursor), limit=limit)
         by_item = self._manifests([r.id for r in rows], batch.spec)
-        docs = [item_document(r, by_item.get(r.id, []), batch.store) for r in rows]
+        previews = self._previews([r.id for r in rows])
+        docs = [
+            item_document(r, by_item.get(r.id, []), batch.store, previews.get(r.id)) for r in rows
+        ]
         next_cursor = str(rows[-1].seq) if len(rows) == limit else None
         return docs, next_cursor
 
@@ -601,7 +603,16 @@ class BatchService:
             raise NoSuchBatch(f"no item {item_id} in batch {batch_id}")
         batch = self.batch(batch_id)
         manifests = self._manifests([item_id], batch.spec)
-        return item_document(row, manifests.get(item_id, []), batch.store)
+        preview = self._previews([item_id]).get(item_id)
+        return item_document(row, manifests.get(item_id, []), batch.store, preview)
+
+    def _previews(self, item_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The preview rows of these items by item id (one query; items without one absent)."""
+        if not item_ids:
+            return {}
+        with self.leases.reading() as conn:
+            rows = conn.execute(queries.previews_of(item_ids)).mappings()
+            return {str(row["item_id"]): dict(row) for row in rows}
 
     def _manifests(
         self, item_ids: Sequence[str], spec: RenderSpec

@@ -161,14 +161,56 @@ def derivative_document(row: Mapping[str, Any], store: str | None = None) -> dic
     return document
 
 
+@dataclass(frozen=True)
+class Preview:
+    """The stored preview of an item's source (docs/design.md §5, previews): a small JPEG of the
+    upright, sRGB source, written once by the worker that rendered the item. `width`/`height`
+    are the preview's, `source_width`/`source_height` the upright source's, in pixels."""
+
+    key: str
+    width: int
+    height: int
+    bytes: int
+    sha256: str
+    source_width: int
+    source_height: int
+
+
+@dataclass(frozen=True)
+class PreviewDocument:
+    """The preview as the item document shows it: the record with its `location` in the
+    batch's store beside its key (null for batches submitted before stores were recorded)."""
+
+    key: str
+    location: str | None
+    width: int
+    height: int
+    bytes: int
+    sha256: str
+    source_width: int
+    source_height: int
+
+
+def preview_document(row: Mapping[str, Any], store: str | None = None) -> dict[str, Any]:
+    """A preview row as the item document shows it, in the field order of `PreviewDocument`."""
+    location = None if store is None else object_url(store, str(row["key"]))
+    return {
+        f.name: location if f.name == "location" else row[f.name] for f in fields(PreviewDocument)
+    }
+
+
 def item_document(
-    item: ItemRow, derivatives: Sequence[Mapping[str, Any]], store: str | None = None
+    item: ItemRow,
+    derivatives: Sequence[Mapping[str, Any]],
+    store: str | None = None,
+    preview: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The item document: its state, its attempt and its manifest.
+    """The item document: its state, its attempt, its manifest and its source's preview.
 
     `focus_box` is the submitted [left, top, right, bottom], or null (also for items written
     before focus boxes existed, whose payload has no such key). `store` is the batch's store
-    URL, which gives each derivative its `location`.
+    URL, which gives each derivative and the preview its `location`. `preview` is the item's
+    preview row, or None (not rendered yet, failed, or rendered before previews existed).
     """
     return {
         "id": item.id,
@@ -181,6 +223,7 @@ def item_document(
         "error_category": item.error_category,
         "updated_at": iso(item.updated_at),
         "derivatives": [derivative_document(d, store) for d in derivatives],
+        "preview": None if preview is None else preview_document(preview, store),
     }
 
 

@@ -12,8 +12,8 @@ rounding), and the stored object stands for it in the manifest; anything else is
 from __future__ import annotations
 
 from batchcrop import __version__
-from batchcrop.crop import Rendition
-from batchcrop.documents import Derivative
+from batchcrop.crop import Rendition, Thumbnail
+from batchcrop.documents import Derivative, Preview
 from storage import ObjectInfo
 
 SOURCE_SHA256 = "source-sha256"
@@ -27,6 +27,11 @@ HEIGHT = "height"
 BYTES = "bytes"
 WRITER = "writer"
 WRITER_PREFIX = "batchcrop/"
+KIND = "kind"
+"""`preview` on a source's preview; absent on derivatives."""
+PREVIEW_KIND = "preview"
+SOURCE_WIDTH = "source-width"
+SOURCE_HEIGHT = "source-height"
 
 
 def derivative_facts(source_sha256: str, variant: str, rendition: Rendition) -> dict[str, str]:
@@ -82,4 +87,54 @@ def stored_derivative(
         bytes=existing.size,
         sha256=existing.sha256,
         crop_box=(left, top, right, bottom),
+    )
+
+
+def preview_facts(source_sha256: str, variant: str, preview: Thumbnail) -> dict[str, str]:
+    """The user metadata written with a source's preview (docs/design.md §5, previews)."""
+    return {
+        KIND: PREVIEW_KIND,
+        SOURCE_SHA256: source_sha256,
+        VARIANT: variant,
+        WIDTH: str(preview.width),
+        HEIGHT: str(preview.height),
+        SOURCE_WIDTH: str(preview.source_width),
+        SOURCE_HEIGHT: str(preview.source_height),
+        BYTES: str(len(preview.data)),
+        WRITER: f"{WRITER_PREFIX}{__version__}",
+    }
+
+
+def stored_preview(
+    existing: ObjectInfo | None, *, source_sha256: str, variant: str
+) -> Preview | None:
+    """The preview record of the stored object `existing`, if its facts say batchcrop wrote it
+    as the preview of this source in this variant; None otherwise (as `stored_derivative`)."""
+    if existing is None or existing.sha256 is None:
+        return None
+    facts = existing.metadata
+    if not facts.get(WRITER, "").startswith(WRITER_PREFIX):
+        return None
+    if (facts.get(KIND), facts.get(SOURCE_SHA256), facts.get(VARIANT)) != (
+        PREVIEW_KIND,
+        source_sha256,
+        variant,
+    ):
+        return None
+    try:
+        width, height, source_width, source_height, size = (
+            int(facts[name]) for name in (WIDTH, HEIGHT, SOURCE_WIDTH, SOURCE_HEIGHT, BYTES)
+        )
+    except (KeyError, ValueError):
+        return None
+    if size != existing.size:
+        return None
+    return Preview(
+        key=existing.key,
+        width=width,
+        height=height,
+        bytes=existing.size,
+        sha256=existing.sha256,
+        source_width=source_width,
+        source_height=source_height,
     )

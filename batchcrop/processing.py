@@ -1,5 +1,6 @@
-"""One attempt at one item: read the source, crop, store each derivative — checking the lease
-between steps. The worker then ends the attempt through `batchcrop.attempts`.
+"""One attempt at one item: read the source, crop, store each derivative and the source's
+preview — checking the lease between steps. The worker then ends the attempt through
+`batchcrop.attempts`.
 
 Every failure is turned into an ItemError whose class decides retry and whose category is
 public. Lease loss, cancellation and shutdown are not failures: they have their own exits.
@@ -14,10 +15,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from batchcrop.batches import payload_focus
-from batchcrop.crop import FORMATS, MemoryBudget, RenderSpec, Rendition, render, variant_of
-from batchcrop.documents import Derivative
+from batchcrop.crop import (
+    FORMATS,
+    PREVIEW_MAX_SIDE_PX,
+    MemoryBudget,
+    RenderSpec,
+    Rendition,
+    Thumbnail,
+    preview_variant,
+    render,
+    thumbnail,
+    variant_of,
+)
+from batchcrop.documents import Derivative, Preview
 from batchcrop.errors import Category, PermanentItemError, TransientItemError
-from batchcrop.facts import derivative_facts, stored_derivative
+from batchcrop.facts import derivative_facts, preview_facts, stored_derivative, stored_preview
 from batchcrop.logs import log_event
 from leases import Claim, Heartbeater, LeaseManager, StopReason
 from storage import (
@@ -34,6 +46,16 @@ from storage import (
 
 DERIVATIVE_CONTENT_TYPE = FORMATS["jpeg"].media_type
 """A JPEG derivative's type; each format has its own (`FORMATS[name].media_type`)."""
+PREVIEW_CONTENT_TYPE = FORMATS["jpeg"].media_type
+
+
+@dataclass(frozen=True)
+class Output:
+    """What a successful attempt stored: the manifest, and the source's preview (None when its
+    key holds an object that is not this source's preview)."""
+
+    derivatives: list[Derivative]
+    preview: Preview | None
 
 
 class Interruption(Exception):
@@ -63,6 +85,15 @@ def derivative_key(source_sha256: str, rendition: Rendition, variant: str) -> st
     `webp`, `avif`); `variant` is the rendition's format's (`variant_of(..., output=...)`)."""
     extension = FORMATS[rendition.format].extension
     return f"derivatives/{source_sha256}/{rendition.ratio.key}-{variant}.{extension}"
+
+
+PREVIEW_KEY_PREFIX = "previews/"
+
+
+def preview_key(source_sha256: str, variant: str) -> str:
+    """docs/design.md §5, previews: `previews/{source_sha256}/{variant}.jpg`, `variant` being
+    `preview_variant()`: one preview per source, whichever batch rendered it."""
+    return f"{PREVIEW_KEY_PREFIX}{source_sha256}/{variant}.jpg"
 
 
 def read_source(sources: SourceReader, source: str, *, max_bytes: int) -> bytes:
@@ -131,6 +162,49 @@ def store_rendition(
     )
 
 
+def store_preview(
+    store: ObjectStore,
+    preview: Thumbnail,
+    *,
+    source_sha256: str,
+    on_taken: Callable[[str], None] = lambda key: None,
+) -> Preview | None:
+    """put_if_absent the source's preview with its facts; return its record.
+
+    Identical bytes already there are success, and so are other bytes whose facts name the same
+    source and preview variant (another CPU's rounding): the record is then the stored object's.
+    A key held by anything else is left alone and the item simply has no preview (`on_taken` is
+    told): the page then decodes the source, as for items rendered before previews existed.
+    """
+    variant = preview_variant()
+    key = preview_key(source_sha256, variant)
+    try:
+        store.put_if_absent(
+            key,
+            preview.data,
+            content_type=PREVIEW_CONTENT_TYPE,
+            metadata=preview_facts(source_sha256, variant, preview),
+        )
+    except ObjectConflict as exc:
+        stored = stored_preview(exc.existing, source_sha256=source_sha256, variant=variant)
+        if stored is None:
+            on_taken(key)
+        return stored
+    except AccessDenied as exc:
+        raise PermanentItemError(str(exc), category=Category.STORAGE_ACCESS_DENIED) from exc
+    except (StorageUnavailable, StorageError) as exc:
+        raise TransientItemError(str(exc), category=Category.STORAGE_UNAVAILABLE) from exc
+    return Preview(
+        key=key,
+        width=preview.width,
+        height=preview.height,
+        bytes=len(preview.data),
+        sha256=preview.sha256,
+        source_width=preview.source_width,
+        source_height=preview.source_height,
+    )
+
+
 @dataclass
 class Attempt:
     """The pipeline of one claimed item; `run` raises on every exit but success."""
@@ -149,9 +223,9 @@ class Attempt:
     on_put_hit: Callable[[], None] = lambda: None
     """Called when a derivative's key already held the same bytes (a metric)."""
 
-    def run(self, heartbeat: Heartbeater) -> list[Derivative]:
-        """Read, crop, store; return the manifest to commit. Raises LeaseLost, Interruption or
-        ItemError (and DatabaseUnavailable from a lease check)."""
+    def run(self, heartbeat: Heartbeater) -> Output:
+        """Read, crop, store; return the manifest and preview to commit. Raises LeaseLost,
+        Interruption or ItemError (and DatabaseUnavailable from a lease check)."""
         claim = self.claim
         data = read_source(self.sources, claim.payload["source"], max_bytes=self.max_source_bytes)
         source_sha256 = hashlib.sha256(data).hexdigest()
@@ -159,6 +233,9 @@ class Attempt:
         # The item's focus box (a JSON list in the payload) reaches the window and the variant.
         focus = payload_focus(claim.payload)
         renditions = render(data, self.spec, focus=focus, budget=self.decode_budget)
+        # The page's picture of the source, made once here rather than on every view: a large
+        # PNG takes seconds to decode (docs/design.md §5, previews).
+        preview = thumbnail(data, PREVIEW_MAX_SIDE_PX, budget=self.decode_budget)
         del data
         log_event(
             "crop",
@@ -210,7 +287,22 @@ class Attempt:
                 )
             manifest.append(derivative)
         self.checkpoint(heartbeat)
-        return manifest
+        stored = store_preview(
+            self.store, preview, source_sha256=source_sha256, on_taken=self._preview_taken
+        )
+        self.checkpoint(heartbeat)
+        return Output(manifest, stored)
+
+    def _preview_taken(self, key: str) -> None:
+        claim = self.claim
+        log_event(
+            "preview_key_taken",
+            level=logging.WARNING,
+            item=claim.item_id,
+            attempt=claim.attempt,
+            corr=claim.correlation_id,
+            key=key,
+        )
 
     def checkpoint(self, heartbeat: Heartbeater) -> None:
         """Stop here if shutdown can't wait, the lease is lost or the attempt was told to stop."""

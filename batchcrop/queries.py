@@ -7,7 +7,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from batchcrop.tables import batches, deliveries, derivatives
+from batchcrop.tables import batches, deliveries, derivatives, previews
 
 
 def insert_batch(
@@ -82,6 +82,23 @@ def derivatives_of(item_ids: Collection[str]) -> sa.Select[Any]:
         .where(derivatives.c.item_id.in_(list(item_ids)))
         .order_by(derivatives.c.item_id, derivatives.c.ratio)
     )
+
+
+def insert_preview(row: dict[str, Any]) -> sa.Insert:
+    """The preview row of one item, written with its manifest (docs/design.md §5, previews)."""
+    return previews.insert().values(**row)
+
+
+def previews_of(item_ids: Collection[str]) -> sa.Select[Any]:
+    """The preview rows of these items (at most one each)."""
+    return sa.select(previews).where(previews.c.item_id.in_(list(item_ids)))
+
+
+def delete_previews(batch_id: str, limit: int) -> sa.Delete:
+    """Delete the preview rows of at most `limit` of the batch's items (retention, in small
+    transactions)."""
+    picked = sa.select(previews.c.item_id).where(previews.c.batch_id == batch_id).limit(limit)
+    return sa.delete(previews).where(previews.c.item_id.in_(picked.scalar_subquery()))
 
 
 def delete_batch(batch_id: str) -> sa.Delete:

@@ -1,5 +1,5 @@
-"""The application's own tables, beside the lease engine's: batches, the manifest and the
-callback outbox.
+"""The application's own tables, beside the lease engine's: batches, the manifest, the source
+previews and the callback outbox.
 
 A batch's id is its lease group's id; its items, states and counters live in the lease engine.
 """
@@ -61,4 +61,21 @@ derivatives = sa.Table(
     sa.Column("sha256", sa.String(64), nullable=False),
     sa.Column("crop_box", sa.String(64), nullable=False),
     sa.Index("batchcrop_derivatives_batch", "batch_id"),
+)
+
+# The stored preview of an item's source (docs/design.md §5, previews): at most one row per
+# item, written with its manifest in the transaction that makes it `succeeded`.
+previews = sa.Table(
+    "batchcrop_previews",
+    metadata,
+    sa.Column("item_id", sa.String(36), primary_key=True),
+    sa.Column("batch_id", sa.String(36), nullable=False),
+    sa.Column("key", sa.String(1024), nullable=False),
+    sa.Column("width", sa.Integer, nullable=False),
+    sa.Column("height", sa.Integer, nullable=False),
+    sa.Column("bytes", sa.Integer, nullable=False),
+    sa.Column("sha256", sa.String(64), nullable=False),
+    sa.Column("source_width", sa.Integer, nullable=False),
+    sa.Column("source_height", sa.Integer, nullable=False),
+    sa.Index("batchcrop_previews_batch", "batch_id"),
 )

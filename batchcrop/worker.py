@@ -21,13 +21,12 @@ from batchcrop import __version__
 from batchcrop.attempts import Attempts, Outcome
 from batchcrop.batches import BatchService
 from batchcrop.crop import MemoryBudget, RenderSpec
-from batchcrop.documents import Derivative
 from batchcrop.errors import Category, ItemError, PermanentItemError, TransientItemError
 from batchcrop.logs import log_event
 from batchcrop.metrics import Metrics
 from batchcrop.notify import Deliverer
 from batchcrop.presence import Presence, worker_info
-from batchcrop.processing import Attempt, GiveBack, Interruption
+from batchcrop.processing import Attempt, GiveBack, Interruption, Output
 from batchcrop.settings import CONCURRENCY, MAX_SOURCE_BYTES, REAPER_INTERVAL_SECONDS
 from leases import (
     Claim,
@@ -382,8 +381,8 @@ class Worker:
         retried = False
         try:
             with Heartbeater(self.leases, claim) as heartbeat:
-                manifest = self._run(claim, heartbeat)
-                outcome = self.attempts.succeed(claim, manifest)
+                output = self._run(claim, heartbeat)
+                outcome = self.attempts.succeed(claim, output.derivatives, output.preview)
         except LeaseLost:
             outcome = Outcome.LEASE_LOST
         except DatabaseUnavailable:
@@ -409,7 +408,7 @@ class Worker:
         category = Category.ATTEMPTS_EXHAUSTED if retried and outcome is Outcome.FAILED else cause
         return outcome, None if category is None else str(category)
 
-    def _run(self, claim: Claim, heartbeat: Heartbeater) -> list[Derivative]:
+    def _run(self, claim: Claim, heartbeat: Heartbeater) -> Output:
         attempt = Attempt(
             claim=claim,
             leases=self.leases,

@@ -1,7 +1,7 @@
 """Benchmark: the operator page's source thumbnails, and a whole contact-sheet page.
 
 Part 1 (always): the work behind `GET .../source-thumbnail?max_side=320` — batchcrop's
-`thumbnail_jpeg` (Pillow, DCT-scaled decode, EXIF orientation, Lanczos, JPEG q80) against
+`batchcrop.crop.thumbnail` (Pillow, DCT-scaled decode, EXIF orientation, Lanczos, JPEG q80) against
 libvips `thumbnail_buffer` (shrink-on-load, auto-rotate) + `jpegsave_buffer(Q=80)`, on the same
 generated sources in one process, engines interleaved per round, libvips on one thread
 (`VIPS_CONCURRENCY=1`). Prints median wall and CPU ms per image, per source kind.
@@ -37,8 +37,8 @@ from PIL import Image, ImageDraw
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from batchcrop.api.media import THUMBNAIL_MAX_SIDE_PX_DEFAULT, thumbnail_jpeg
-from batchcrop.crop import RATIOS_DEFAULT
+from batchcrop.api.media import THUMBNAIL_MAX_SIDE_PX_DEFAULT
+from batchcrop.crop import RATIOS_DEFAULT, thumbnail
 
 JPEG_SIZE = (4000, 3000)
 PNG_SIZE = (3000, 2000)
@@ -96,7 +96,7 @@ def sources(count: int) -> list[tuple[str, bytes]]:
 
 
 def ours(data: bytes) -> tuple[bytes, tuple[int, int]]:
-    jpeg, _ = thumbnail_jpeg(data, THUMBNAIL_MAX_SIDE_PX_DEFAULT)
+    jpeg = thumbnail(data, THUMBNAIL_MAX_SIDE_PX_DEFAULT).data
     with Image.open(io.BytesIO(jpeg)) as image:
         return jpeg, image.size
 

@@ -3,19 +3,21 @@
 Both sit behind the same bearer token as the rest of `/v1` and answer problems on every error.
 The thumbnail is of the source *after* EXIF orientation and carries the oriented source size in
 `X-Source-Width`/`X-Source-Height`, so an item's `crop_box` (oriented source pixels) scales onto
-it by `thumbnail_width / X-Source-Width`.
+it by `thumbnail_width / X-Source-Width`. It comes from the item's stored preview when it has
+one that is large enough (its bytes as stored, or scaled down: no decode of the source), else
+from decoding the source within the decode slots and memory budget (docs/design.md §5, previews).
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
+import hashlib
 import re
 import threading
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
-from PIL import Image
 from starlette.responses import Response
 
 from batchcrop.api.models import FormatName
@@ -23,16 +25,7 @@ from batchcrop.api.problems import Problem
 from batchcrop.api.requests import path_id
 from batchcrop.api.routes import PROBLEM_RESPONSE, PROBLEM_RESPONSES
 from batchcrop.app import App
-from batchcrop.crop import (
-    FORMATS,
-    MAX_SOURCE_PIXELS,
-    BudgetBusy,
-    CropError,
-    MemoryBudget,
-    Ratio,
-)
-from batchcrop.crop.budget import reserved
-from batchcrop.crop.decode import decode_cost, decode_rgb, open_image, reduction
+from batchcrop.crop import FORMATS, BudgetBusy, CropError, MemoryBudget, Ratio, Thumbnail, thumbnail
 from storage import (
     AccessDenied,
     ObjectNotFound,
@@ -48,7 +41,6 @@ JPEG_MEDIA_TYPE = "image/jpeg"
 THUMBNAIL_MAX_SIDE_PX_DEFAULT = 320
 THUMBNAIL_MAX_SIDE_PX_MIN = 16
 THUMBNAIL_MAX_SIDE_PX_MAX = 1024
-THUMBNAIL_QUALITY = 80
 THUMBNAIL_DECODES_MAX = 2
 """At most this many sources are read and decoded for thumbnails at once: a source may be up
 to `max_source_bytes` and decode to hundreds of megabytes, and a contact sheet asks for dozens
@@ -65,7 +57,14 @@ _RATIO_PATH = re.compile(RATIO_PATH_PATTERN)
 """The path form is `Ratio.key` (`16x9`); only it is accepted, not the other forms `Ratio.parse`
 reads (spaces, `X`), so that each derivative has one URL."""
 
+THUMBNAIL_FROM_PREVIEW = "preview"
+THUMBNAIL_FROM_SOURCE = "source"
 _SOURCE_SIZE_HEADERS = {
+    "X-Thumbnail-From": {
+        "description": "`preview`: made from the item's stored preview; `source`: decoded from "
+        "the source",
+        "schema": {"type": "string", "enum": [THUMBNAIL_FROM_PREVIEW, THUMBNAIL_FROM_SOURCE]},
+    },
     "X-Source-Width": {
         "description": "width of the source after EXIF orientation, in pixels",
         "schema": {"type": "integer"},
@@ -134,26 +133,37 @@ def read_source_bytes(sources: SourceReader, source: str, *, max_bytes: int) -> 
         raise Problem(404, "the source of this item cannot be read", slug="not-found") from exc
 
 
-def thumbnail_jpeg(
-    data: bytes, max_side: int, *, budget: MemoryBudget | None = None
-) -> tuple[bytes, tuple[int, int]]:
-    """(JPEG of the upright source scaled to fit `max_side`, upright source size in pixels).
-
-    Thread-safe; JPEG sources decode DCT-scaled. Raises `CropError` for data that is not a
-    usable image (the same refusals the crop engine makes, bombs and the whole memory budget
-    included) and `BudgetBusy` when the decode's memory is not free within
-    `THUMBNAIL_QUEUE_SECONDS`.
-    """
-    opened = open_image(data, MAX_SOURCE_PIXELS)
-    source_size = opened.size
-    scale = min(1.0, max_side / max(source_size))
-    factor = reduction(opened, scale)
-    with reserved(budget, decode_cost(opened, factor), timeout=THUMBNAIL_QUEUE_SECONDS):
-        image = decode_rgb(opened, factor)
-        image.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
-    buffer = io.BytesIO()
-    image.save(buffer, format="JPEG", quality=THUMBNAIL_QUALITY)
-    return buffer.getvalue(), source_size
+def thumbnail_of_preview(
+    store: ObjectStore,
+    preview: Mapping[str, Any],
+    max_side: int,
+    *,
+    budget: MemoryBudget | None = None,
+) -> Thumbnail | None:
+    """The thumbnail fitted into `max_side` made from the item's stored `preview` (its item
+    document entry), or None when the preview cannot give it: the answer would be larger than
+    the preview, or the object is missing, unreadable or not the recorded bytes. The stored
+    bytes are answered as they are when they have the size asked for; a smaller thumbnail is
+    scaled from them (a 640 px JPEG decodes DCT-scaled in a few milliseconds). Raises
+    `BudgetBusy` like `thumbnail`."""
+    side = max(int(preview["width"]), int(preview["height"]))
+    source_size = int(preview["source_width"]), int(preview["source_height"])
+    wanted = min(max_side, max(source_size))
+    if wanted > side:
+        return None
+    try:
+        data = store.get(str(preview["key"]), max_bytes=int(preview["bytes"]))
+    except StorageError:
+        return None  # the source can still be decoded
+    if hashlib.sha256(data).hexdigest() != preview["sha256"]:
+        return None
+    if wanted == side:
+        return Thumbnail(data, int(preview["width"]), int(preview["height"]), *source_size)
+    try:
+        scaled = thumbnail(data, max_side, budget=budget, timeout=THUMBNAIL_QUEUE_SECONDS)
+    except CropError:
+        return None
+    return Thumbnail(scaled.data, scaled.width, scaled.height, *source_size)
 
 
 def ratio_text(path_ratio: str) -> str:
@@ -251,30 +261,48 @@ def media_router(app: App) -> APIRouter:
         batch_id: str, item_id: str, max_side: MaxSide = THUMBNAIL_MAX_SIDE_PX_DEFAULT
     ) -> Response:
         """A JPEG thumbnail of the item's source after EXIF orientation; crop boxes scale onto
-        it by `width / X-Source-Width`. 422 when the source is not a usable image."""
-        item = app.batches.item(path_id(batch_id, what="batch"), path_id(item_id, what="item"))
+        it by `width / X-Source-Width`. Made from the item's stored preview when it has one
+        large enough, else decoded from the source. 422 when the source is not a usable
+        image."""
+        batch_id, item_id = path_id(batch_id, what="batch"), path_id(item_id, what="item")
+        item = app.batches.item(batch_id, item_id)
+        made, origin = None, THUMBNAIL_FROM_PREVIEW
+        try:
+            if item["preview"] is not None:
+                store = stores.get(app.batches.batch(batch_id).store)
+                made = thumbnail_of_preview(
+                    store, item["preview"], max_side, budget=app.decode_budget
+                )
+            if made is None:
+                made, origin = decoded(item["source"], max_side), THUMBNAIL_FROM_SOURCE
+        except BudgetBusy as exc:
+            raise _busy() from exc
+        headers = {
+            "X-Source-Width": str(made.source_width),
+            "X-Source-Height": str(made.source_height),
+            "X-Thumbnail-From": origin,
+            "Cache-Control": f"private, max-age={THUMBNAIL_CACHE_SECONDS}",
+        }
+        return Response(made.data, media_type=JPEG_MEDIA_TYPE, headers=headers)
+
+    def decoded(source: str, max_side: int) -> Thumbnail:
+        """The thumbnail decoded from the source, in one of the decode slots (BudgetBusy when
+        no slot or memory is free in time)."""
         # A request waits a few seconds for a decode slot, never indefinitely: waiting requests
         # hold threads of the pool every other endpoint shares.
         if not decodes.acquire(timeout=THUMBNAIL_QUEUE_SECONDS):
-            raise _busy()
+            raise BudgetBusy("no decode slot")
         try:
-            data = read_source_bytes(sources, item["source"], max_bytes=max_bytes)
-            jpeg, (width, height) = thumbnail_jpeg(data, max_side, budget=app.decode_budget)
-            del data
-        except BudgetBusy as exc:
-            raise _busy() from exc
+            data = read_source_bytes(sources, source, max_bytes=max_bytes)
+            return thumbnail(
+                data, max_side, budget=app.decode_budget, timeout=THUMBNAIL_QUEUE_SECONDS
+            )
         except CropError as exc:
             raise Problem(
                 422, f"the source is not a usable image ({exc.category})", slug="source-unusable"
             ) from exc
         finally:
             decodes.release()
-        headers = {
-            "X-Source-Width": str(width),
-            "X-Source-Height": str(height),
-            "Cache-Control": f"private, max-age={THUMBNAIL_CACHE_SECONDS}",
-        }
-        return Response(jpeg, media_type=JPEG_MEDIA_TYPE, headers=headers)
 
     @router.get(
         "/{batch_id}/items/{item_id}/derivatives/{ratio}",

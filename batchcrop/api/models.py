@@ -27,7 +27,7 @@ from batchcrop.crop.spec import (
     RATIOS_DEFAULT,
     RATIOS_MAX_COUNT,
 )
-from batchcrop.documents import DerivativeDocument
+from batchcrop.documents import DerivativeDocument, PreviewDocument
 from batchcrop.notify import NOTIFY_URL_CHARS_MAX
 from batchcrop.settings import (
     DEADLINE_SECONDS,
@@ -257,6 +257,13 @@ class ItemDocument(BaseModel):
     error_category: str | None
     updated_at: str
     derivatives: list[DerivativeDocument]
+    preview: Annotated[
+        PreviewDocument | None,
+        Field(
+            description="the stored preview of the upright source (a JPEG of at most 640 px), "
+            "with the upright source's size; null until a worker rendered the item"
+        ),
+    ]
 
 
 class ItemPage(BaseModel):

@@ -18,9 +18,10 @@ if TYPE_CHECKING:
     from batchcrop.crop.encode import FORMATS, OutputFormat
     from batchcrop.crop.errors import CropError, ImageTooLarge, InvalidImage, UnsupportedImage
     from batchcrop.crop.limits import IMAGE_SUFFIXES, MAX_SOURCE_PIXELS
+    from batchcrop.crop.preview import PREVIEW_MAX_SIDE_PX, Thumbnail, thumbnail
     from batchcrop.crop.render import render
     from batchcrop.crop.spec import RATIOS_DEFAULT, Ratio, RenderSpec, Rendition, SpecError
-    from batchcrop.crop.variant import ALGORITHM_VERSION, variant_of
+    from batchcrop.crop.variant import ALGORITHM_VERSION, preview_variant, variant_of
 
 _HOMES = {
     "MIB": "batchcrop.crop.budget",
@@ -34,6 +35,9 @@ _HOMES = {
     "ImageTooLarge": "batchcrop.crop.errors",
     "InvalidImage": "batchcrop.crop.errors",
     "UnsupportedImage": "batchcrop.crop.errors",
+    "PREVIEW_MAX_SIDE_PX": "batchcrop.crop.preview",
+    "Thumbnail": "batchcrop.crop.preview",
+    "thumbnail": "batchcrop.crop.preview",
     "render": "batchcrop.crop.render",
     "RATIOS_DEFAULT": "batchcrop.crop.spec",
     "Ratio": "batchcrop.crop.spec",
@@ -42,6 +46,7 @@ _HOMES = {
     "SpecError": "batchcrop.crop.spec",
     "ALGORITHM_VERSION": "batchcrop.crop.variant",
     "variant_of": "batchcrop.crop.variant",
+    "preview_variant": "batchcrop.crop.variant",
 }
 
 __all__ = [
@@ -50,6 +55,7 @@ __all__ = [
     "IMAGE_SUFFIXES",
     "MAX_SOURCE_PIXELS",
     "MIB",
+    "PREVIEW_MAX_SIDE_PX",
     "RATIOS_DEFAULT",
     "BudgetBusy",
     "CropError",
@@ -61,8 +67,11 @@ __all__ = [
     "RenderSpec",
     "Rendition",
     "SpecError",
+    "Thumbnail",
     "UnsupportedImage",
+    "preview_variant",
     "render",
+    "thumbnail",
     "variant_of",
 ]
 

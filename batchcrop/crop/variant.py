@@ -15,10 +15,13 @@ import PIL
 from PIL import features
 
 from batchcrop.crop.encode import encoder_settings
+from batchcrop.crop.preview import PREVIEW_MAX_SIDE_PX, THUMBNAIL_QUALITY
 from batchcrop.crop.spec import RenderSpec
 from batchcrop.crop.window import Box
 
 ALGORITHM_VERSION = "4"
+PREVIEW_VERSION = "1"
+"""Bump when the stored preview's pipeline (`preview.thumbnail`) changes its bytes."""
 OUTPUT_FORMAT = "jpeg-baseline-420"
 VARIANT_HEX_CHARS = 12
 
@@ -56,4 +59,16 @@ def variant_of(spec: RenderSpec, focus: Box | None = None, output: str = "jpeg")
         text += f";output={encoder_settings(output, spec.quality)}"
     if focus is not None:
         text += ";focus={},{},{},{}".format(*focus)
+    return hashlib.sha256(text.encode()).hexdigest()[:VARIANT_HEX_CHARS]
+
+
+@cache
+def preview_variant() -> str:
+    """A 12-hex-digit hash of the stored preview's size, quality, pipeline version and the
+    library versions, naming the preview of a source (docs/design.md §5, previews). It holds
+    nothing of a batch: every batch of a source shares one preview."""
+    text = (
+        f"preview={PREVIEW_VERSION};max_side={PREVIEW_MAX_SIDE_PX};quality={THUMBNAIL_QUALITY};"
+        f"{_library_versions()}"
+    )
     return hashlib.sha256(text.encode()).hexdigest()[:VARIANT_HEX_CHARS]

@@ -81,9 +81,10 @@ def test_one_item(api: LiveServer, sources: list[str]) -> None:
         "error_category",
         "updated_at",
         "derivatives",
+        "preview",
     }
     assert (item["batch_id"], item["state"], item["attempt"]) == (batch["id"], "queued", 0)
-    assert item["focus_box"] is None
+    assert (item["focus_box"], item["preview"]) == (None, None)
     assert_problem(api.client.get(f"/v1/batches/{other['id']}/items/{item_id}"), 404)
     assert_problem(api.client.get(f"/v1/batches/{batch['id']}/items/{uuid.uuid4()}"), 404)
 

@@ -69,3 +69,36 @@ def test_0002_downgrades_back_to_three_columns(database_url: str) -> None:
         assert tuple(row) == ("4:3", 300, 90)
     finally:
         engine.dispose()
+
+
+def test_0010_adds_the_previews_table_and_its_downgrade_drops_it(database_url: str) -> None:
+    """From 0006 the upgrade creates `batchcrop_previews` (items keep their manifests and have
+    no preview until rendered again); the downgrade drops it and leaves the rest."""
+    engine = make_engine(database_url)
+    try:
+        upgrade_leases(engine)
+        migrations.upgrade(engine, "0006")
+        assert "batchcrop_previews" not in sa.inspect(engine).get_table_names()
+        migrations.upgrade(engine, "0010")
+        inspector = sa.inspect(engine)
+        columns = [c["name"] for c in inspector.get_columns("batchcrop_previews")]
+        assert columns == [
+            "item_id",
+            "batch_id",
+            "key",
+            "width",
+            "height",
+            "bytes",
+            "sha256",
+            "source_width",
+            "source_height",
+        ]
+        assert [i["name"] for i in inspector.get_indexes("batchcrop_previews")] == [
+            "batchcrop_previews_batch"
+        ]
+        migrations.downgrade(engine, "0006")
+        tables = sa.inspect(engine).get_table_names()
+        assert "batchcrop_previews" not in tables
+        assert {"batchcrop_batches", "batchcrop_derivatives"} <= set(tables)
+    finally:
+        engine.dispose()

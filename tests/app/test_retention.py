@@ -38,7 +38,7 @@ def _rows(app: App, batch_id: str) -> dict[str, int]:
             counts[table] = conn.execute(
                 sa.text(f"SELECT count(*) FROM {table} WHERE {column} = :g"), {"g": batch_id}
             ).scalar_one()
-        for table in ("batchcrop_batches", "batchcrop_derivatives"):
+        for table in ("batchcrop_batches", "batchcrop_derivatives", "batchcrop_previews"):
             column = "id" if table == "batchcrop_batches" else "batch_id"
             counts[table] = conn.execute(
                 sa.text(f"SELECT count(*) FROM {table} WHERE {column} = :g"), {"g": batch_id}
@@ -71,9 +71,13 @@ def test_prune_deletes_only_finished_batches_rows_and_never_objects(
     store = LocalStore(tmp_path / "store")
     assert run_batch(app, store, done["id"])["state"] == "succeeded"
     waiting, _ = app.batches.submit(_request(paths[:1]))
-    objects = sorted(info.key for info in store.list("derivatives/"))
+    objects = sorted(info.key for info in store.list(""))
     before = _rows(app, done["id"])
-    assert (before["lease_events"], before["batchcrop_derivatives"]) == (9, 3)
+    assert (
+        before["lease_events"],
+        before["batchcrop_derivatives"],
+        before["batchcrop_previews"],
+    ) == (9, 3, 3)
 
     assert app.batches.prune(3600).batches == 0  # not old enough
     result = app.batches.prune(0.001)
@@ -85,7 +89,7 @@ def test_prune_deletes_only_finished_batches_rows_and_never_objects(
         app.batches.status(done["id"])
     assert app.batches.status(waiting["id"])["counts"]["queued"] == 1
     assert _rows(app, waiting["id"])["lease_items"] == 1
-    assert sorted(info.key for info in store.list("derivatives/")) == objects
+    assert sorted(info.key for info in store.list("")) == objects
 
 
 def test_prune_leaves_a_batch_requeued_in_the_meantime(app: App, tmp_path: Path) -> None:

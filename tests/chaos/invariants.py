@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from batchcrop.app import App
+from batchcrop.processing import PREVIEW_KEY_PREFIX
 from leases import EventRow, ItemRow, State
 from storage import ObjectStore
 from tests.receiver import Receiver
@@ -230,7 +231,9 @@ def check_store(
         _split_key(str(row["key"])) for batch in succeeded for row in manifests.get(batch, [])
     }
     for key in listed:
-        if key in named:
+        # Source previews (docs/design.md §5) are named by preview records, not manifests: they
+        # are checked whole above and are not orphans.
+        if key in named or key.startswith(PREVIEW_KEY_PREFIX):
             continue
         audit.orphans += 1
         if _split_key(key) in spaces:

@@ -1,6 +1,7 @@
 """The image endpoints the operator page needs, through a live server on SQLite and PostgreSQL:
-source thumbnails (oriented, with the source size in headers) and derivative bytes from the
-store, behind the token, with problems for everything unknown or missing."""
+source thumbnails (oriented, with the source size in headers; from the item's stored preview
+when it has one, else decoded from the source) and derivative bytes from the store, behind the
+token, with problems for everything unknown or missing."""
 
 from __future__ import annotations
 
@@ -15,12 +16,24 @@ from typing import Any
 import httpx
 from PIL import Image
 
-from tests.web.conftest import RATIOS, TOKEN, ProcessedBatch
+from tests.web.conftest import RATIOS, TOKEN, ProcessedBatch, photo, process, submit
 
 
 def by_ref(processed: ProcessedBatch, ref: str) -> dict[str, Any]:
     """The item document with this ref."""
     return next(i for i in processed.items if i["ref"] == ref)
+
+
+def unrendered(processed: ProcessedBatch, ref: str) -> tuple[str, dict[str, Any]]:
+    """(batch id, item) of `ref`'s source in a new batch of the same sources that no worker
+    has rendered: it has no preview, so its thumbnail is decoded from the source."""
+    live = processed.live
+    sources = [i["source"] for i in processed.items]
+    batch = submit(live, sources)
+    items = live.client.get(f"/v1/batches/{batch['id']}/items").json()["items"]
+    item = next(i for i in items if i["ref"] == ref)
+    assert item["preview"] is None
+    return batch["id"], item
 
 
 def assert_problem(response: Any, status: int) -> dict[str, Any]:
@@ -49,6 +62,7 @@ def test_thumbnail_is_an_oriented_jpeg_with_the_source_size(processed: Processed
     ) == ("120", "240")
     with Image.open(io.BytesIO(response.content)) as thumbnail:
         assert (thumbnail.format, thumbnail.size) == ("JPEG", (32, 64))
+    assert response.headers["x-thumbnail-from"] == "preview"
     for derivative in item["derivatives"]:
         left, top, right, bottom = derivative["crop_box"]
         assert 0 <= left < right <= 120
@@ -112,19 +126,27 @@ def test_unknown_items_ratios_and_missing_objects_are_404_problems(
 
 
 def test_unusable_and_vanished_sources(processed: ProcessedBatch, source_root: Path) -> None:
-    """A source that is not an image is a 422 naming its category; a deleted source is a 404."""
+    """A source that is not an image is a 422 naming its category; a deleted source is a 404
+    for an item without a preview, while a rendered item still shows its stored preview."""
     client = processed.live.client
     broken = by_ref(processed, "sku-6")
-    assert (broken["state"], broken["error_category"]) == ("failed", "invalid_image")
+    assert (broken["state"], broken["error_category"], broken["preview"]) == (
+        "failed",
+        "invalid_image",
+        None,
+    )
     problem = assert_problem(
         client.get(f"/v1/batches/{processed.id}/items/{broken['id']}/source-thumbnail"), 422
     )
     assert "invalid_image" in problem["detail"]
+    other_batch, waiting = unrendered(processed, "sku-0")
     (source_root / "img0.jpg").unlink()
-    gone = by_ref(processed, "sku-0")
     assert_problem(
-        client.get(f"/v1/batches/{processed.id}/items/{gone['id']}/source-thumbnail"), 404
+        client.get(f"/v1/batches/{other_batch}/items/{waiting['id']}/source-thumbnail"), 404
     )
+    rendered = by_ref(processed, "sku-0")
+    response = client.get(f"/v1/batches/{processed.id}/items/{rendered['id']}/source-thumbnail")
+    assert (response.status_code, response.headers["x-thumbnail-from"]) == (200, "preview")
 
 
 def test_max_side_outside_its_range_is_a_422_naming_it(processed: ProcessedBatch) -> None:
@@ -169,13 +191,13 @@ def test_a_source_swapped_out_of_the_roots_is_not_served(
 ) -> None:
     """A source replaced after submission by a symlink leading out of the source roots gets a
     404, as the worker refuses it: the thumbnail never shows a file from outside the roots."""
+    batch_id, item = unrendered(processed, "sku-1")
     outside = tmp_path / "elsewhere.jpg"
     outside.write_bytes((source_root / "img1.jpg").read_bytes())
     (source_root / "img1.jpg").unlink()
     (source_root / "img1.jpg").symlink_to(outside)
-    item = by_ref(processed, "sku-1")
     response = processed.live.client.get(
-        f"/v1/batches/{processed.id}/items/{item['id']}/source-thumbnail"
+        f"/v1/batches/{batch_id}/items/{item['id']}/source-thumbnail"
     )
     assert_problem(response, 404)
 
@@ -185,12 +207,12 @@ def test_a_source_swapped_for_a_fifo_is_a_quick_404(
 ) -> None:
     """A thumbnail of a source replaced by a FIFO answers 404 at once instead of holding a
     server thread until a writer appears."""
+    batch_id, item = unrendered(processed, "sku-2")
     (source_root / "img2.png").unlink()
     os.mkfifo(source_root / "img2.png")
-    item = by_ref(processed, "sku-2")
     started = time.monotonic()
     response = processed.live.client.get(
-        f"/v1/batches/{processed.id}/items/{item['id']}/source-thumbnail", timeout=10
+        f"/v1/batches/{batch_id}/items/{item['id']}/source-thumbnail", timeout=10
     )
     assert_problem(response, 404)
     assert time.monotonic() - started < 5
@@ -200,13 +222,54 @@ def test_thumbnails_wait_for_decode_memory_then_answer_busy(
     processed: ProcessedBatch, monkeypatch: Any
 ) -> None:
     """While other decodes hold the whole memory budget, a thumbnail waits its few seconds and
-    then answers 503 busy with Retry-After; once the memory is free it is served."""
+    then answers 503 busy with Retry-After, whether it is decoded from the source or scaled
+    from the stored preview; once the memory is free it is served."""
     monkeypatch.setattr("batchcrop.api.media.THUMBNAIL_QUEUE_SECONDS", 0.2)
-    item = by_ref(processed, "sku-0")
-    url = f"/v1/batches/{processed.id}/items/{item['id']}/source-thumbnail"
+    batch_id, waiting = unrendered(processed, "sku-0")
+    rendered = by_ref(processed, "sku-0")
     budget = processed.live.app.decode_budget
-    with budget.reserve(budget.capacity_bytes):
-        problem = assert_problem(processed.live.client.get(url), 503)
-    assert problem["type"] == "urn:batchcrop:problem:busy"
-    assert processed.live.client.get(url).status_code == 200
+    for url in (
+        f"/v1/batches/{batch_id}/items/{waiting['id']}/source-thumbnail",
+        f"/v1/batches/{processed.id}/items/{rendered['id']}/source-thumbnail?max_side=32",
+    ):
+        with budget.reserve(budget.capacity_bytes):
+            problem = assert_problem(processed.live.client.get(url), 503)
+        assert problem["type"] == "urn:batchcrop:problem:busy"
+        assert problem["status"] == 503
+        assert processed.live.client.get(url).status_code == 200
     assert budget.used_bytes == 0
+
+
+def test_a_stored_preview_is_served_as_is_and_decoding_is_the_fallback(
+    processed: ProcessedBatch, source_root: Path
+) -> None:
+    """For a 1000x700 source: at 640 px the answer is the stored preview's very bytes; smaller
+    thumbnails are scaled from it; a larger one, or any once the preview object is gone from
+    the store, is decoded from the source; the source size headers are the same throughout."""
+    live = processed.live
+    photo(3, (1000, 700)).save(source_root / "large.jpg")
+    batch = submit(live, [str(source_root / "large.jpg")])
+    process(live, batch["id"])
+    (item,) = live.client.get(f"/v1/batches/{batch['id']}/items").json()["items"]
+    preview = item["preview"]
+    assert (preview["width"], preview["height"]) == (640, 448)
+    url = f"/v1/batches/{batch['id']}/items/{item['id']}/source-thumbnail"
+
+    def fetch(max_side: int) -> tuple[str, tuple[int, int], Any]:
+        response = live.client.get(url, params={"max_side": max_side})
+        assert response.status_code == 200, response.text
+        assert (response.headers["x-source-width"], response.headers["x-source-height"]) == (
+            "1000",
+            "700",
+        )
+        with Image.open(io.BytesIO(response.content)) as image:
+            return response.headers["x-thumbnail-from"], image.size, response
+
+    origin, size, response = fetch(640)
+    assert (origin, size) == ("preview", (640, 448))
+    assert preview["sha256"] == hashlib.sha256(response.content).hexdigest()
+    assert fetch(320)[:2] == ("preview", (320, 224))
+    assert fetch(1000)[:2] == ("source", (1000, 700))
+    store = Path(live.app.settings.store.removeprefix("file://"))
+    (store / preview["key"]).unlink()
+    assert fetch(640)[:2] == ("source", (640, 448))

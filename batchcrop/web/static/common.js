@@ -22,8 +22,43 @@ export class ApiError extends Error {
   }
 }
 
+// The token lives in sessionStorage: this tab, and the tabs opened from it (Chromium copies a
+// tab's sessionStorage into a tab it opens with an opener, see `openLinksWithTheToken`), until
+// they close. Only when the operator ticks "Remember on this browser" is it also kept in
+// localStorage, for every tab of this browser until "Forget token" clears both.
 export function token() {
-  return sessionStorage.getItem(TOKEN_KEY);
+  return sessionStorage.getItem(TOKEN_KEY) ?? localStorage.getItem(TOKEN_KEY);
+}
+
+function keepToken(value, { remember }) {
+  sessionStorage.setItem(TOKEN_KEY, value);
+  if (remember) localStorage.setItem(TOKEN_KEY, value);
+  else localStorage.removeItem(TOKEN_KEY);
+}
+
+function forgetToken() {
+  sessionStorage.removeItem(TOKEN_KEY);
+  localStorage.removeItem(TOKEN_KEY);
+}
+
+// A Ctrl-, Cmd-, Shift- or middle-click on a link opens a tab without an opener, into which
+// Chromium copies nothing of this tab's sessionStorage: that tab would ask for the token again.
+// So while the token is kept for this tab only, the page opens such tabs itself with
+// window.open (which keeps the opener, so the copy is made); the new tab then drops its opener.
+function openLinksWithTheToken() {
+  if (window.opener) window.opener = null;
+  const open = (event) => {
+    const link = event.target instanceof Element ? event.target.closest("a[href]") : null;
+    if (!link || link.origin !== window.location.origin || link.target) return;
+    const newTab =
+      event.button === 1 ||
+      (event.button === 0 && (event.ctrlKey || event.metaKey || event.shiftKey));
+    if (!newTab || localStorage.getItem(TOKEN_KEY) || !sessionStorage.getItem(TOKEN_KEY)) return;
+    event.preventDefault();
+    window.open(link.href, "_blank");
+  };
+  document.addEventListener("click", open);
+  document.addEventListener("auxclick", open);
 }
 
 function authHeaders(extra = {}) {
@@ -256,6 +291,29 @@ export function pollStatus(batchId, onChange, { etag = null, onError = () => {} 
   };
 }
 
+// On a phone a table shows each row as a stack of cells (style.css), each led by its column's
+// heading: every body cell of a `table.data` carries that heading as `data-label`, set again
+// whenever a page writes rows.
+function labelCells(table) {
+  const headings = [...(table.tHead?.rows[0]?.cells || [])].map((cell) => cell.textContent.trim());
+  for (const body of table.tBodies) {
+    for (const row of body.rows) {
+      [...row.cells].forEach((cell, index) => {
+        if (headings[index] && cell.dataset.label !== headings[index]) {
+          cell.dataset.label = headings[index];
+        }
+      });
+    }
+  }
+}
+
+function labelTables() {
+  for (const table of document.querySelectorAll("table.data")) {
+    labelCells(table);
+    new MutationObserver(() => labelCells(table)).observe(table, { childList: true, subtree: true });
+  }
+}
+
 async function loadMeta() {
   if (TERMINAL_STATES.size) return;
   const meta = await apiJson("/v1/meta");
@@ -264,12 +322,15 @@ async function loadMeta() {
 }
 
 // Runs `load` and handles the token: on 401 the data is hidden and the token form shown; a
-// token entered there is kept in sessionStorage (this tab only) and `load` runs again.
+// token entered there is kept (see `token`) and `load` runs again.
 export function startPage(load) {
   const form = byId("token-form");
   const input = byId("token-input");
+  const remember = byId("token-remember");
   const forget = byId("token-forget");
   const content = byId("content");
+  labelTables();
+  openLinksWithTheToken();
 
   async function run() {
     forget.hidden = !token();
@@ -283,6 +344,7 @@ export function startPage(load) {
       content.hidden = true;
       if (error instanceof Unauthorized) {
         form.hidden = false;
+        remember.checked = localStorage.getItem(TOKEN_KEY) !== null;
         setNotice(
           token()
             ? "The API token was not accepted. Enter the current one."
@@ -297,13 +359,13 @@ export function startPage(load) {
 
   form.addEventListener("submit", (event) => {
     event.preventDefault();
-    sessionStorage.setItem(TOKEN_KEY, input.value.trim());
+    keepToken(input.value.trim(), { remember: remember.checked });
     input.value = "";
     setNotice(LOADING);
     run();
   });
   forget.addEventListener("click", () => {
-    sessionStorage.removeItem(TOKEN_KEY);
+    forgetToken();
     window.location.reload();
   });
   setNotice(LOADING);

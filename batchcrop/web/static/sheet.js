@@ -2,10 +2,22 @@
 // drawn over it (an SVG whose viewBox is the oriented source size, so `crop_box` in source
 // pixels is used as is and scales with the thumbnail), beside the derivatives themselves: one
 // picture per ratio (its first format), captioned with every format's size.
+//
+// Until its picture arrives, every image is a neutral box of the size it will have (the source's
+// aspect ratio from the item's preview record, a derivative's from its width and height), so the
+// sheet does not jump as pictures come in; a picture that cannot be had says why in its place,
+// with a Retry button when the server was only busy (503). `data-image` on each figure is
+// `loading`, `shown` or `failed`.
 
 import { h, loadImage, stateBadge, svg } from "./common.js";
 
-export const THUMBNAIL_MAX_SIDE_PX = 320;
+// The stored preview's size (docs/design.md §5, previews): the server answers it as stored.
+export const THUMBNAIL_MAX_SIDE_PX = 640;
+// The largest a source is shown (style.css: .frame img.thumb), and the box of one whose size
+// is not known yet (4:3).
+const THUMB_BOX_REM = 15;
+const UNKNOWN_ASPECT = 4 / 3;
+const PX_PER_REM = 16;
 // Box styles per ratio, by position in the batch's ratio list: colour and dash pattern both
 // differ, so the boxes stay distinguishable without colour vision. Kept in step with style.css.
 const BOX_STYLES = 6;
@@ -35,6 +47,70 @@ function boxClass(index) {
   return `box box-${index % BOX_STYLES}`;
 }
 
+// Loads `path` into `img` (inside `figure`), leaving the placeholder in place until the picture
+// is decoded; returns the elements that say why when it is not (`what` names the picture on its
+// card, "Source" or "16:9 derivative"; `label` the item). `onLoad(headers)` runs when the answer
+// arrives, `onShown()` once the picture is decoded.
+function loadInto(figure, img, path, what, label, { onLoad = () => {}, onShown = () => {} } = {}) {
+  const problem = h("p", { class: "image-problem", hidden: true });
+  const retry = h(
+    "button",
+    {
+      type: "button",
+      class: "secondary retry",
+      hidden: true,
+      "aria-label": `Retry ${what.toLowerCase()} of ${label}`,
+    },
+    "Retry",
+  );
+  function failed(text, busy) {
+    figure.dataset.image = "failed";
+    img.hidden = true;
+    img.removeAttribute("src");
+    problem.textContent = text;
+    problem.hidden = false;
+    retry.hidden = !busy;
+  }
+  function attempt() {
+    figure.dataset.image = "loading";
+    problem.hidden = true;
+    retry.hidden = true;
+    img.hidden = true;
+    loadImage(path)
+      .then(({ url, headers }) => {
+        onLoad(headers);
+        img.onload = () => {
+          onShown();
+          img.hidden = false;
+          figure.dataset.image = "shown";
+        };
+        img.onerror = () => failed(`${what} not shown: the picture could not be decoded.`, false);
+        img.src = url;
+      })
+      .catch((error) => {
+        const busy = error.status === 503;
+        failed(
+          busy
+            ? `${what} not shown yet: the server is busy.`
+            : `${what} not shown: ${error.message || "unreadable"}`,
+          busy,
+        );
+      });
+  }
+  retry.addEventListener("click", attempt);
+  attempt();
+  return [problem, retry];
+}
+
+// The thumbnail's box before it arrives, in rem: fitted into THUMB_BOX_REM, never wider than
+// the source itself (a thumbnail is never enlarged).
+function thumbBox(preview) {
+  if (!preview) return [THUMB_BOX_REM, THUMB_BOX_REM / UNKNOWN_ASPECT];
+  const { source_width: width, source_height: height } = preview;
+  const scale = Math.min(THUMB_BOX_REM / width, THUMB_BOX_REM / height, 1 / PX_PER_REM);
+  return [width * scale, height * scale];
+}
+
 function sourceFigure(batchId, item, ratios) {
   const label = item.ref || item.id;
   const img = h("img", { alt: `Source image of ${label}`, class: "thumb" });
@@ -47,50 +123,51 @@ function sourceFigure(batchId, item, ratios) {
       : "No crop boxes: no derivatives yet",
   });
   const frame = h("div", { class: "frame" }, img, overlay);
-  const problem = h("p", { class: "image-problem", hidden: true });
-  loadImage(`/v1/batches/${batchId}/items/${item.id}/source-thumbnail?max_side=${THUMBNAIL_MAX_SIDE_PX}`)
-    .then(({ url, headers }) => {
-      const width = Number(headers.get("X-Source-Width"));
-      const height = Number(headers.get("X-Source-Height"));
-      overlay.setAttribute("viewBox", `0 0 ${width} ${height}`);
-      overlay.dataset.sourceWidth = width;
-      overlay.dataset.sourceHeight = height;
-      // The formats of a ratio share its crop box: one box per ratio.
-      for (const [derivative] of byRatio(item.derivatives)) {
-        const [left, top, right, bottom] = derivative.crop_box;
-        const index = ratios.indexOf(derivative.ratio);
-        overlay.append(
-          svg(
-            "rect",
-            {
-              class: boxClass(index < 0 ? 0 : index),
-              "data-ratio": derivative.ratio,
-              x: left,
-              y: top,
-              width: right - left,
-              height: bottom - top,
-            },
-            svg("title", {}, `${derivative.ratio} crop: ${left},${top} to ${right},${bottom}`),
-          ),
-        );
-      }
-      img.src = url;
-    })
-    .catch((error) => {
-      frame.classList.add("missing");
-      img.hidden = true;
-      problem.textContent = `Source not shown: ${error.message || "unreadable"}`;
-      problem.hidden = false;
-    });
-  return h(
-    "figure",
-    { class: "source" },
-    frame,
-    problem,
+  // Sizes through CSSOM, not a style attribute: the page's CSP allows no inline styles.
+  const [boxWidth, boxHeight] = thumbBox(item.preview);
+  frame.style.width = `${boxWidth}rem`;
+  frame.style.height = `${boxHeight}rem`;
+  const figure = h("figure", { class: "source" }, frame);
+  const path = `/v1/batches/${batchId}/items/${item.id}/source-thumbnail?max_side=${THUMBNAIL_MAX_SIDE_PX}`;
+  function onShown() {
+    // From here the picture gives the frame its size.
+    frame.style.width = "";
+    frame.style.height = "";
+  }
+  function onLoad(headers) {
+    const width = Number(headers.get("X-Source-Width"));
+    const height = Number(headers.get("X-Source-Height"));
+    overlay.setAttribute("viewBox", `0 0 ${width} ${height}`);
+    overlay.dataset.sourceWidth = width;
+    overlay.dataset.sourceHeight = height;
+    // The formats of a ratio share its crop box: one box per ratio (a retry draws them anew).
+    overlay.replaceChildren();
+    for (const [derivative] of byRatio(item.derivatives)) {
+      const [left, top, right, bottom] = derivative.crop_box;
+      const index = ratios.indexOf(derivative.ratio);
+      overlay.append(
+        svg(
+          "rect",
+          {
+            class: boxClass(index < 0 ? 0 : index),
+            "data-ratio": derivative.ratio,
+            x: left,
+            y: top,
+            width: right - left,
+            height: bottom - top,
+          },
+          svg("title", {}, `${derivative.ratio} crop: ${left},${top} to ${right},${bottom}`),
+        ),
+      );
+    }
+  }
+  const notShown = loadInto(figure, img, path, "Source", label, { onLoad, onShown });
+  figure.append(
+    ...notShown,
     h(
       "figcaption",
       {},
-      h("span", { class: "ref" }, label),
+      h("span", { class: "ref", title: label }, label),
       " ",
       stateBadge(item.state),
       item.error_category ? h("span", { class: "category" }, ` ${item.error_category}`) : null,
@@ -102,6 +179,7 @@ function sourceFigure(batchId, item, ratios) {
       ),
     ),
   );
+  return figure;
 }
 
 function derivativeFigure(batchId, item, formats, ratios) {
@@ -114,10 +192,12 @@ function derivativeFigure(batchId, item, formats, ratios) {
     height: derivative.height,
     class: "derivative",
   });
+  const picture = h("div", { class: "picture" }, img);
+  picture.style.aspectRatio = `${derivative.width} / ${derivative.height}`;
   const figure = h(
     "figure",
     { class: "derivative-figure", "data-ratio": derivative.ratio },
-    img,
+    picture,
     h(
       "figcaption",
       {},
@@ -137,15 +217,15 @@ function derivativeFigure(batchId, item, formats, ratios) {
     ),
   );
   const path = `/v1/batches/${batchId}/items/${item.id}/derivatives/${ratioPath(derivative.ratio)}`;
-  loadImage(`${path}?format=${encodeURIComponent(format)}`)
-    .then(({ url }) => {
-      img.src = url;
-    })
-    .catch((error) => {
-      figure.classList.add("missing");
-      img.hidden = true;
-      figure.append(h("p", { class: "image-problem" }, `Not shown: ${error.message}`));
-    });
+  figure.append(
+    ...loadInto(
+      figure,
+      img,
+      `${path}?format=${encodeURIComponent(format)}`,
+      `${derivative.ratio} derivative`,
+      label,
+    ),
+  );
   return figure;
 }
 
