@@ -85,15 +85,17 @@ def test_the_compose_file_has_the_deployment_and_only_batchcrop_commands() -> No
     migrate = services["migrate"]
     assert migrate["entrypoint"] == ["batchcrop-migrate"]
     assert migrate["restart"] == "no"
+    # Run on its own (`--profile deploy run --rm migrate`), never by `up` beside the workers.
+    assert migrate["profiles"] == ["deploy"]
     script = (HERE / "migrate.sh").read_text().strip().splitlines()
     assert script[-1] == "exec batchcrop db upgrade"
     assert parser.parse_args(["db", "upgrade"]).command == "db"
 
 
-def test_workers_and_serve_stop_cleanly_after_the_migration_and_never_migrate() -> None:
+def test_workers_and_serve_stop_cleanly_and_never_migrate() -> None:
     """SIGTERM and a stop grace period longer than the process's own grace (a worker: the
-    grace plus the give-back wait); started only once the migration step completed; no
-    `--migrate`; restarted after a crash."""
+    grace plus the give-back wait); no `--migrate` and no dependency on the one-shot migration
+    step (podman keeps dependencies running); restarted after a crash."""
     services = _services()
     for name in (*WORKERS, "serve"):
         service = services[name]
@@ -101,9 +103,8 @@ def test_workers_and_serve_stop_cleanly_after_the_migration_and_never_migrate() 
         assert "--migrate" not in command, name
         assert service["stop_signal"] == "SIGTERM", name
         assert service["restart"] == "on-failure", name
-        assert service["depends_on"]["migrate"] == {
-            "condition": "service_completed_successfully"
-        }, name
+        assert service["depends_on"]["postgres"] == {"condition": "service_started"}, name
+        assert "migrate" not in service["depends_on"], name
         stop_grace = _seconds(service["stop_grace_period"])
         if name == "serve":
             assert stop_grace > SERVE_GRACE_SECONDS

@@ -37,9 +37,19 @@ fi
 
 # 3. The build context: wheels of batchcrop (from this tree) and its dependencies, of the
 #    demonstration S3 server, and the scripts. The images install from these offline.
-rm -rf "$context"
-mkdir -p "$context/wheels/batchcrop" "$context/wheels/s3"
-"$python" -m pip wheel --quiet --wheel-dir "$context/wheels/batchcrop" "$repo"
+#    The wheel is built from a copy of the packaged files (the build writes build/ and
+#    *.egg-info beside its sources), dated by the last commit so that an unchanged tree gives
+#    the same wheel and podman's cache holds.
+rm -rf "$context" "$build_dir/source"
+mkdir -p "$context/wheels/batchcrop" "$context/wheels/s3" "$build_dir/source"
+cp -R "$repo/pyproject.toml" "$repo/README.md" "$repo/batchcrop" "$repo/leases" "$repo/storage" \
+    "$build_dir/source/"
+find "$build_dir/source" -name __pycache__ -prune -exec rm -rf {} +
+SOURCE_DATE_EPOCH="$(git -C "$repo" log -1 --format=%ct 2>/dev/null || echo 315532800)" \
+    "$python" -m pip wheel --quiet --no-deps --wheel-dir "$context/wheels/batchcrop" \
+    "$build_dir/source"
+"$python" -m pip wheel --quiet --wheel-dir "$context/wheels/batchcrop" \
+    "$context"/wheels/batchcrop/batchcrop-*.whl
 "$python" -m pip wheel --quiet --wheel-dir "$context/wheels/s3" "moto[server]>=5.1.11"
 cp "$here/migrate.sh" "$here/postgres-start.sh" "$here/s3-demo-server.py" "$context/"
 

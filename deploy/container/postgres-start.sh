@@ -18,11 +18,19 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
     rm -f "$superuser_password"
     printf '%s\n' "host all all 0.0.0.0/0 scram-sha-256" "host all all ::/0 scram-sha-256" \
         >> "$PGDATA/pg_hba.conf"
-    # Single-user mode: no socket, nothing can connect before the role and database exist.
-    postgres --single -D "$PGDATA" -j postgres > /dev/null <<SQL
+    # Single-user mode (one statement per line): no socket, nothing can connect before the
+    # role and database exist. Failed statements are not logged with their text (the password).
+    errors="$(postgres --single -D "$PGDATA" -c log_min_error_statement=panic postgres 2>&1 > /dev/null <<SQL
 CREATE ROLE "$user" LOGIN PASSWORD '$POSTGRES_PASSWORD';
 CREATE DATABASE "$user" OWNER "$user";
 SQL
+)"
+    if printf '%s\n' "$errors" | grep -q 'ERROR'; then
+        printf '%s\n' "$errors" >&2
+        rm -rf "${PGDATA:?}"/*
+        echo "postgres-start: creating the role and database failed; the cluster was removed" >&2
+        exit 1
+    fi
 fi
 
 exec postgres -D "$PGDATA" -c listen_addresses='*'
