@@ -126,7 +126,8 @@ def test_serve_listens_beyond_loopback_only_with_a_token_and_is_health_checked()
     assert command[command.index("--host") + 1] == "0.0.0.0"
     assert serve["environment"]["BATCHCROP_API_TOKEN"].startswith("${BATCHCROP_API_TOKEN:?")
     (published,) = serve["ports"]
-    assert published.startswith("127.0.0.1:") and published.endswith(f":{port}")
+    assert published.startswith("127.0.0.1:")
+    assert published.endswith(f":{port}")
     (healthcheck,) = _instruction("batchcrop", "HEALTHCHECK")
     assert f"http://127.0.0.1:{port}/healthz" in healthcheck
     assert _instruction("batchcrop", "EXPOSE") == [port]
