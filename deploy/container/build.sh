@@ -38,14 +38,17 @@ fi
 # 3. The build context: wheels of batchcrop (from this tree) and its dependencies, of the
 #    demonstration S3 server, and the scripts. The images install from these offline.
 #    The wheel is built from a copy of the packaged files (the build writes build/ and
-#    *.egg-info beside its sources), dated by the last commit so that an unchanged tree gives
-#    the same wheel and podman's cache holds.
+#    *.egg-info beside its sources), dated by the last commit that changed them so that an
+#    unchanged tree gives the same wheel and podman's layer cache holds.
+packaged="pyproject.toml README.md batchcrop leases storage"
 rm -rf "$context" "$build_dir/source"
 mkdir -p "$context/wheels/batchcrop" "$context/wheels/s3" "$build_dir/source"
-cp -R "$repo/pyproject.toml" "$repo/README.md" "$repo/batchcrop" "$repo/leases" "$repo/storage" \
-    "$build_dir/source/"
+for path in $packaged; do
+    cp -R "$repo/$path" "$build_dir/source/"
+done
 find "$build_dir/source" -name __pycache__ -prune -exec rm -rf {} +
-SOURCE_DATE_EPOCH="$(git -C "$repo" log -1 --format=%ct 2>/dev/null || echo 315532800)" \
+# shellcheck disable=SC2086 # the list is meant to split
+SOURCE_DATE_EPOCH="$(git -C "$repo" log -1 --format=%ct -- $packaged 2>/dev/null || echo 315532800)" \
     "$python" -m pip wheel --quiet --no-deps --wheel-dir "$context/wheels/batchcrop" \
     "$build_dir/source"
 "$python" -m pip wheel --quiet --wheel-dir "$context/wheels/batchcrop" \
