@@ -3,7 +3,8 @@
 moto keeps every object in memory and forgets them when it stops; it stands in for a real
 S3-compatible store (Ceph RGW, AWS S3) so that the compose file runs where no image registry
 is reachable. Listens on 0.0.0.0:$S3_PORT (default 5000) and creates $S3_BUCKET (default
-derivatives) before answering requests that reach it.
+derivatives) as soon as it listens; a worker whose start-up check falls in between finds no
+bucket, exits 4 and is restarted.
 """
 
 from __future__ import annotations
