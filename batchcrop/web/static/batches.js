@@ -117,12 +117,16 @@ function onPollError(error) {
   showStale(`Live updates paused: ${error.message || "the API did not answer"}`);
 }
 
+let listGeneration = 0; // bumped by each new filter: answers for an older one are dropped
+
 async function loadPage(cursor, { refresh = false } = {}) {
+  const generation = listGeneration;
   const query = new URLSearchParams({ limit: String(LIST_PAGE_SIZE) });
   if (cursor) query.set("cursor", cursor);
   if (filters.state) query.set("state", filters.state);
   if (filters.q) query.set("q", filters.q);
   const page = await apiJson(`/v1/batches?${query}`);
+  if (generation !== listGeneration) return page;
   // On a refresh, batches new since the last one go on top, newest first.
   const ordered = refresh ? [...page.batches].reverse() : page.batches;
   for (const status of ordered) showRow(status, { prepend: refresh });
@@ -145,6 +149,7 @@ function showListEnd() {
 
 // Forgets the list on screen (and stops its polling) before another filter is shown.
 function clearList() {
+  listGeneration += 1;
   for (const stop of pollers.values()) stop();
   pollers.clear();
   byId("batches").tBodies[0].replaceChildren();

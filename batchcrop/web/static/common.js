@@ -276,6 +276,7 @@ export function pollStatus(batchId, onChange, { etag = null, onError = () => {} 
       if (response.status === 200) {
         lastEtag = response.headers.get("ETag");
         status = await response.json();
+        if (stopped) return; // stopped while the body was read: the caller moved on
         onChange(status);
       }
       const retryAfter = response.headers.get("Retry-After");
