@@ -146,7 +146,8 @@ def first_item_with_ref(
     group_id: str, ref: str, states: Collection[State] | None
 ) -> sa.Select[Any]:
     """The `seq` of the group's first item (in submission order, among `states` when given)
-    whose ref is exactly `ref`, through the ref expression index."""
+    whose ref is exactly `ref`: one probe of the ref index, which goes on with the group and
+    `seq`."""
     query = (
         sa.select(lease_items.c.seq)
         .where(lease_items.c.group_id == group_id, PayloadText("ref") == ref)
