@@ -223,17 +223,19 @@ function card(item) {
   return element;
 }
 
+// The filter fields' options, once the batch's ratios are known; their values follow the
+// view shown (set by `showSheetFilters`, not on each poll: a choice not yet applied stays).
 function fillSheetFilters(batch) {
   const states = byId("sheet-state");
-  if (states.options.length === 1) {
-    states.append(...STATES.map((s) => h("option", { value: s }, s.replace("_", " "))));
-  }
-  const ratios = byId("sheet-ratio");
-  if (ratios.options.length === 1) {
-    ratios.append(...batch.ratios.map((r) => h("option", { value: r }, r)));
-  }
-  states.value = view.state;
-  ratios.value = batch.ratios.includes(view.ratio) ? view.ratio : "";
+  if (states.options.length > 1) return;
+  states.append(...STATES.map((s) => h("option", { value: s }, s.replace("_", " "))));
+  byId("sheet-ratio").append(...batch.ratios.map((r) => h("option", { value: r }, r)));
+  showSheetFilters();
+}
+
+function showSheetFilters() {
+  byId("sheet-state").value = view.state;
+  byId("sheet-ratio").value = status?.ratios.includes(view.ratio) ? view.ratio : "";
 }
 
 function itemsPath(shown) {
@@ -277,7 +279,7 @@ async function loadSheet(shown = view, { update = false, push = false } = {}) {
   byId("sheet-first").disabled = view.page === 1;
   byId("sheet-prev").disabled = view.previous.length === 0;
   byId("sheet-next").disabled = !nextCursor;
-  if (status) fillSheetFilters(status);
+  showSheetFilters();
 }
 
 async function refreshLists() {

@@ -209,7 +209,8 @@ let loaded = false;
 
 async function load() {
   clearTimeout(refreshTimer);
-  showFilters();
+  // Only on the first load: a refresh must not overwrite what someone is typing.
+  if (!loaded) showFilters();
   const page = await loadPage(null, { refresh: loaded });
   await loadWorkers();
   loaded = true;
