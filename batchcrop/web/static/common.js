@@ -170,7 +170,7 @@ export function timeElement(iso, { milliseconds = false } = {}) {
   return h(
     "time",
     { datetime: iso, title: absolute },
-    absolute,
+    h("span", { class: "absolute" }, absolute),
     " ",
     h("span", { class: "relative" }, `(${relativeTime(iso)})`),
   );
