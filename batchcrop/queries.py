@@ -28,23 +28,24 @@ class PayloadText(ColumnElement[str]):
     inherit_cache = True
     type = sa.String()
 
-    def __init__(self, key: str) -> None:
-        if key not in ITEM_SEARCH_KEYS:
-            raise ValueError(f"no index for the payload field {key!r}")
-        self.key = key
+    def __init__(self, field: str) -> None:
+        if field not in ITEM_SEARCH_KEYS:
+            raise ValueError(f"no index for the payload field {field!r}")
+        # Not `key`: a column element's `key` names it in result rows.
+        self.field = field
 
     def _gen_cache_key(self, anon_map: Any, bindparams: Any) -> tuple[Any, ...]:
-        return (PayloadText, self.key)
+        return (PayloadText, self.field)
 
 
 @compiles(PayloadText)
 def _payload_text_sqlite(element: PayloadText, compiler: SQLCompiler, **kw: Any) -> str:
-    return f"json_extract(lease_items.payload, '$.{element.key}')"
+    return f"json_extract(lease_items.payload, '$.{element.field}')"
 
 
 @compiles(PayloadText, "postgresql")
 def _payload_text_postgresql(element: PayloadText, compiler: SQLCompiler, **kw: Any) -> str:
-    return f"(lease_items.payload ->> '{element.key}')"
+    return f"(lease_items.payload ->> '{element.field}')"
 
 
 def insert_batch(
