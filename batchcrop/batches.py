@@ -38,6 +38,7 @@ from leases import (
     NoSuchGroup,
     RequeueNeedsDeadline,
     State,
+    state_names,
 )
 from storage import canonical_store_url, object_url
 
@@ -52,6 +53,9 @@ PRUNE_PAUSE_SECONDS = 0.01
 IDEMPOTENCY_KEY_CHARS_MAX = 200
 """The width of `batchcrop_batches.idempotency_key`: a longer key cannot be stored."""
 PAGE_LIMIT_DEFAULT = 100
+SEARCH_WINDOW_BATCHES = 2000
+"""Batches one filtered listing call reads at most (docs/adr/0019): a state or a search that
+few batches match cannot make one request walk every batch ever submitted."""
 
 
 @dataclass
@@ -94,6 +98,10 @@ def _one(found: Sequence[str], prefix: str, what: str, where: str = "") -> str:
             f"{prefix} is the start of several ids ({', '.join(found)}, …): give more"
         )
     return found[0]
+
+
+class NoSuchRef(BatchcropError):
+    """No item of the batch (in the asked states) has this ref."""
 
 
 class BadCursor(BatchcropError):
@@ -537,44 +545,72 @@ class BatchService:
         *,
         state: State | None = None,
         label: str | None = None,
+        search: str | None = None,
         cursor: str | None = None,
         limit: int = PAGE_LIMIT_DEFAULT,
     ) -> tuple[list[dict[str, Any]], str | None]:
-        """Status documents newest first, filtered by state and label; (page, next cursor)."""
+        """Status documents newest first, filtered by state, label and search (`search`: see
+        `queries.batch_search`); (page, next cursor).
+
+        With a state or a search, one call reads at most `SEARCH_WINDOW_BATCHES` batches: the
+        page may then hold fewer than `limit` documents, even none, and still have a next cursor
+        that goes on below them (docs/adr/0019).
+        """
         before = _cursor(cursor)
         limit = max(1, min(limit, PAGE_LIMIT_MAX))
+        search = search or None
+        floor = None
+        if state is not None or search is not None:
+            with self.leases.reading() as conn:
+                floor = conn.execute(
+                    queries.batch_window_floor(before_seq=before, window=SEARCH_WINDOW_BATCHES)
+                ).scalar()
         page: list[dict[str, Any]] = []
         while True:
+            room = limit - len(page)
             with self.leases.reading() as conn:
                 rows = list(
                     conn.execute(
-                        queries.batch_page(before_seq=before, limit=limit, label=label)
+                        queries.batch_page(
+                            before_seq=before,
+                            limit=room,
+                            label=label,
+                            search=search,
+                            floor_seq=floor,
+                        )
                     ).mappings()
                 )
-            if not rows:
-                return page, None
-            summaries = {s.id: s for s in self.leases.groups([r["id"] for r in rows])}
-            for row in rows:
-                before = int(row["seq"])
-                summary = summaries.get(row["id"])
-                if summary is None:
-                    continue  # its group is being purged
-                if state is not None and batch_state(summary) is not state:
-                    continue
-                batch = _batch(row)
-                deliveries = self._deliveries(batch.id) if batch.notify_url is not None else []
-                page.append(
-                    status_document(
-                        batch,
-                        summary,
-                        poll_margin_seconds=self.poll_margin_seconds,
-                        deliveries=deliveries,
-                    )
+            page.extend(self._documents(rows, state))
+            if rows:
+                before = int(rows[-1]["seq"])
+            if len(page) == limit:
+                return page, str(before)
+            if len(rows) < room:
+                # The window is read: go on below it, or stop at the oldest batch.
+                return page, None if floor is None else str(floor)
+
+    def _documents(self, rows: Sequence[Any], state: State | None) -> list[dict[str, Any]]:
+        """The status documents of these batch rows whose batch is in `state` (any when None)
+        and not being purged."""
+        summaries = {s.id: s for s in self.leases.groups([r["id"] for r in rows])}
+        documents: list[dict[str, Any]] = []
+        for row in rows:
+            summary = summaries.get(row["id"])
+            if summary is None:
+                continue  # its group is being purged
+            if state is not None and batch_state(summary) is not state:
+                continue
+            batch = _batch(row)
+            deliveries = self._deliveries(batch.id) if batch.notify_url is not None else []
+            documents.append(
+                status_document(
+                    batch,
+                    summary,
+                    poll_margin_seconds=self.poll_margin_seconds,
+                    deliveries=deliveries,
                 )
-                if len(page) == limit:
-                    return page, str(before)
-            if len(rows) < limit:
-                return page, None
+            )
+        return documents
 
     def items(
         self,
@@ -582,12 +618,18 @@ class BatchService:
         *,
         states: Collection[State] | None = None,
         cursor: str | None = None,
+        from_ref: str | None = None,
         limit: int = PAGE_LIMIT_DEFAULT,
     ) -> tuple[list[dict[str, Any]], str | None]:
-        """Item documents in submission order; (page, next cursor)."""
+        """Item documents in submission order; (page, next cursor). `from_ref`: the page starts
+        at the first item (among `states`) whose ref is exactly that, instead of at `cursor`;
+        `NoSuchRef` when there is none."""
         batch = self.batch(batch_id)
         limit = max(1, min(limit, PAGE_LIMIT_MAX))
-        rows = self.leases.items(batch_id, states=states, after_seq=_cursor(cursor), limit=limit)
+        after = _cursor(cursor)
+        if from_ref is not None:
+            after = self._before_ref(batch_id, from_ref, states)
+        rows = self.leases.items(batch_id, states=states, after_seq=after, limit=limit)
         by_item = self._manifests([r.id for r in rows], batch.spec)
         previews = self._previews([r.id for r in rows])
         docs = [
@@ -595,6 +637,15 @@ class BatchService:
         ]
         next_cursor = str(rows[-1].seq) if len(rows) == limit else None
         return docs, next_cursor
+
+    def _before_ref(self, batch_id: str, ref: str, states: Collection[State] | None) -> int:
+        """The cursor position just before the batch's first item with this ref."""
+        with self.leases.reading() as conn:
+            seq = conn.execute(queries.first_item_with_ref(batch_id, ref, states)).scalar()
+        if seq is None:
+            among = f" among the {' and '.join(state_names(states))} items" if states else ""
+            raise NoSuchRef(f"no item with ref {ref!r}{among} in batch {batch_id}")
+        return int(seq) - 1
 
     def item(self, batch_id: str, item_id: str) -> dict[str, Any]:
         """One item document; NoSuchBatch when the item is not in this batch."""

@@ -6,8 +6,46 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.expression import ColumnElement
 
 from batchcrop.tables import batches, deliveries, derivatives, previews
+from leases import State
+from leases.schema import items as lease_items
+
+ITEM_SEARCH_KEYS = ("ref", "source")
+"""The item payload fields a batch search matches exactly, each behind its own expression index
+(app migration 0009: `batchcrop_items_ref`, `batchcrop_items_source`)."""
+
+
+class PayloadText(ColumnElement[str]):
+    """The text of one top-level field of a lease item's payload, written exactly as the
+    expression indexes of migration 0009 are (`payload ->> 'ref'` on PostgreSQL,
+    `json_extract(payload, '$.ref')` on SQLite): a database uses such an index only for that
+    very expression, and a bound parameter in place of the key would not match it."""
+
+    inherit_cache = True
+    type = sa.String()
+
+    def __init__(self, field: str) -> None:
+        if field not in ITEM_SEARCH_KEYS:
+            raise ValueError(f"no index for the payload field {field!r}")
+        # Not `key`: a column element's `key` names it in result rows.
+        self.field = field
+
+    def _gen_cache_key(self, anon_map: Any, bindparams: Any) -> tuple[Any, ...]:
+        return (PayloadText, self.field)
+
+
+@compiles(PayloadText)
+def _payload_text_sqlite(element: PayloadText, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"json_extract(lease_items.payload, '$.{element.field}')"
+
+
+@compiles(PayloadText, "postgresql")
+def _payload_text_postgresql(element: PayloadText, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"(lease_items.payload ->> '{element.field}')"
 
 
 def insert_batch(
@@ -57,14 +95,68 @@ def batch_stores(batch_ids: Collection[str]) -> sa.Select[Any]:
     return sa.select(batches.c.id, batches.c.store).where(batches.c.id.in_(list(batch_ids)))
 
 
-def batch_page(*, before_seq: int | None, limit: int, label: str | None = None) -> sa.Select[Any]:
-    """Batches newest first, strictly older than `before_seq` when given, only those labelled
-    `label` when given."""
+def batch_page(
+    *,
+    before_seq: int | None,
+    limit: int,
+    label: str | None = None,
+    search: str | None = None,
+    floor_seq: int | None = None,
+) -> sa.Select[Any]:
+    """Batches newest first, strictly older than `before_seq` and not older than `floor_seq`
+    when given, only those labelled `label` and those `search` finds (`batch_search`) when
+    given."""
     query = sa.select(batches).order_by(batches.c.seq.desc()).limit(limit)
     if label is not None:
         query = query.where(batches.c.label == label)
+    if search is not None:
+        query = query.where(batch_search(search))
     if before_seq is not None:
         query = query.where(batches.c.seq < before_seq)
+    if floor_seq is not None:
+        query = query.where(batches.c.seq >= floor_seq)
+    return query
+
+
+def batch_search(text: str) -> ColumnElement[bool]:
+    """A batch whose id starts with `text` (any case), whose label contains it (any case), or
+    that has an item whose ref or source is exactly `text`. The item part is read through the
+    payload expression indexes; the rest is a filter on the batch rows, so callers bound the
+    rows it is applied to (`batch_window_floor`)."""
+    ids = sa.select(lease_items.c.group_id).where(
+        sa.or_(*(PayloadText(key) == text for key in ITEM_SEARCH_KEYS))
+    )
+    return sa.or_(
+        batches.c.id.startswith(text.lower(), autoescape=True),
+        batches.c.label.icontains(text, autoescape=True),
+        batches.c.id.in_(ids.scalar_subquery()),
+    )
+
+
+def batch_window_floor(*, before_seq: int | None, window: int) -> sa.Select[Any]:
+    """The `seq` of the `window`-th newest batch strictly older than `before_seq` (none when
+    fewer are left): a filtered listing reads no batch below it in one request. An index-only
+    walk of `window` primary-key entries."""
+    query = sa.select(batches.c.seq).order_by(batches.c.seq.desc()).offset(window - 1).limit(1)
+    if before_seq is not None:
+        query = query.where(batches.c.seq < before_seq)
+    return query
+
+
+def first_item_with_ref(
+    group_id: str, ref: str, states: Collection[State] | None
+) -> sa.Select[Any]:
+    """The `seq` of the group's first item (in submission order, among `states` when given)
+    whose ref is exactly `ref`: one probe of the ref index, which goes on with the group and
+    `seq`."""
+    query = (
+        sa.select(lease_items.c.seq)
+        .where(lease_items.c.group_id == group_id, PayloadText("ref") == ref)
+        .order_by(lease_items.c.seq)
+        .limit(1)
+    )
+    if states is not None:
+        query = query.where(lease_items.c.state.in_([s.value for s in State if s in states]))
     return query
 
 

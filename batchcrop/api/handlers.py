@@ -22,6 +22,7 @@ from batchcrop.batches import (
     IdempotencyConflict,
     NeedsNewDeadline,
     NoSuchBatch,
+    NoSuchRef,
     NothingToRedeliver,
 )
 from batchcrop.notify import NotifyUrlError
@@ -131,6 +132,7 @@ def install(api: FastAPI) -> None:
     api.add_exception_handler(RequestValidationError, on_validation)
     api.add_exception_handler(HTTPException, on_http)
     api.add_exception_handler(NoSuchBatch, mapped(404, "not-found"))
+    api.add_exception_handler(NoSuchRef, mapped(404, "not-found"))
     api.add_exception_handler(IdempotencyConflict, mapped(409, "idempotency-conflict"))
     api.add_exception_handler(EmptyBatch, mapped(422, "invalid-request", field="items"))
     api.add_exception_handler(BadCursor, mapped(422, "invalid-request", field="cursor"))

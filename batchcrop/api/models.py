@@ -88,6 +88,12 @@ LabelText = Annotated[
     AfterValidator(storable_text),
 ]
 Seconds = Annotated[float, Field(gt=0, le=DEADLINE_SECONDS_MAX)]
+SearchText = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=SOURCE_CHARS_MAX),
+    AfterValidator(storable_text),
+]
+"""A search of the batch list: as long as the longest source it may name."""
 
 
 class _Strict(BaseModel):

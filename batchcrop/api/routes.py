@@ -77,12 +77,24 @@ def batch_router(app: App) -> APIRouter:
         label: Annotated[
             str | None, Query(max_length=models.LABEL_CHARS_MAX, description="only this label")
         ] = None,
+        q: Annotated[
+            models.SearchText | None,
+            Query(
+                description="id prefix, part of the label (any case), or an item's exact ref "
+                "or source"
+            ),
+        ] = None,
         cursor: Cursor = None,
         limit: Limit = PAGE_LIMIT_DEFAULT,
     ) -> Response:
-        """Status documents, newest first, optionally only those in `state` or with `label`."""
+        """Status documents, newest first, optionally only those in `state`, with `label` or
+        found by `q`. Filtered pages may be short (even empty) yet have a `next_cursor`."""
         page, next_cursor = app.batches.list_batches(
-            state=State(state) if state else None, label=label, cursor=cursor, limit=limit
+            state=State(state) if state else None,
+            label=label,
+            search=q,
+            cursor=cursor,
+            limit=limit,
         )
         return json_response({"batches": page, "next_cursor": next_cursor})
 
@@ -115,12 +127,21 @@ def batch_router(app: App) -> APIRouter:
             list[models.StateName] | None, Query(max_length=len(State), description="repeatable")
         ] = None,
         cursor: Cursor = None,
+        from_ref: Annotated[
+            models.RefText | None,
+            Query(description="start at the first item (of those states) with this exact ref"),
+        ] = None,
         limit: Limit = PAGE_LIMIT_DEFAULT,
     ) -> Response:
-        """Item documents in submission order, optionally only those in the given states."""
+        """Item documents in submission order, optionally only those in the given states,
+        from `cursor` or from the first item whose ref is `from_ref` (404 when none is)."""
         states = [State(s) for s in state] if state else None
         page, next_cursor = app.batches.items(
-            path_id(batch_id, what="batch"), states=states, cursor=cursor, limit=limit
+            path_id(batch_id, what="batch"),
+            states=states,
+            cursor=cursor,
+            from_ref=from_ref,
+            limit=limit,
         )
         return json_response({"items": page, "next_cursor": next_cursor})
 

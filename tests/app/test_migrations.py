@@ -72,12 +72,12 @@ def test_0002_downgrades_back_to_three_columns(database_url: str) -> None:
 
 
 def test_0010_adds_the_previews_table_and_its_downgrade_drops_it(database_url: str) -> None:
-    """From 0006 the upgrade creates `batchcrop_previews` (items keep their manifests and have
+    """From 0009 the upgrade creates `batchcrop_previews` (items keep their manifests and have
     no preview until rendered again); the downgrade drops it and leaves the rest."""
     engine = make_engine(database_url)
     try:
         upgrade_leases(engine)
-        migrations.upgrade(engine, "0006")
+        migrations.upgrade(engine, "0009")
         assert "batchcrop_previews" not in sa.inspect(engine).get_table_names()
         migrations.upgrade(engine, "0010")
         inspector = sa.inspect(engine)
@@ -96,7 +96,7 @@ def test_0010_adds_the_previews_table_and_its_downgrade_drops_it(database_url: s
         assert [i["name"] for i in inspector.get_indexes("batchcrop_previews")] == [
             "batchcrop_previews_batch"
         ]
-        migrations.downgrade(engine, "0006")
+        migrations.downgrade(engine, "0009")
         tables = sa.inspect(engine).get_table_names()
         assert "batchcrop_previews" not in tables
         assert {"batchcrop_batches", "batchcrop_derivatives"} <= set(tables)

@@ -3,7 +3,7 @@ row per item whose worker stored a small preview of its source. Additive: items 
 it have no row and their thumbnails are decoded from the source, as before.
 
 Revision ID: 0010
-Revises: 0006
+Revises: 0009
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0010"
-down_revision = "0006"
+down_revision = "0009"
 
 
 def upgrade() -> None:

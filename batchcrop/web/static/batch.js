@@ -1,19 +1,24 @@
 // One batch: status (polled with ETag and Retry-After), the operator actions, the failed and
-// abandoned items, and the contact sheet paged with the items cursor.
+// abandoned items, and the contact sheet paged with the items cursor. The sheet's view (state
+// and ratio filters, the page's cursor or the ref it starts at, its number) lives in the URL,
+// so a view can be bookmarked; each change pushes a history entry, and Back and Forward
+// (popstate) show those views again. Only one page of items is ever fetched at a time.
 
 import {
   REQUEUEABLE_STATES,
+  STATES,
   TERMINAL_STATES,
+  ApiError,
   ageOf,
   apiFetch,
   apiJson,
   byId,
-  deadlineText,
   h,
   pollStatus,
   progressBar,
   releaseImages,
   setNotice,
+  showStale,
   startPage,
   stateBadge,
   timeElement,
@@ -31,8 +36,37 @@ const sheetPageSize = pageSizeFromUrl();
 
 let status = null;
 let stopPolling = () => {};
-const sheet = { cursors: [null], index: 0, next: null };
+let view = viewFromUrl();
+let nextCursor = null;
 let problemsCursor = null;
+
+// The sheet's view from the URL (and the pages walked before it, from the history entry):
+// `page` is the page's number, 0 when unknown (a page reached by a jump to a ref, or after it).
+function viewFromUrl() {
+  const query = new URLSearchParams(window.location.search);
+  const cursor = query.get("cursor") || "";
+  const ref = query.get("ref") || "";
+  const page = Number(query.get("page"));
+  return {
+    state: query.get("state") || "",
+    ratio: query.get("ratio") || "",
+    cursor,
+    ref,
+    page: Number.isInteger(page) && page >= 1 ? page : cursor || ref ? 0 : 1,
+    previous: window.history.state?.previous || [],
+  };
+}
+
+function urlOf(shown) {
+  const query = new URLSearchParams();
+  for (const name of ["state", "ratio", "ref", "cursor"]) {
+    if (shown[name]) query.set(name, shown[name]);
+  }
+  if (shown.page > 1) query.set("page", String(shown.page));
+  if (sheetPageSize !== SHEET_PAGE_SIZE_DEFAULT) query.set("per_page", String(sheetPageSize));
+  const text = query.toString();
+  return text ? `?${text}` : window.location.pathname;
+}
 
 function pageSizeFromUrl() {
   const asked = Number(new URLSearchParams(window.location.search).get("per_page"));
@@ -72,7 +106,7 @@ function showStatus(fresh) {
     ...(status.store ? term("Store", h("code", {}, status.store)) : []),
     ...term("Created", timeElement(status.created_at)),
     ...term("Last change", timeElement(status.updated_at)),
-    ...term("Deadline", timeElement(status.deadline_at), " ", deadlineText(status)),
+    ...term("Deadline", timeElement(status.deadline_at)),
     ...term(
       "Oldest unfinished item",
       status.oldest_updated_at ? `unchanged for ${ageOf(status.oldest_updated_at)}` : "none",
@@ -88,6 +122,7 @@ function showStatus(fresh) {
     ),
   );
   showDeliveries(status);
+  fillSheetFilters(status);
   byId("requeue").disabled = [...REQUEUEABLE_STATES].every((state) => c[state] === 0);
   byId("cancel").disabled = TERMINAL_STATES.has(status.state) || status.cancel_requested;
   // Items moved: refresh the lists that show them (not on every poll of an unchanged batch).
@@ -133,7 +168,7 @@ function onError(error) {
     run();
     return;
   }
-  setNotice(`Live updates paused: ${error.message || "the API did not answer"}`);
+  showStale(`Live updates paused: ${error.message || "the API did not answer"}`);
 }
 
 function problemRow(item) {
@@ -177,19 +212,56 @@ function cardFingerprint(item) {
   return JSON.stringify([item.state, item.attempt, item.error_category, item.derivatives]);
 }
 
+// The item as the sheet shows it: with the ratio filter, only that ratio's derivatives (and
+// crop box); the card's own code is unchanged.
 function card(item) {
-  const element = itemCard(batchId, item, status.ratios);
+  const shown = view.ratio
+    ? { ...item, derivatives: item.derivatives.filter((d) => d.ratio === view.ratio) }
+    : item;
+  const element = itemCard(batchId, shown, status.ratios);
   element.dataset.fingerprint = cardFingerprint(item);
   return element;
 }
 
-// Shows the current page of the sheet. `update`: the same page again after items moved; only
-// the cards whose item changed are rebuilt, so a person checking crops keeps their place.
-async function loadSheet({ update = false } = {}) {
+// The filter fields' options, once the batch's ratios are known; their values follow the
+// view shown (set by `showSheetFilters`, not on each poll: a choice not yet applied stays).
+function fillSheetFilters(batch) {
+  const states = byId("sheet-state");
+  if (states.options.length > 1) return;
+  states.append(...STATES.map((s) => h("option", { value: s }, s.replace("_", " "))));
+  byId("sheet-ratio").append(...batch.ratios.map((r) => h("option", { value: r }, r)));
+  showSheetFilters();
+}
+
+function showSheetFilters() {
+  byId("sheet-state").value = view.state;
+  byId("sheet-ratio").value = status?.ratios.includes(view.ratio) ? view.ratio : "";
+}
+
+function itemsPath(shown) {
   const query = new URLSearchParams({ limit: String(sheetPageSize) });
-  const cursor = sheet.cursors[sheet.index];
-  if (cursor) query.set("cursor", cursor);
-  const page = await apiJson(`/v1/batches/${batchId}/items?${query}`);
+  if (shown.state) query.set("state", shown.state);
+  if (shown.ref) query.set("from_ref", shown.ref);
+  else if (shown.cursor) query.set("cursor", shown.cursor);
+  return `/v1/batches/${batchId}/items?${query}`;
+}
+
+function pageText(shown, count) {
+  if (!count) return shown.page === 1 ? "No items in this view" : "No items on this page";
+  const total = shown.state ? status.counts[shown.state] : status.total;
+  if (shown.page === 0) return `${count} items${shown.ref ? ` from ${shown.ref}` : ""} of ${total}`;
+  const first = (shown.page - 1) * sheetPageSize + 1;
+  return `Items ${first} to ${first + count - 1} of ${total}`;
+}
+
+// Shows the sheet in view `shown`. `update`: the same page again after items moved; only the
+// cards whose item changed are rebuilt, so a person checking crops keeps their place.
+// `push`: a new view, recorded as a history entry once its page has loaded (a jump to a ref
+// no item has leaves the view, and the history, as they were).
+async function loadSheet(shown = view, { update = false, push = false } = {}) {
+  const page = await apiJson(itemsPath(shown));
+  view = shown;
+  if (push) window.history.pushState({ previous: view.previous }, "", urlOf(view));
   const list = byId("sheet");
   if (update) {
     for (const item of page.items) {
@@ -202,31 +274,52 @@ async function loadSheet({ update = false } = {}) {
     releaseImages();
     list.replaceChildren(...page.items.map(card));
   }
-  sheet.next = page.next_cursor;
-  const first = sheet.index * sheetPageSize + 1;
-  const last = sheet.index * sheetPageSize + page.items.length;
-  byId("sheet-page").textContent = page.items.length
-    ? `Items ${first} to ${last} of ${status.total}`
-    : "No items on this page";
-  byId("sheet-prev").disabled = sheet.index === 0;
-  byId("sheet-next").disabled = !sheet.next;
+  nextCursor = page.next_cursor;
+  byId("sheet-page").textContent = pageText(view, page.items.length);
+  byId("sheet-first").disabled = view.page === 1;
+  byId("sheet-prev").disabled = view.previous.length === 0;
+  byId("sheet-next").disabled = !nextCursor;
+  showSheetFilters();
 }
 
 async function refreshLists() {
-  await Promise.all([loadProblems(), loadSheet({ update: true })]);
+  await Promise.all([loadProblems(), loadSheet(view, { update: true })]);
+}
+
+async function showView(shown) {
+  await loadSheet(shown, { push: true });
+  byId("sheet-heading").scrollIntoView();
+}
+
+function here() {
+  return { cursor: view.cursor, ref: view.ref, page: view.page };
 }
 
 async function turnPage(step) {
-  if (step > 0 && sheet.next) {
-    sheet.cursors[sheet.index + 1] = sheet.next;
-    sheet.index += 1;
-  } else if (step < 0 && sheet.index > 0) {
-    sheet.index -= 1;
-  } else {
-    return;
+  if (step > 0 && nextCursor) {
+    const page = view.page ? view.page + 1 : 0;
+    const previous = [...view.previous, here()];
+    await showView({ ...view, cursor: nextCursor, ref: "", page, previous });
+  } else if (step < 0 && view.previous.length) {
+    const back = view.previous[view.previous.length - 1];
+    await showView({ ...view, ...back, previous: view.previous.slice(0, -1) });
   }
-  await loadSheet();
-  byId("sheet-heading").scrollIntoView();
+}
+
+// A new filter or jump starts a fresh walk: page 1, or the page starting at the ref.
+function freshView(changes) {
+  return { ...view, cursor: "", ref: "", page: 1, previous: [], ...changes };
+}
+
+async function jumpToRef(ref) {
+  const result = byId("sheet-result");
+  try {
+    await showView(freshView({ ref, page: 0 }));
+    result.textContent = "";
+  } catch (error) {
+    if (!(error instanceof ApiError) || error.status !== 404) throw error;
+    result.textContent = `No item with ref ${ref}${view.state ? ` in state ${view.state}` : ""}.`;
+  }
 }
 
 function deadlineSeconds() {
@@ -271,7 +364,7 @@ async function load() {
   const fresh = await response.json();
   status = null;
   follow(fresh);
-  await Promise.all([loadProblems(), loadSheet()]);
+  await Promise.all([loadProblems(), loadSheet(view)]);
 }
 
 const run = startPage(load);
@@ -291,4 +384,20 @@ byId("problems-more").addEventListener("click", () =>
 );
 byId("sheet-prev").addEventListener("click", () => turnPage(-1).catch(onError));
 byId("sheet-next").addEventListener("click", () => turnPage(1).catch(onError));
+byId("sheet-first").addEventListener("click", () => showView(freshView({})).catch(onError));
+byId("sheet-filters").addEventListener("submit", (event) => {
+  event.preventDefault();
+  const changes = { state: byId("sheet-state").value, ratio: byId("sheet-ratio").value };
+  byId("sheet-result").textContent = "";
+  showView(freshView(changes)).catch(onError);
+});
+byId("sheet-jump").addEventListener("submit", (event) => {
+  event.preventDefault();
+  const ref = byId("sheet-ref").value.trim();
+  if (ref) jumpToRef(ref).catch(onError);
+});
+window.addEventListener("popstate", () => {
+  byId("sheet-result").textContent = "";
+  loadSheet(viewFromUrl()).catch(onError);
+});
 run();

@@ -6,9 +6,12 @@ const TOKEN_KEY = "batchcrop.apiToken";
 const IMAGE_FETCHES_AT_ONCE = 4; // the server decodes thumbnails 2 at a time; keep a small queue
 const RETRY_AFTER_DEFAULT_SECONDS = 5;
 const LOADING = "Loading…";
+const TIME_TICK_SECONDS = 1; // relative times ("3 min ago") are redrawn this often, locally
+const JUST_NOW_SECONDS = 5;
 
 // The state vocabulary is the server's (GET /v1/meta), filled in before a page's first load.
 // Every page needs it: `startPage` loads it (once) before the page's own data.
+export const STATES = [];
 export const TERMINAL_STATES = new Set();
 export const REQUEUEABLE_STATES = new Set();
 
@@ -172,16 +175,57 @@ export function byId(id) {
 }
 
 export function setNotice(text) {
-  byId("notice").textContent = text;
+  const notice = byId("notice");
+  notice.textContent = text;
+  delete notice.dataset.stale;
 }
 
-// Times: ISO 8601 UTC from the API, shown in UTC (one time zone for everyone on a call).
+// A notice that the data on screen may be out of date (a poll or refresh failed). It is the
+// only kind `clearStale` removes: the next successful poll or refresh takes it away by itself,
+// and leaves any other message alone.
+export function showStale(text) {
+  setNotice(text);
+  byId("notice").dataset.stale = "true";
+}
+
+export function clearStale() {
+  const notice = byId("notice");
+  if (notice.dataset.stale) setNotice("");
+}
+
+// Times: ISO 8601 UTC from the API, shown in UTC (one time zone for everyone on a call), with
+// how long ago (or how far ahead) beside it. The relative part is redrawn every
+// TIME_TICK_SECONDS from the clock alone, never refetched; the absolute time stays in the
+// `title` and the machine-readable one in `datetime`.
 // `milliseconds`: keep them (a timeline's transitions often share a second).
 export function timeElement(iso, { milliseconds = false } = {}) {
   if (!iso) return h("span", {}, "—");
   const shown = milliseconds ? iso : iso.replace(/\.\d+Z$/, "Z");
-  return h("time", { datetime: iso }, shown.replace("T", " ").replace("Z", " UTC"));
+  const absolute = shown.replace("T", " ").replace("Z", " UTC");
+  return h(
+    "time",
+    { datetime: iso, title: absolute },
+    h("span", { class: "absolute" }, absolute),
+    " ",
+    h("span", { class: "relative" }, `(${relativeTime(iso)})`),
+  );
 }
+
+export function relativeTime(iso, now = Date.now()) {
+  const seconds = (now - Date.parse(iso)) / 1000;
+  if (Math.abs(seconds) < JUST_NOW_SECONDS) return "just now";
+  return seconds > 0 ? `${duration(seconds)} ago` : `in ${duration(-seconds)}`;
+}
+
+function tickTimes() {
+  const now = Date.now();
+  for (const element of document.querySelectorAll("time[datetime] > .relative")) {
+    const text = `(${relativeTime(element.parentElement.getAttribute("datetime"), now)})`;
+    if (element.textContent !== text) element.textContent = text;
+  }
+}
+
+setInterval(tickTimes, TIME_TICK_SECONDS * 1000);
 
 export function duration(seconds) {
   const s = Math.max(0, Math.round(seconds));
@@ -193,12 +237,6 @@ export function duration(seconds) {
 
 export function ageOf(iso) {
   return iso ? duration((Date.now() - Date.parse(iso)) / 1000) : "—";
-}
-
-export function deadlineText(status) {
-  const left = (Date.parse(status.deadline_at) - Date.now()) / 1000;
-  if (TERMINAL_STATES.has(status.state)) return "";
-  return left >= 0 ? `in ${duration(left)}` : `passed ${duration(-left)} ago`;
 }
 
 export function stateBadge(state) {
@@ -269,9 +307,11 @@ export function pollStatus(batchId, onChange, { etag = null, onError = () => {} 
       const response = await apiFetch(`/v1/batches/${batchId}`, { headers });
       if (stopped) return;
       let status = null;
+      clearStale();
       if (response.status === 200) {
         lastEtag = response.headers.get("ETag");
         status = await response.json();
+        if (stopped) return; // stopped while the body was read: the caller moved on
         onChange(status);
       }
       const retryAfter = response.headers.get("Retry-After");
@@ -317,6 +357,7 @@ function labelTables() {
 async function loadMeta() {
   if (TERMINAL_STATES.size) return;
   const meta = await apiJson("/v1/meta");
+  STATES.push(...meta.states);
   for (const state of meta.terminal_states) TERMINAL_STATES.add(state);
   for (const state of meta.requeueable_states) REQUEUEABLE_STATES.add(state);
 }
