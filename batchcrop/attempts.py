@@ -38,7 +38,8 @@ class Attempts:
         self.leases = leases
 
     def succeed(self, claim: Claim, manifest: Sequence[Derivative]) -> Outcome:
-        """C: write the manifest and move the item to `succeeded` in one fenced transaction.
+        """C: write the manifest and move the item to `succeeded` in one fenced transaction;
+        the manifest replaces the item's rows from an earlier success, if any.
 
         The fenced transition goes first: a stale holder fails its predicate before it writes a
         single manifest row, and the transaction rolls back whole.
@@ -48,6 +49,8 @@ class Attempts:
             rows = [_manifest_values(claim, row) for row in manifest]
             with self.leases.transaction() as conn:
                 self.leases.complete(claim, conn=conn)
+                # An earlier success's rows (kept through a re-crop or requeue) are replaced.
+                conn.execute(queries.delete_item_derivatives(claim.item_id))
                 statement, params = queries.insert_derivatives(rows)
                 conn.execute(statement, list(params))
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from batchcrop.tables import batches, deliveries, derivatives
+from batchcrop.tables import batches, deliveries, derivatives, recrops
 
 
 def insert_batch(
@@ -75,6 +75,12 @@ def insert_derivatives(
     return derivatives.insert(), rows
 
 
+def delete_item_derivatives(item_id: str) -> sa.Delete:
+    """Delete one item's manifest rows: its success replaces those of an earlier one (after a
+    re-crop or a requeue), in the same fenced transaction."""
+    return sa.delete(derivatives).where(derivatives.c.item_id == item_id)
+
+
 def derivatives_of(item_ids: Collection[str]) -> sa.Select[Any]:
     """The manifest rows of these items, in a stable order."""
     return (
@@ -121,3 +127,27 @@ def deliveries_of(batch_id: str) -> sa.Select[Any]:
 def deliveries_among(delivery_ids: Collection[str]) -> sa.Select[Any]:
     """The deliveries among these lease group ids."""
     return sa.select(deliveries.c.id).where(deliveries.c.id.in_(list(delivery_ids)))
+
+
+def insert_recrop(
+    *, correlation_id: str, batch_id: str, item_id: str, focus_box: Sequence[int]
+) -> sa.Insert:
+    """One operator re-crop, written beside its `recrop` event (same correlation id)."""
+    return recrops.insert().values(
+        correlation_id=correlation_id,
+        batch_id=batch_id,
+        item_id=item_id,
+        focus_box=list(focus_box),
+    )
+
+
+def recrop_boxes(correlation_ids: Collection[str]) -> sa.Select[Any]:
+    """(correlation_id, focus_box) of the re-crops with these correlation ids."""
+    return sa.select(recrops.c.correlation_id, recrops.c.focus_box).where(
+        recrops.c.correlation_id.in_(list(correlation_ids))
+    )
+
+
+def delete_recrops(batch_id: str) -> sa.Delete:
+    """Delete the batch's re-crop rows (retention, with its manifest)."""
+    return sa.delete(recrops).where(recrops.c.batch_id == batch_id)

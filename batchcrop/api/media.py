@@ -1,4 +1,5 @@
-"""Image endpoints for the operator page: a source thumbnail and a derivative's bytes.
+"""Image endpoints for the operator page: a source thumbnail, a derivative's bytes, and the
+preview of where each ratio's window would go with a focus box.
 
 Both sit behind the same bearer token as the rest of `/v1` and answer problems on every error.
 The thumbnail is of the source *after* EXIF orientation and carries the oriented source size in
@@ -18,11 +19,12 @@ from fastapi import APIRouter, Path, Query
 from PIL import Image
 from starlette.responses import Response
 
-from batchcrop.api.models import FormatName
-from batchcrop.api.problems import Problem
+from batchcrop.api.models import FormatName, WindowsDocument
+from batchcrop.api.problems import Problem, field_problem
 from batchcrop.api.requests import path_id
-from batchcrop.api.routes import PROBLEM_RESPONSE, PROBLEM_RESPONSES
+from batchcrop.api.routes import PROBLEM_RESPONSE, PROBLEM_RESPONSES, json_response
 from batchcrop.app import App
+from batchcrop.batches import FocusError, focus_from_text
 from batchcrop.crop import (
     FORMATS,
     MAX_SOURCE_PIXELS,
@@ -30,9 +32,13 @@ from batchcrop.crop import (
     CropError,
     MemoryBudget,
     Ratio,
+    RenderSpec,
 )
 from batchcrop.crop.budget import reserved
 from batchcrop.crop.decode import decode_cost, decode_rgb, open_image, reduction
+from batchcrop.crop.errors import InvalidFocus
+from batchcrop.crop.preview import preview_windows
+from batchcrop.crop.window import Box
 from storage import (
     AccessDenied,
     ObjectNotFound,
@@ -191,6 +197,44 @@ def _read_derivative(store: ObjectStore, key: str, *, max_bytes: int) -> bytes:
         raise Problem(404, "the derivative's object cannot be read", slug="not-found") from exc
 
 
+FocusQuery = Annotated[
+    str | None,
+    Query(
+        max_length=64,
+        description="a focus box `left,top,right,bottom` in upright source pixels (none: the "
+        "windows the engine chooses on its own)",
+    ),
+]
+
+
+def windows_document(
+    data: bytes, spec: RenderSpec, focus: Box | None, *, budget: MemoryBudget | None
+) -> dict[str, Any]:
+    """The `…/windows` document of a source's bytes: each ratio's crop box with `focus`; the
+    problem saying why not (a box outside the picture, an unusable source, a busy budget)."""
+    try:
+        placed = preview_windows(
+            data, spec, focus=focus, budget=budget, timeout=THUMBNAIL_QUEUE_SECONDS
+        )
+    except BudgetBusy as exc:
+        raise _busy() from exc
+    except InvalidFocus as exc:
+        raise field_problem("focus", str(exc)) from exc
+    except CropError as exc:
+        raise Problem(
+            422, f"the source is not a usable image ({exc.category})", slug="source-unusable"
+        ) from exc
+    return {
+        "source_width": placed.size[0],
+        "source_height": placed.size[1],
+        "focus_box": None if placed.focus is None else list(placed.focus),
+        "windows": [
+            {"ratio": str(ratio), "crop_box": list(crop_box)}
+            for ratio, crop_box in placed.crop_boxes
+        ],
+    }
+
+
 def _busy() -> Problem:
     return Problem(
         503,
@@ -275,6 +319,34 @@ def media_router(app: App) -> APIRouter:
             "Cache-Control": f"private, max-age={THUMBNAIL_CACHE_SECONDS}",
         }
         return Response(jpeg, media_type=JPEG_MEDIA_TYPE, headers=headers)
+
+    @router.get(
+        "/{batch_id}/items/{item_id}/windows",
+        response_model=WindowsDocument,
+        responses={403: PROBLEM_RESPONSE},
+    )
+    def windows(batch_id: str, item_id: str, focus: FocusQuery = None) -> Response:
+        """Where each of the batch's ratios would crop the item's source with the focus box
+        `focus`: the crop boxes a re-crop with it would give its derivatives (the engine's own
+        placement, on its saliency decode; nothing is rendered or stored). Shares the
+        thumbnails' decode slots and memory budget. 422 when `focus` is malformed or lies
+        outside the picture, or the source is not a usable image."""
+        batch_id, item_id = path_id(batch_id, what="batch"), path_id(item_id, what="item")
+        try:
+            box = None if focus is None else focus_from_text(focus)
+        except FocusError as exc:
+            raise field_problem("focus", str(exc)) from exc
+        item = app.batches.item(batch_id, item_id)
+        spec = app.batches.batch(batch_id).spec
+        if not decodes.acquire(timeout=THUMBNAIL_QUEUE_SECONDS):
+            raise _busy()
+        try:
+            data = read_source_bytes(sources, item["source"], max_bytes=max_bytes)
+            document = windows_document(data, spec, box, budget=app.decode_budget)
+            del data
+        finally:
+            decodes.release()
+        return json_response(document)
 
     @router.get(
         "/{batch_id}/items/{item_id}/derivatives/{ratio}",
