@@ -359,6 +359,7 @@ class Meta(BaseModel):
     terminal_states: list[StateName]
     unfinished_states: list[StateName]
     requeueable_states: list[StateName]
+    recroppable_states: list[StateName]
 
 
 class Health(BaseModel):

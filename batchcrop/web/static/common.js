@@ -11,6 +11,7 @@ const LOADING = "Loading…";
 // Every page needs it: `startPage` loads it (once) before the page's own data.
 export const TERMINAL_STATES = new Set();
 export const REQUEUEABLE_STATES = new Set();
+export const RECROPPABLE_STATES = new Set();
 
 export class Unauthorized extends Error {}
 
@@ -261,6 +262,7 @@ async function loadMeta() {
   const meta = await apiJson("/v1/meta");
   for (const state of meta.terminal_states) TERMINAL_STATES.add(state);
   for (const state of meta.requeueable_states) REQUEUEABLE_STATES.add(state);
+  for (const state of meta.recroppable_states) RECROPPABLE_STATES.add(state);
 }
 
 // Runs `load` and handles the token: on 401 the data is hidden and the token form shown; a

@@ -1,9 +1,11 @@
 // The contact sheet: one card per item, its source thumbnail with the crop box of every ratio
 // drawn over it (an SVG whose viewBox is the oriented source size, so `crop_box` in source
 // pixels is used as is and scales with the thumbnail), beside the derivatives themselves: one
-// picture per ratio (its first format), captioned with every format's size.
+// picture per ratio (its first format), captioned with every format's size. A derivative is a
+// button: clicking it enlarges it in a dialog (Esc or Close closes it); hovering or focusing it
+// highlights its crop box on the source.
 
-import { h, loadImage, stateBadge, svg } from "./common.js";
+import { byId, h, loadImage, stateBadge, svg } from "./common.js";
 
 export const THUMBNAIL_MAX_SIDE_PX = 320;
 // Box styles per ratio, by position in the batch's ratio list: colour and dash pattern both
@@ -104,20 +106,69 @@ function sourceFigure(batchId, item, ratios) {
   );
 }
 
+// The one dialog that shows an enlarged derivative (created on first use).
+function enlargedDialog() {
+  let dialog = byId("enlarged");
+  if (dialog) return dialog;
+  const close = h("button", { type: "button", class: "secondary" }, "Close");
+  dialog = h(
+    "dialog",
+    { id: "enlarged", class: "enlarged", "aria-labelledby": "enlarged-caption" },
+    h("img", { id: "enlarged-image", alt: "" }),
+    h("p", { id: "enlarged-caption" }),
+    close,
+  );
+  close.addEventListener("click", () => dialog.close());
+  document.body.append(dialog);
+  return dialog;
+}
+
+function enlarge(img, caption, opener) {
+  const dialog = enlargedDialog();
+  const large = byId("enlarged-image");
+  large.src = img.src;
+  large.alt = img.alt;
+  byId("enlarged-caption").textContent = caption;
+  // The dialog's Esc and Close give the focus back to the derivative that opened it.
+  dialog.addEventListener("close", () => opener.focus(), { once: true });
+  dialog.showModal();
+}
+
+// Highlight (or not) the crop box of `ratio` on the source of the card holding `figure`.
+function highlight(figure, ratio, on) {
+  const card = figure.closest("li.card");
+  if (!card) return;
+  for (const rect of card.querySelectorAll("svg.boxes rect[data-ratio]")) {
+    if (rect.dataset.ratio === ratio) rect.classList.toggle("highlight", on);
+  }
+}
+
 function derivativeFigure(batchId, item, formats, ratios) {
   const [derivative] = formats;
   const format = derivative.format || "jpeg";
   const label = item.ref || item.id;
+  const description = `${derivative.ratio} derivative of ${label}, ${derivative.width} by ${derivative.height} pixels, ${FORMAT_LABELS[format] || format}`;
   const img = h("img", {
-    alt: `${derivative.ratio} derivative of ${label}, ${derivative.width} by ${derivative.height} pixels, ${FORMAT_LABELS[format] || format}`,
+    alt: description,
     width: derivative.width,
     height: derivative.height,
     class: "derivative",
   });
+  const opener = h(
+    "button",
+    {
+      type: "button",
+      class: "enlarge",
+      "aria-label": `Enlarge the ${derivative.ratio} derivative of ${label}`,
+      disabled: true,
+    },
+    img,
+  );
+  opener.addEventListener("click", () => enlarge(img, description, opener));
   const figure = h(
     "figure",
-    { class: "derivative-figure", "data-ratio": derivative.ratio },
-    img,
+    { class: "derivative-figure", "data-ratio": derivative.ratio, "data-key": derivative.key },
+    opener,
     h(
       "figcaption",
       {},
@@ -137,9 +188,18 @@ function derivativeFigure(batchId, item, formats, ratios) {
     ),
   );
   const path = `/v1/batches/${batchId}/items/${item.id}/derivatives/${ratioPath(derivative.ratio)}`;
+  for (const [events, on] of [
+    [["mouseenter", "focusin"], true],
+    [["mouseleave", "focusout"], false],
+  ]) {
+    for (const name of events) {
+      figure.addEventListener(name, () => highlight(figure, derivative.ratio, on));
+    }
+  }
   loadImage(`${path}?format=${encodeURIComponent(format)}`)
     .then(({ url }) => {
       img.src = url;
+      opener.disabled = false;
     })
     .catch((error) => {
       figure.classList.add("missing");
