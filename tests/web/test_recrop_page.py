@@ -134,7 +134,8 @@ def test_a_derivative_enlarges_and_highlights_its_crop_box(
     page: Any, processed: ProcessedBatch
 ) -> None:
     """Hovering or focusing a derivative highlights its ratio's crop box on the source; clicking
-    it (or Enter) opens it enlarged in a dialog that Esc closes, giving the focus back."""
+    it (or Enter) opens it enlarged in a dialog that Esc closes, giving the focus back; each
+    re-croppable card links to its item's re-crop editor."""
     item = _item(processed, "sku-0")
     open_with_token(page, f"{processed.live.url}/batches/{processed.id}")
     card = page.locator(f"li.card[data-item-id='{item['id']}']")
@@ -163,3 +164,9 @@ def test_a_derivative_enlarges_and_highlights_its_crop_box(
     dialog.wait_for(state="visible")
     dialog.get_by_role("button", name="Close").click()
     dialog.wait_for(state="hidden")
+    broken = _item(processed, "sku-6")  # failed invalid_image: re-croppable, no derivatives
+    assert page.get_by_role("link", name="Re-crop sku-6").count() == 1
+    assert page.locator(f"li.card[data-item-id='{broken['id']}'] button.enlarge").count() == 0
+    card.get_by_role("link", name="Re-crop sku-0").click()
+    page.locator("img.recrop-image").wait_for()
+    assert page.url.endswith(f"/items/{item['id']}#recrop-heading")

@@ -126,11 +126,16 @@ export function recropEditor(batchId, item, ratios, { onApplied }) {
       windowsLayer.replaceChildren(...rects);
       windowsList.replaceChildren(...lines);
       windowsList.dataset.focus = focus;
+      if (message.dataset.kind === "preview") {
+        message.textContent = "";
+        delete message.dataset.kind;
+      }
     } catch (error) {
       if (seq !== previewSeq) return;
       windowsLayer.replaceChildren();
       windowsList.replaceChildren();
       message.textContent = `No preview: ${error.message}`;
+      message.dataset.kind = "preview";
     }
   }
 

@@ -5,7 +5,7 @@
 // button: clicking it enlarges it in a dialog (Esc or Close closes it); hovering or focusing it
 // highlights its crop box on the source.
 
-import { byId, h, loadImage, stateBadge, svg } from "./common.js";
+import { byId, h, loadImage, RECROPPABLE_STATES, stateBadge, svg } from "./common.js";
 
 export const THUMBNAIL_MAX_SIDE_PX = 320;
 // Box styles per ratio, by position in the batch's ratio list: colour and dash pattern both
@@ -102,6 +102,17 @@ function sourceFigure(batchId, item, ratios) {
         { href: `/batches/${batchId}/items/${item.id}`, "aria-label": `Timeline of ${label}` },
         "Timeline",
       ),
+      RECROPPABLE_STATES.has(item.state) ? " · " : null,
+      RECROPPABLE_STATES.has(item.state)
+        ? h(
+            "a",
+            {
+              href: `/batches/${batchId}/items/${item.id}#recrop-heading`,
+              "aria-label": `Re-crop ${label}`,
+            },
+            "Re-crop",
+          )
+        : null,
     ),
   );
 }
