@@ -41,7 +41,8 @@ class Attempts:
         self, claim: Claim, manifest: Sequence[Derivative], preview: Preview | None = None
     ) -> Outcome:
         """C: write the manifest (and the source's preview row, when one was stored) and move
-        the item to `succeeded` in one fenced transaction.
+        the item to `succeeded` in one fenced transaction; they replace the item's rows from an
+        earlier success, if any.
 
         The fenced transition goes first: a stale holder fails its predicate before it writes a
         single manifest row, and the transaction rolls back whole.
@@ -51,6 +52,9 @@ class Attempts:
             rows = [_manifest_values(claim, row) for row in manifest]
             with self.leases.transaction() as conn:
                 self.leases.complete(claim, conn=conn)
+                # An earlier success's rows (kept through a re-crop or requeue) are replaced.
+                conn.execute(queries.delete_item_derivatives(claim.item_id))
+                conn.execute(queries.delete_item_preview(claim.item_id))
                 statement, params = queries.insert_derivatives(rows)
                 conn.execute(statement, list(params))
                 if preview is not None:

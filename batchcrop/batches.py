@@ -45,6 +45,8 @@ from storage import canonical_store_url, object_url
 if TYPE_CHECKING:
     from batchcrop.crop.window import Box
 
+RECROP_REASON = "recrop"
+"""The `reason` of the event that moves a re-cropped item back to `queued` (`batchcrop.recrop`)."""
 PAGE_LIMIT_MAX = 1000
 PRUNE_BATCH_ROWS = 500
 """Manifest rows' items per retention transaction (a few rows each: one per ratio and format)."""
@@ -152,6 +154,22 @@ def focus_box(values: Sequence[object]) -> Box:
     if bottom <= top:
         raise FocusError("bottom", "bottom must be greater than top")
     return left, top, right, bottom
+
+
+def focus_from_text(text: str) -> Box:
+    """The focus box written `left,top,right,bottom` (the CLI's `--focus`, the API's `?focus=`),
+    checked by `focus_box`; FocusError otherwise."""
+    parts = text.split(",")
+    if len(parts) != len(FOCUS_TERMS):
+        raise FocusError("left", "a focus box is four numbers: left,top,right,bottom")
+    values: list[object] = []
+    for term, part in zip(FOCUS_TERMS, parts, strict=True):
+        digits = part.strip()
+        # isascii: str.isdigit() also accepts digits int() refuses, such as "²".
+        if not (digits.isascii() and digits.isdigit()) or len(digits) > len(str(FOCUS_PX_MAX)):
+            raise FocusError(term, f"{term} must be a whole number in 0..{FOCUS_PX_MAX}")
+        values.append(int(digits))
+    return focus_box(values)
 
 
 def payload_focus(payload: Mapping[str, Any]) -> Box | None:
@@ -422,6 +440,7 @@ class BatchService:
                 result.rows += self.leases.purge(delivery)
             with self.leases.transaction() as conn:
                 result.rows += conn.execute(queries.delete_deliveries(batch_id)).rowcount
+                result.rows += conn.execute(queries.delete_recrops(batch_id)).rowcount
             result.rows += self.leases.purge(batch_id)
             result.batches += 1
         return result
@@ -704,7 +723,21 @@ class BatchService:
             groups += self._delivery_ids(batch_id)
         rows = self.leases.events(groups, item_id=item_id, after_id=_cursor(cursor), limit=limit)
         next_cursor = str(rows[-1].id) if len(rows) == limit else None
-        return [event_document(e, batch_id=batch_id) for e in rows], next_cursor
+        boxes = self._recrop_boxes({e.correlation_id for e in rows if e.reason == RECROP_REASON})
+        documents = [
+            event_document(e, batch_id=batch_id, focus_box=boxes.get(e.correlation_id or ""))
+            for e in rows
+        ]
+        return documents, next_cursor
+
+    def _recrop_boxes(self, correlation_ids: Collection[str | None]) -> dict[str, list[int]]:
+        """The focus box of each operator re-crop among these correlation ids (one query)."""
+        wanted = [c for c in correlation_ids if c is not None]
+        if not wanted:
+            return {}
+        with self.leases.reading() as conn:
+            rows = conn.execute(queries.recrop_boxes(wanted)).all()
+        return {str(row.correlation_id): list(row.focus_box) for row in rows}
 
     def manifest(self, batch_id: str) -> list[dict[str, Any]]:
         """Every manifest row of the batch, each with its `location` in the batch's store (for

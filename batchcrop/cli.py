@@ -361,6 +361,19 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table
     _database_flags(p)
     p.set_defaults(handler=commands.redeliver)
 
+    p = sub.add_parser("recrop", help="render one succeeded or failed item again with a focus box")
+    p.add_argument("batch")
+    p.add_argument("item", help="the item's id (or a unique prefix of it)")
+    p.add_argument(
+        "--focus",
+        required=True,
+        metavar="L,T,R,B",
+        help="the focus box: left,top,right,bottom in upright source pixels",
+    )
+    _json_flag(p, "item document")
+    _database_flags(p)
+    p.set_defaults(handler=commands.recrop)
+
     p = sub.add_parser("serve", help="the HTTP API (and the reaper on a timer)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
@@ -487,6 +500,7 @@ def _errors() -> tuple[tuple[type[BaseException] | tuple[type[BaseException], ..
         NoSuchBatch,
         NothingToRedeliver,
     )
+    from batchcrop.recrop import BatchCancelled, RecropConflict  # noqa: PLC0415
     from batchcrop.schema import SchemaBehind  # noqa: PLC0415
     from batchcrop.settings import SettingsError  # noqa: PLC0415
     from leases import DatabaseUnavailable, SchemaMissing  # noqa: PLC0415
@@ -510,6 +524,8 @@ def _errors() -> tuple[tuple[type[BaseException] | tuple[type[BaseException], ..
                 AmbiguousId,
                 NeedsNewDeadline,
                 NothingToRedeliver,
+                RecropConflict,
+                BatchCancelled,
                 SourceNotAllowed,
                 module.UsageError,
             ),

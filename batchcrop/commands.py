@@ -28,6 +28,7 @@ from batchcrop.batches import (
     ItemRequest,
     check_deadline,
     focus_box,
+    focus_from_text,
 )
 from batchcrop.crop.spec import RenderSpec
 from batchcrop.errors import BatchcropError
@@ -530,6 +531,28 @@ def redeliver(args: argparse.Namespace) -> int:
         _print_json(document)
     else:
         print_status(document)
+    return 0
+
+
+def recrop(args: argparse.Namespace) -> int:
+    """`batchcrop recrop`: render one succeeded or failed item again with a focus box (the
+    item is queued; a worker renders it under new keys; docs/design.md §6, re-crop)."""
+    from batchcrop.recrop import recrop as recrop_item  # noqa: PLC0415  (see the imports)
+
+    try:
+        box = focus_from_text(args.focus)  # a usage error, before the database is asked anything
+    except FocusError as exc:
+        raise UsageError(f"--focus: {exc}") from None
+    with opened(args) as app:
+        batch_id = app.batches.resolve_id(args.batch)
+        item_id = app.batches.resolve_item_id(batch_id, args.item)
+        document = recrop_item(app.batches, batch_id, item_id, box)
+    if args.json:
+        _print_json(document)
+    else:
+        focus = ",".join(map(str, box))
+        print(f"re-cropping item {item_id} with focus box {focus}", file=sys.stderr)
+        print_items([document])
     return 0
 
 

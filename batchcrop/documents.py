@@ -227,10 +227,13 @@ def item_document(
     }
 
 
-def event_document(event: EventRow, *, batch_id: str | None = None) -> dict[str, Any]:
+def event_document(
+    event: EventRow, *, batch_id: str | None = None, focus_box: list[int] | None = None
+) -> dict[str, Any]:
     """One transition of the timeline: of an item (`kind` "item"), or of one of the batch's
     callback deliveries (`kind` "delivery", `item_id` the delivery's id) when its lease group
-    is not the batch's own."""
+    is not the batch's own. `focus_box` is an operator re-crop's box (reason `recrop`), else
+    null."""
     batch = event.group_id if batch_id is None else batch_id
     return {
         "id": event.id,
@@ -245,4 +248,5 @@ def event_document(event: EventRow, *, batch_id: str | None = None) -> dict[str,
         "reason": event.reason,
         "correlation_id": event.correlation_id,
         "kind": "item" if event.group_id == batch else "delivery",
+        "focus_box": focus_box,
     }

@@ -10,7 +10,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import ColumnElement
 
-from batchcrop.tables import batches, deliveries, derivatives, previews
+from batchcrop.tables import batches, deliveries, derivatives, previews, recrops
 from leases import State
 from leases.schema import items as lease_items
 
@@ -167,6 +167,12 @@ def insert_derivatives(
     return derivatives.insert(), rows
 
 
+def delete_item_derivatives(item_id: str) -> sa.Delete:
+    """Delete one item's manifest rows: its success replaces those of an earlier one (after a
+    re-crop or a requeue), in the same fenced transaction."""
+    return sa.delete(derivatives).where(derivatives.c.item_id == item_id)
+
+
 def derivatives_of(item_ids: Collection[str]) -> sa.Select[Any]:
     """The manifest rows of these items, in a stable order."""
     return (
@@ -174,6 +180,12 @@ def derivatives_of(item_ids: Collection[str]) -> sa.Select[Any]:
         .where(derivatives.c.item_id.in_(list(item_ids)))
         .order_by(derivatives.c.item_id, derivatives.c.ratio)
     )
+
+
+def delete_item_preview(item_id: str) -> sa.Delete:
+    """Delete one item's preview row: its success writes the row anew (after a re-crop or a
+    requeue), in the same fenced transaction."""
+    return sa.delete(previews).where(previews.c.item_id == item_id)
 
 
 def insert_preview(row: dict[str, Any]) -> sa.Insert:
@@ -230,3 +242,27 @@ def deliveries_of(batch_id: str) -> sa.Select[Any]:
 def deliveries_among(delivery_ids: Collection[str]) -> sa.Select[Any]:
     """The deliveries among these lease group ids."""
     return sa.select(deliveries.c.id).where(deliveries.c.id.in_(list(delivery_ids)))
+
+
+def insert_recrop(
+    *, correlation_id: str, batch_id: str, item_id: str, focus_box: Sequence[int]
+) -> sa.Insert:
+    """One operator re-crop, written beside its `recrop` event (same correlation id)."""
+    return recrops.insert().values(
+        correlation_id=correlation_id,
+        batch_id=batch_id,
+        item_id=item_id,
+        focus_box=list(focus_box),
+    )
+
+
+def recrop_boxes(correlation_ids: Collection[str]) -> sa.Select[Any]:
+    """(correlation_id, focus_box) of the re-crops with these correlation ids."""
+    return sa.select(recrops.c.correlation_id, recrops.c.focus_box).where(
+        recrops.c.correlation_id.in_(list(correlation_ids))
+    )
+
+
+def delete_recrops(batch_id: str) -> sa.Delete:
+    """Delete the batch's re-crop rows (retention, with its manifest)."""
+    return sa.delete(recrops).where(recrops.c.batch_id == batch_id)

@@ -170,16 +170,19 @@ def print_items(documents: Sequence[dict[str, Any]]) -> None:
 
 
 def print_events(documents: Sequence[dict[str, Any]]) -> None:
-    """One line per transition."""
+    """One line per transition; an operator re-crop's reason shows its focus box."""
     table = _table("at", "item", "attempt", "from", "to", "reason", "worker", ids=("item",))
     for d in documents:
+        reason = d["reason"]
+        if d.get("focus_box"):
+            reason = f"{reason} {','.join(map(str, d['focus_box']))}"
         cells = (
             d["at"],
             d["item_id"],
             d["attempt"],
             d["from_state"],
             d["to_state"],
-            d["reason"],
+            reason,
             d["worker_id"],
         )
         table.add_row(*map(literal, cells))

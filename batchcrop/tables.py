@@ -1,5 +1,5 @@
 """The application's own tables, beside the lease engine's: batches, the manifest, the source
-previews and the callback outbox.
+previews, the callback outbox and the operators' re-crops.
 
 A batch's id is its lease group's id; its items, states and counters live in the lease engine.
 """
@@ -78,4 +78,18 @@ previews = sa.Table(
     sa.Column("source_width", sa.Integer, nullable=False),
     sa.Column("source_height", sa.Integer, nullable=False),
     sa.Index("batchcrop_previews_batch", "batch_id"),
+)
+
+# One row per operator re-crop (docs/design.md §6, re-crop; ADR 0018), written in the
+# transaction of the item's `recrop` event, whose correlation id it carries: the timeline shows
+# each re-crop with its box. `focus_box` is [left, top, right, bottom] in upright source pixels.
+recrops = sa.Table(
+    "batchcrop_recrops",
+    metadata,
+    sa.Column("seq", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True),
+    sa.Column("correlation_id", sa.String(32), nullable=False, unique=True),
+    sa.Column("batch_id", sa.String(36), nullable=False),
+    sa.Column("item_id", sa.String(36), nullable=False),
+    sa.Column("focus_box", sa.JSON, nullable=False),
+    sa.Index("batchcrop_recrops_batch", "batch_id"),
 )

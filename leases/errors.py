@@ -26,6 +26,25 @@ class RequeueNeedsDeadline(LeaseError):
     """Requeuing a cancelled or expired group needs a new deadline, else it is reaped at once."""
 
 
+class GroupCancelled(LeaseError):
+    """The group was cancelled: its work is not done again (redo, K) until it is requeued."""
+
+
+class NotRedoable(LeaseError):
+    """A redo (K) found the item in a state it does not take (`REDOABLE`): typically queued or
+    in progress since another redo. Carries the item's `state` and its current `payload`."""
+
+    def __init__(self, item_id: str, state: str, payload: dict[str, object]) -> None:
+        super().__init__(f"item {item_id} is {state}")
+        self.item_id = item_id
+        self.state = state
+        self.payload = payload
+
+
+class NoSuchItem(LeaseError):
+    """The item id names no item of the group."""
+
+
 class ConstraintViolation(LeaseError):
     """A write in the transaction broke a constraint of the schema (a caller's own tables
     included), typically a unique key someone else wrote first. The transaction was rolled back."""

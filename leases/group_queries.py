@@ -124,6 +124,11 @@ def reopen_group(group_id: str, deadline_ms: int | None) -> Update:
     return sa.update(groups).where(groups.c.id == group_id).values(**values)
 
 
+def set_deadline(group_id: str, deadline_at_ms: int) -> Update:
+    """Set the group's deadline to `deadline_at_ms` (epoch milliseconds, database time)."""
+    return sa.update(groups).where(groups.c.id == group_id).values(deadline_at=deadline_at_ms)
+
+
 def counter_totals(group_id: str) -> sa.Select[Any]:
     """A group's counters summed over shards: (state, category, n, updated_at)."""
     return (

@@ -22,9 +22,18 @@ from sqlalchemy.sql.dml import Update
 from leases import group_queries, pgqueries, queries, registry, schema, transitions
 from leases.defaults import LEASE_SECONDS, MAX_ATTEMPT_SECONDS, WORKER_TIMEOUT_SECONDS
 from leases.engine import creation_turn
-from leases.errors import GroupExists, LeaseLost, NoSuchGroup, RequeueNeedsDeadline
+from leases.errors import (
+    GroupCancelled,
+    GroupExists,
+    LeaseLost,
+    NoSuchGroup,
+    NoSuchItem,
+    NotRedoable,
+    RequeueNeedsDeadline,
+)
 from leases.executor import Executor
 from leases.models import (
+    REDOABLE,
     REQUEUEABLE,
     TERMINAL,
     Claim,
@@ -759,6 +768,51 @@ class LeaseManager(Reader):
                 moves.append((rows, source))
             transitions.record(db, c, moves, self._shards)
         return sum(len(rows) for rows, _ in moves)
+
+    def redo(
+        self,
+        group_id: str,
+        item_id: str,
+        *,
+        payload: Mapping[str, Any],
+        reason: str,
+        open_seconds: float,
+        conn: sa.Connection,
+    ) -> str:
+        """K: move one `succeeded` or `failed` item back to `queued` with a fresh budget and a
+        new `payload`, so that its work is done again; returns the event's correlation id.
+
+        Runs in the caller's transaction `conn` (which may write its own rows beside it) and
+        takes the group's row lock, as requeue does: of two redos of one item, the second sees
+        the first's move and raises `NotRedoable` with the item's state and payload then. The
+        event carries `reason` and no worker. A group whose deadline is less than
+        `open_seconds` away (or past) gets `now + open_seconds`, so the item is claimed rather
+        than abandoned. Raises `NoSuchGroup`, `NoSuchItem`, `GroupCancelled` and `NotRedoable`.
+        """
+        db = self._db
+        with db.write(conn) as c:
+            group = db.one(c, group_queries.group_row(group_id, lock=True))
+            if group is None:
+                raise NoSuchGroup(group_id)
+            if group.cancel_requested:
+                raise GroupCancelled(group_id)
+            item = self.item(item_id, conn=c)
+            if item is None or item.group_id != group_id:
+                raise NoSuchItem(item_id)
+            if item.state not in REDOABLE:
+                raise NotRedoable(item_id, item.state.value, dict(item.payload))
+            open_until = group.now + to_ms(open_seconds)
+            if group.deadline_at < open_until:
+                db.execute(c, group_queries.set_deadline(group_id, open_until))
+            rows = db.rows(c, queries.redo(item_id, item.state, dict(payload)))
+            if not rows:  # moved by someone not holding the group's lock: never, by design
+                raise NotRedoable(item_id, item.state.value, dict(item.payload))
+            cid = transitions.new_correlation_id()
+            source = Source(
+                item.state, item.error_category, cid, attempt_fields=False, reason=reason
+            )
+            transitions.record(db, c, [(rows, source)], self._shards)
+        return cid
 
 
 def _lease(claim: Claim) -> dict[str, Any]:

@@ -26,11 +26,13 @@ class State(StrEnum):
 
 
 TERMINAL: frozenset[State] = frozenset({State.SUCCEEDED, State.FAILED, State.ABANDONED})
-"""States an item leaves only through an operator's requeue (J)."""
+"""States an item leaves only through an operator's requeue (J) or redo (K)."""
 UNFINISHED: frozenset[State] = frozenset({State.QUEUED, State.IN_PROGRESS, State.RETRYABLE})
 """States whose items the engine will still move on its own."""
 REQUEUEABLE: frozenset[State] = frozenset({State.FAILED, State.ABANDONED})
 """States a requeue (J) takes items out of."""
+REDOABLE: frozenset[State] = frozenset({State.SUCCEEDED, State.FAILED})
+"""States a redo (K) takes one item out of: its work ended, and can be done again."""
 
 
 def state_names(states: Collection[State] = tuple(State)) -> list[str]:

@@ -418,6 +418,29 @@ def _item_filter(group_id: str, item_ids: Collection[str] | None) -> list[Column
     return where
 
 
+def redo(item_id: str, state: State, payload: dict[str, Any]) -> Update:
+    """K: move one item from `state` back to queued with a fresh budget and a new payload.
+
+    A compare-and-set on the state: zero rows means the item moved on (another redo or a
+    requeue took it first); the caller holds the group's row lock, as requeue does.
+    """
+    now = db_now_ms()
+    return (
+        sa.update(items)
+        .where(items.c.id == item_id, state_is(state))
+        .values(
+            state=State.QUEUED.value,
+            attempt_base=items.c.attempt,
+            error_category=None,
+            lease_expires_at=None,
+            next_attempt_at=now,
+            updated_at=now,
+            payload=payload,
+        )
+        .returning(*MOVED)
+    )
+
+
 def requeue_sources(
     group_id: str, states: Collection[State], item_ids: Collection[str] | None
 ) -> sa.Select[Any]:

@@ -21,7 +21,7 @@ from batchcrop.api.routes import PROBLEM_RESPONSE, batch_router, json_response
 from batchcrop.app import App
 from batchcrop.fleet import worker_documents
 from batchcrop.web import page_router
-from leases import REQUEUEABLE, TERMINAL, UNFINISHED, DatabaseUnavailable, state_names
+from leases import REDOABLE, REQUEUEABLE, TERMINAL, UNFINISHED, DatabaseUnavailable, state_names
 
 API_TITLE = "batchcrop"
 API_VERSION = "1"
@@ -60,6 +60,7 @@ def meta_document() -> dict[str, list[str]]:
         "terminal_states": state_names(TERMINAL),
         "unfinished_states": state_names(UNFINISHED),
         "requeueable_states": state_names(REQUEUEABLE),
+        "recroppable_states": state_names(REDOABLE),
     }
 
 

@@ -26,6 +26,7 @@ from batchcrop.batches import (
     NothingToRedeliver,
 )
 from batchcrop.notify import NotifyUrlError
+from batchcrop.recrop import BatchCancelled, RecropConflict
 from leases import DatabaseUnavailable
 
 DATABASE_RETRY_AFTER_SECONDS = 5
@@ -140,6 +141,19 @@ def install(api: FastAPI) -> None:
     api.add_exception_handler(NotifyUrlError, mapped(422, "invalid-request", field="notify_url"))
     api.add_exception_handler(NothingToRedeliver, mapped(409, "nothing-to-redeliver"))
     api.add_exception_handler(DatabaseUnavailable, _database_unavailable)
+    api.add_exception_handler(RecropConflict, _recrop_conflict)
+    api.add_exception_handler(BatchCancelled, mapped(409, "batch-cancelled"))
+
+
+async def _recrop_conflict(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RecropConflict)
+    problem = Problem(
+        409,
+        str(exc),
+        slug="recrop-conflict",
+        extensions={"state": exc.state, "focus_box": exc.focus_box},
+    )
+    return problem_response(problem, instance=_instance(request))
 
 
 async def _requeue_needs_deadline(request: Request, exc: Exception) -> Response:

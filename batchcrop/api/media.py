@@ -1,4 +1,5 @@
-"""Image endpoints for the operator page: a source thumbnail and a derivative's bytes.
+"""Image endpoints for the operator page: a source thumbnail, a derivative's bytes, and the
+preview of where each ratio's window would go with a focus box.
 
 Both sit behind the same bearer token as the rest of `/v1` and answer problems on every error.
 The thumbnail is of the source *after* EXIF orientation and carries the oriented source size in
@@ -14,18 +15,31 @@ import contextlib
 import hashlib
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
 from starlette.responses import Response
 
-from batchcrop.api.models import FormatName
-from batchcrop.api.problems import Problem
+from batchcrop.api.models import FormatName, WindowsDocument
+from batchcrop.api.problems import Problem, field_problem
 from batchcrop.api.requests import path_id
-from batchcrop.api.routes import PROBLEM_RESPONSE, PROBLEM_RESPONSES
+from batchcrop.api.routes import PROBLEM_RESPONSE, PROBLEM_RESPONSES, json_response
 from batchcrop.app import App
-from batchcrop.crop import FORMATS, BudgetBusy, CropError, MemoryBudget, Ratio, Thumbnail, thumbnail
+from batchcrop.batches import FocusError, focus_from_text
+from batchcrop.crop import (
+    FORMATS,
+    BudgetBusy,
+    CropError,
+    MemoryBudget,
+    Ratio,
+    RenderSpec,
+    Thumbnail,
+    thumbnail,
+)
+from batchcrop.crop.errors import InvalidFocus
+from batchcrop.crop.window import Box
+from batchcrop.crop.windows import preview_windows
 from storage import (
     AccessDenied,
     ObjectNotFound,
@@ -201,6 +215,44 @@ def _read_derivative(store: ObjectStore, key: str, *, max_bytes: int) -> bytes:
         raise Problem(404, "the derivative's object cannot be read", slug="not-found") from exc
 
 
+FocusQuery = Annotated[
+    str | None,
+    Query(
+        max_length=64,
+        description="a focus box `left,top,right,bottom` in upright source pixels (none: the "
+        "windows the engine chooses on its own)",
+    ),
+]
+
+
+def windows_document(
+    data: bytes, spec: RenderSpec, focus: Box | None, *, budget: MemoryBudget | None
+) -> dict[str, Any]:
+    """The `…/windows` document of a source's bytes: each ratio's crop box with `focus`; the
+    problem saying why not (a box outside the picture, an unusable source, a busy budget)."""
+    try:
+        placed = preview_windows(
+            data, spec, focus=focus, budget=budget, timeout=THUMBNAIL_QUEUE_SECONDS
+        )
+    except BudgetBusy as exc:
+        raise _busy() from exc
+    except InvalidFocus as exc:
+        raise field_problem("focus", str(exc)) from exc
+    except CropError as exc:
+        raise Problem(
+            422, f"the source is not a usable image ({exc.category})", slug="source-unusable"
+        ) from exc
+    return {
+        "source_width": placed.size[0],
+        "source_height": placed.size[1],
+        "focus_box": None if placed.focus is None else list(placed.focus),
+        "windows": [
+            {"ratio": str(ratio), "crop_box": list(crop_box)}
+            for ratio, crop_box in placed.crop_boxes
+        ],
+    }
+
+
 def _busy() -> Problem:
     return Problem(
         503,
@@ -235,15 +287,36 @@ class _LazyStores:
             return self._stores[url]
 
 
+class _SourceDecodes:
+    """The server's decode slots (`THUMBNAIL_DECODES_MAX`) over the items' sources, read as the
+    workers read them: confined to the roots again (a symlink swapped after submission must not
+    serve a file from outside them). A request waits a few seconds for a slot, never
+    indefinitely: waiting requests hold threads of the pool every other endpoint shares.
+    Thread-safe."""
+
+    def __init__(self, app: App) -> None:
+        self._sources = app.stored_source_reader()
+        self._max_bytes = app.settings.max_source_bytes
+        self._slots = threading.BoundedSemaphore(THUMBNAIL_DECODES_MAX)
+
+    @contextlib.contextmanager
+    def source(self, source: str) -> Iterator[bytes]:
+        """The source's bytes, held in a slot until the block ends (BudgetBusy when no slot is
+        free in time; the problem saying why when the source cannot be read)."""
+        if not self._slots.acquire(timeout=THUMBNAIL_QUEUE_SECONDS):
+            raise BudgetBusy("no decode slot")
+        try:
+            yield read_source_bytes(self._sources, source, max_bytes=self._max_bytes)
+        finally:
+            self._slots.release()
+
+
 def media_router(app: App) -> APIRouter:
     """The image endpoints under `/v1/batches`, bound to `app` (store opened without a probe)."""
     router = APIRouter(prefix="/v1/batches", tags=["media"], responses=PROBLEM_RESPONSES)
-    # Read as the workers read them: confined to the roots again (a symlink swapped after
-    # submission must not serve a file from outside them).
-    sources = app.stored_source_reader()
+    slots = _SourceDecodes(app)
     stores = _LazyStores(app)
     max_bytes = app.settings.max_source_bytes
-    decodes = threading.BoundedSemaphore(THUMBNAIL_DECODES_MAX)
 
     @router.get(
         "/{batch_id}/items/{item_id}/source-thumbnail",
@@ -288,21 +361,40 @@ def media_router(app: App) -> APIRouter:
     def decoded(source: str, max_side: int) -> Thumbnail:
         """The thumbnail decoded from the source, in one of the decode slots (BudgetBusy when
         no slot or memory is free in time)."""
-        # A request waits a few seconds for a decode slot, never indefinitely: waiting requests
-        # hold threads of the pool every other endpoint shares.
-        if not decodes.acquire(timeout=THUMBNAIL_QUEUE_SECONDS):
-            raise BudgetBusy("no decode slot")
         try:
-            data = read_source_bytes(sources, source, max_bytes=max_bytes)
-            return thumbnail(
-                data, max_side, budget=app.decode_budget, timeout=THUMBNAIL_QUEUE_SECONDS
-            )
+            with slots.source(source) as data:
+                return thumbnail(
+                    data, max_side, budget=app.decode_budget, timeout=THUMBNAIL_QUEUE_SECONDS
+                )
         except CropError as exc:
             raise Problem(
                 422, f"the source is not a usable image ({exc.category})", slug="source-unusable"
             ) from exc
-        finally:
-            decodes.release()
+
+    @router.get(
+        "/{batch_id}/items/{item_id}/windows",
+        response_model=WindowsDocument,
+        responses={403: PROBLEM_RESPONSE},
+    )
+    def windows(batch_id: str, item_id: str, focus: FocusQuery = None) -> Response:
+        """Where each of the batch's ratios would crop the item's source with the focus box
+        `focus`: the crop boxes a re-crop with it would give its derivatives (the engine's own
+        placement, on its saliency decode; nothing is rendered or stored). Shares the
+        thumbnails' decode slots and memory budget. 422 when `focus` is malformed or lies
+        outside the picture, or the source is not a usable image."""
+        batch_id, item_id = path_id(batch_id, what="batch"), path_id(item_id, what="item")
+        try:
+            box = None if focus is None else focus_from_text(focus)
+        except FocusError as exc:
+            raise field_problem("focus", str(exc)) from exc
+        item = app.batches.item(batch_id, item_id)
+        spec = app.batches.batch(batch_id).spec
+        try:
+            with slots.source(item["source"]) as data:
+                document = windows_document(data, spec, box, budget=app.decode_budget)
+        except BudgetBusy as exc:
+            raise _busy() from exc
+        return json_response(document)
 
     @router.get(
         "/{batch_id}/items/{item_id}/derivatives/{ratio}",

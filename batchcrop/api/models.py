@@ -171,6 +171,50 @@ class BatchBody(_Strict):
     ] = None
 
 
+class RecropBody(_Strict):
+    """`POST /v1/batches/{id}/items/{item_id}/recrop`: the focus box to render the item with."""
+
+    focus_box: FocusBox
+
+
+class WindowDocument(BaseModel):
+    """One ratio's previewed window."""
+
+    ratio: str
+    crop_box: Annotated[
+        list[int],
+        Field(
+            description="[left, top, right, bottom] in upright source pixels: the crop_box "
+            "its derivatives would have"
+        ),
+    ]
+
+
+class WindowsDocument(BaseModel):
+    """`GET …/windows`: where each of the batch's ratios would crop the item's source."""
+
+    source_width: int
+    source_height: int
+    focus_box: Annotated[
+        list[int] | None, Field(description="the focus box as the render uses it: clipped")
+    ]
+    windows: list[WindowDocument]
+
+
+class RecropConflictDocument(BaseModel):
+    """The 409 of a re-crop of an item that is not succeeded or failed."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    instance: str
+    state: Annotated[StateName, Field(description="the item's state")]
+    focus_box: Annotated[
+        list[int] | None, Field(description="its current box: the pending re-crop's")
+    ]
+
+
 def _requeueable_states() -> list[str]:
     return list(REQUEUEABLE_NAMES)
 
@@ -297,6 +341,10 @@ class EventDocument(BaseModel):
         Literal["item", "delivery"],
         Field(description="delivery: a transition of a callback delivery (item_id is its id)"),
     ]
+    focus_box: Annotated[
+        list[int] | None,
+        Field(description="an operator re-crop's box (reason `recrop`), else null"),
+    ]
 
 
 class EventPage(BaseModel):
@@ -324,6 +372,7 @@ class Meta(BaseModel):
     terminal_states: list[StateName]
     unfinished_states: list[StateName]
     requeueable_states: list[StateName]
+    recroppable_states: list[StateName]
 
 
 class Health(BaseModel):

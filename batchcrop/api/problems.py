@@ -24,7 +24,8 @@ class Problem(Exception):
     """An error answered as a problem document; raise it from any endpoint or dependency.
 
     `slug` names the problem type (`urn:batchcrop:problem:<slug>`); `headers` are added to the
-    response (e.g. `WWW-Authenticate`, `Retry-After`).
+    response (e.g. `WWW-Authenticate`, `Retry-After`); `extensions` are members of the document
+    beside the standard ones (RFC 9457 §3.2), e.g. a conflicting re-crop's pending box.
     """
 
     def __init__(
@@ -35,8 +36,10 @@ class Problem(Exception):
         slug: str | None = None,
         errors: Sequence[Mapping[str, str]] = (),
         headers: Mapping[str, str] | None = None,
+        extensions: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(detail)
+        self.extensions = dict(extensions or {})
         self.status = status
         self.detail = detail
         self.slug = slug
@@ -65,6 +68,7 @@ def problem_document(problem: Problem, *, instance: str) -> dict[str, Any]:
     }
     if problem.errors:
         document["errors"] = problem.errors
+    document.update(problem.extensions)
     return document
 
 

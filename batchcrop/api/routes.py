@@ -13,6 +13,7 @@ from batchcrop.api import models, polling
 from batchcrop.api.requests import batch_request, path_id, query_id
 from batchcrop.app import App
 from batchcrop.batches import IDEMPOTENCY_KEY_CHARS_MAX, PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX
+from batchcrop.recrop import recrop
 from leases import State
 
 CURSOR_CHARS_MAX = 64
@@ -190,6 +191,32 @@ def batch_router(app: App) -> APIRouter:
             states=[State(s) for s in body.states],
             item_ids=[str(query_id(i)) for i in body.item_ids] if body.item_ids else None,
             deadline_seconds=body.deadline_seconds,
+        )
+        return json_response(document, 202)
+
+    @router.post(
+        "/{batch_id}/items/{item_id}/recrop",
+        status_code=202,
+        response_model=None,
+        responses={
+            202: {"model": models.ItemDocument},
+            409: {
+                "model": models.RecropConflictDocument,
+                "content": {"application/problem+json": {}},
+            },
+        },
+    )
+    def recrop_item(batch_id: str, item_id: str, body: models.RecropBody) -> Response:
+        """Render a succeeded or failed item again with `focus_box` as its focus hint: it is
+        queued now, keeps its derivatives until a worker's success replaces them with new ones
+        (new keys), and the timeline records the re-crop. 409 `recrop-conflict` (with the
+        item's `state` and pending `focus_box`) while it is not succeeded or failed, 409
+        `batch-cancelled` in a cancelled batch."""
+        document = recrop(
+            app.batches,
+            path_id(batch_id, what="batch"),
+            path_id(item_id, what="item"),
+            body.focus_box,
         )
         return json_response(document, 202)
 

@@ -134,6 +134,23 @@ def decode_cost(opened: OpenedImage, factor: int) -> int:
     return pixels * (stored + converted + turned + 1) + decoder + _COST_OVERHEAD_BYTES
 
 
+def decoded_size(opened: OpenedImage, factor: int) -> tuple[int, int]:
+    """The upright size `decode_rgb(opened, factor)` returns, read from the headers alone.
+
+    A JPEG asked for 1/`factor` of its stored size decodes at the DCT scale Pillow's `draft`
+    picks for that request (the largest of 8, 4, 2, 1 its integer ratio allows), each side
+    rounded up as libjpeg does; other formats decode whole.
+    """
+    image = opened.image
+    if factor <= 1 or image.format not in _DCT_FORMATS:
+        return opened.size
+    width, height = image.size
+    ratio = min(width // max(1, width // factor), height // max(1, height // factor))
+    scale = next(s for s in (8, 4, 2, 1) if ratio >= s)
+    size = (-(-width // scale), -(-height // scale))
+    return (size[1], size[0]) if opened.orientation in _SWAPS_AXES else size
+
+
 def decode_rgb(opened: OpenedImage, factor: int, *, keep_alpha: bool = False) -> Image.Image:
     """Decode once, reduced `factor` times by the JPEG's DCT (see `reduction`; other formats
     decode whole), upright, as mode RGB (RGBA with `keep_alpha` when the image has transparency:

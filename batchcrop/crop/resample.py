@@ -54,33 +54,57 @@ def resample_all(
     canvases: dict[Fraction, Image.Image] = {}
     results = []
     for cut in cuts:
-        scale = cut.scale
-        # Whole canvas pixels at exactly `scale`: the canvas covers the source up to a fraction
-        # of a pixel short of its right and bottom edges.
-        canvas_size = (
-            max(1, math.floor(source_size[0] * scale)),
-            max(1, math.floor(source_size[1] * scale)),
-        )
-        offset, box = _on_grid(cut, scale, source_size)
-        whole_pixels = source_size[0] * scale >= 1 and source_size[1] * scale >= 1
-        if (
-            not whole_pixels
-            or offset[0] + cut.size[0] > canvas_size[0]
-            or offset[1] + cut.size[1] > canvas_size[1]
-        ):
-            # The window reaches the part of the last source pixel the canvas leaves out (it
-            # touches the right or bottom edge), its output was rounded up past the canvas, or
-            # the canvas would be under one pixel on a side (a very thin source):
-            # resample its box alone, which depends on nothing else either.
+        landing = _on_canvas(cut, source_size)
+        if landing is None:
             results.append((resize(picture, cut.box, cut.size, decoded), cut.box))
             continue
+        scale, offset, box = landing
         if scale not in canvases:
+            canvas_size = _canvas_size(scale, source_size)
             covered = (0.0, 0.0, float(canvas_size[0] / scale), float(canvas_size[1] / scale))
             canvases[scale] = resize(picture, covered, canvas_size, decoded)
         crop = (offset[0], offset[1], offset[0] + cut.size[0], offset[1] + cut.size[1])
         canvas = canvases[scale]
         results.append((canvas if crop == (0, 0, *canvas.size) else canvas.crop(crop), box))
     return results
+
+
+def shown_box(cut: Cut, source_size: tuple[int, int]) -> Box:
+    """The crop box (source pixels) `resample_all` reports for `cut`: where its window lands on
+    its scale's canvas, or the window itself when it is resampled alone. Reads no pixel."""
+    landing = _on_canvas(cut, source_size)
+    return cut.box if landing is None else landing[2]
+
+
+def _canvas_size(scale: Fraction, source_size: tuple[int, int]) -> tuple[int, int]:
+    # Whole canvas pixels at exactly `scale`: the canvas covers the source up to a fraction of
+    # a pixel short of its right and bottom edges.
+    return (
+        max(1, math.floor(source_size[0] * scale)),
+        max(1, math.floor(source_size[1] * scale)),
+    )
+
+
+def _on_canvas(
+    cut: Cut, source_size: tuple[int, int]
+) -> tuple[Fraction, tuple[int, int], Box] | None:
+    """(scale, pixel offset on the canvas, source box shown) of a cut taken from its scale's
+    canvas; None when it is resampled alone."""
+    scale = cut.scale
+    canvas_size = _canvas_size(scale, source_size)
+    offset, box = _on_grid(cut, scale, source_size)
+    whole_pixels = source_size[0] * scale >= 1 and source_size[1] * scale >= 1
+    if (
+        not whole_pixels
+        or offset[0] + cut.size[0] > canvas_size[0]
+        or offset[1] + cut.size[1] > canvas_size[1]
+    ):
+        # The window reaches the part of the last source pixel the canvas leaves out (it
+        # touches the right or bottom edge), its output was rounded up past the canvas, or
+        # the canvas would be under one pixel on a side (a very thin source): it is resampled
+        # alone, which depends on nothing else either.
+        return None
+    return scale, offset, box
 
 
 def _on_grid(cut: Cut, scale: Fraction, source: tuple[int, int]) -> tuple[tuple[int, int], Box]:

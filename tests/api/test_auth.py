@@ -24,6 +24,8 @@ ENDPOINTS = [
     ("POST", "/v1/batches/{id}/redeliver"),
     ("GET", "/v1/batches/{id}/items/{id}/source-thumbnail"),
     ("GET", "/v1/batches/{id}/items/{id}/derivatives/1x1"),
+    ("GET", "/v1/batches/{id}/items/{id}/windows"),
+    ("POST", "/v1/batches/{id}/items/{id}/recrop"),
     ("GET", "/metrics"),
     ("GET", "/v1/meta"),
     ("GET", "/v1/workers"),

@@ -38,6 +38,8 @@ OPERATIONS = [
     ("GET", "/v1/workers"),
     ("GET", "/v1/batches/{batch_id}/items/{item_id}/source-thumbnail"),
     ("GET", "/v1/batches/{batch_id}/items/{item_id}/derivatives/{ratio}"),
+    ("GET", "/v1/batches/{batch_id}/items/{item_id}/windows"),
+    ("POST", "/v1/batches/{batch_id}/items/{item_id}/recrop"),
 ]
 
 

@@ -142,12 +142,14 @@ def test_bad_event_item_filter_is_422(api: LiveServer, sources: list[str]) -> No
 
 
 def test_meta_names_the_state_vocabulary(api: LiveServer) -> None:
-    """`/v1/meta` lists the states in lifecycle order and the terminal, unfinished and
-    requeueable subsets the engine uses (the operator page reads them from here)."""
+    """`/v1/meta` lists the states in lifecycle order and the terminal, unfinished,
+    requeueable and re-croppable subsets the engine uses (the operator page reads them from
+    here)."""
     meta = api.client.get("/v1/meta").json()
     assert meta == {
         "states": ["queued", "in_progress", "retryable", "succeeded", "failed", "abandoned"],
         "terminal_states": ["succeeded", "failed", "abandoned"],
         "unfinished_states": ["queued", "in_progress", "retryable"],
         "requeueable_states": ["failed", "abandoned"],
+        "recroppable_states": ["succeeded", "failed"],
     }

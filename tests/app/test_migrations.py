@@ -3,6 +3,7 @@ are converted in place, on SQLite and PostgreSQL, and read back as the same requ
 
 from __future__ import annotations
 
+import pytest
 import sqlalchemy as sa
 
 from batchcrop import migrations
@@ -100,5 +101,36 @@ def test_0010_adds_the_previews_table_and_its_downgrade_drops_it(database_url: s
         tables = sa.inspect(engine).get_table_names()
         assert "batchcrop_previews" not in tables
         assert {"batchcrop_batches", "batchcrop_derivatives"} <= set(tables)
+    finally:
+        engine.dispose()
+
+
+def test_0007_adds_the_recrops_table_and_takes_it_back(database_url: str) -> None:
+    """0007 creates `batchcrop_recrops` with its unique correlation id and batch index beside
+    a database at 0006, and its downgrade drops it again, leaving the other tables."""
+    engine = make_engine(database_url)
+    try:
+        upgrade_leases(engine)
+        migrations.upgrade(engine, "0006")
+        assert not sa.inspect(engine).has_table("batchcrop_recrops")
+        migrations.upgrade(engine)
+        inspector = sa.inspect(engine)
+        columns = {c["name"] for c in inspector.get_columns("batchcrop_recrops")}
+        assert {"seq", "correlation_id", "batch_id", "item_id", "focus_box"} == columns
+        indexes = {i["name"] for i in inspector.get_indexes("batchcrop_recrops")}
+        assert "batchcrop_recrops_batch" in indexes
+        row = {"c": "abc123", "b": BATCH_ID, "i": BATCH_ID, "f": "[1, 2, 3, 4]"}
+        insert = sa.text(
+            "INSERT INTO batchcrop_recrops (correlation_id, batch_id, item_id, focus_box) "
+            "VALUES (:c, :b, :i, :f)"
+        )
+        with engine.begin() as conn:
+            conn.execute(insert, row)
+        with pytest.raises(sa.exc.IntegrityError), engine.begin() as conn:
+            conn.execute(insert, row)
+        migrations.downgrade(engine, "0006")
+        inspector = sa.inspect(engine)
+        assert not inspector.has_table("batchcrop_recrops")
+        assert inspector.has_table("batchcrop_derivatives")
     finally:
         engine.dispose()

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from PIL import Image
 
 import batchcrop
-from batchcrop import processing, queries
+from batchcrop import processing
 from batchcrop.app import App
 from batchcrop.batches import BatchRequest, BatchService, IdempotencyConflict, ItemRequest
 from batchcrop.crop import Ratio, RenderSpec, Rendition, render, variant_of
@@ -156,29 +156,33 @@ def test_a_lost_race_on_an_idempotency_key_returns_the_winners_batch(
 def test_an_unexpected_error_at_commit_is_retried_and_the_slot_lives_on(
     app: App, tmp_path: Path
 ) -> None:
-    """A commit that fails for a reason nobody planned for (here a manifest row already there
-    breaks the key) retries the item as `internal_error`; the worker is not harmed."""
+    """A commit that fails for a reason nobody planned for (here a trigger refusing every
+    manifest row) retries the item as `internal_error`; the worker is not harmed."""
     sources = write_photos(tmp_path / "src", 1)
     status, _ = app.batches.submit(_request(sources))
     worker = app.worker(LocalStore(tmp_path / "store"), WorkerOptions(batch_ids=[status["id"]]))
     (claim,) = app.leases.claim("test-worker", 1, group_ids=[status["id"]])
     with app.leases.transaction() as conn:
-        statement, rows = queries.insert_derivatives(
-            [
-                {
-                    "item_id": claim.item_id,
-                    "batch_id": claim.group_id,
-                    "ratio": "1:1",
-                    "key": "leftover",
-                    "width": 1,
-                    "height": 1,
-                    "bytes": 1,
-                    "sha256": "0" * 64,
-                    "crop_box": "0,0,1,1",
-                }
-            ]
-        )
-        conn.execute(statement, list(rows))
+        if conn.dialect.name == "sqlite":
+            conn.execute(
+                sa.text(
+                    "CREATE TRIGGER refuse_manifest BEFORE INSERT ON batchcrop_derivatives "
+                    "BEGIN SELECT RAISE(ABORT, 'refused'); END"
+                )
+            )
+        else:
+            conn.execute(
+                sa.text(
+                    "CREATE FUNCTION refuse_manifest() RETURNS trigger LANGUAGE plpgsql AS "
+                    "$$ BEGIN RAISE unique_violation USING MESSAGE = 'refused'; END $$"
+                )
+            )
+            conn.execute(
+                sa.text(
+                    "CREATE TRIGGER refuse_manifest BEFORE INSERT ON batchcrop_derivatives "
+                    "FOR EACH ROW EXECUTE FUNCTION refuse_manifest()"
+                )
+            )
 
     outcome = worker.process(claim)
 

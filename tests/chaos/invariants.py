@@ -78,8 +78,9 @@ def all_events(app: App, batch_id: str) -> list[EventRow]:
 def check_events(
     audit: Audit, events: Iterable[EventRow], items: list[ItemRow], max_attempts: int
 ) -> None:
-    """Invariant 2 and the timeline: one success per item; every write out of `in_progress`
-    is fenced; each item's events form one chain; attempts match claims and stay in budget.
+    """Invariant 2 and the timeline: one success per item (between redos); every write out of
+    `in_progress` is fenced; each item's events form one chain; attempts match claims and stay
+    in budget.
 
     Every event leaving `in_progress` carries the token of the item's latest claim (the reaper's
     too: it logs the token it expired), and each claim is left exactly once. Each event starts
@@ -128,6 +129,8 @@ def _replay(
                 f"the previous one ended in {last_state.get(item)}"
             )
         last_state[item] = event.to_state
+        if event.from_state is State.SUCCEEDED:
+            successes[item] = 0  # a redo (a re-crop): the next success is its own
         if event.to_state is State.SUCCEEDED:
             successes[item] += 1
         if event.to_state is State.RETRYABLE:

@@ -1,4 +1,4 @@
-"""One conformance suite for both drivers: every transition A to J, run on SQLite and on PostgreSQL,
+"""One conformance suite for both drivers: every transition A to K, run on SQLite and on PostgreSQL,
 leaves the same item row, the same event rows and the same counters (docs/design.md §3).
 
 The dialects reach the database by different paths — PostgreSQL moves, logs and counts in one
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import pytest
 import sqlalchemy as sa
 
-from leases import Claim, LeaseManager, State, StopReason
+from leases import Claim, GroupCancelled, LeaseManager, NoSuchItem, NotRedoable, State, StopReason
 from tests.leases.conftest import (
     ManagerFactory,
     age_attempts,
@@ -173,7 +173,50 @@ def _requeue(w: World) -> None:
     assert w.manager.requeue(w.group_id) == 1
 
 
+def _redo(w: World, *, succeed: bool) -> None:
+    (claim,) = w.claim()
+    if succeed:
+        w.manager.complete(claim)
+    else:
+        w.manager.fail(claim, "invalid_focus")
+    with w.manager.transaction() as conn:
+        w.manager.redo(
+            w.group_id, claim.item_id, payload={"n": 2}, reason="recrop", open_seconds=60, conn=conn
+        )
+    item = w.manager.item(claim.item_id)
+    assert item is not None
+    assert dict(item.payload) == {"n": 2}
+    (again,) = w.claim()
+    assert (claim.item_id, 2) == (again.item_id, again.attempt)
+
+
 SCENARIOS = {
+    "K redo of a succeeded item": Scenario(
+        1,
+        1,
+        lambda w: _redo(w, succeed=True),
+        [
+            CREATED,
+            CLAIMED,
+            (0, 1, "in_progress", "succeeded", None, True, True, False),
+            (0, 1, "succeeded", "queued", "recrop", False, False, True),
+            (0, 2, "queued", "in_progress", None, True, True, False),
+        ],
+        [("in_progress", 2, None)],
+    ),
+    "K redo of a failed item": Scenario(
+        1,
+        1,
+        lambda w: _redo(w, succeed=False),
+        [
+            CREATED,
+            CLAIMED,
+            (0, 1, "in_progress", "failed", "invalid_focus", True, True, False),
+            (0, 1, "failed", "queued", "recrop", False, False, True),
+            (0, 2, "queued", "in_progress", None, True, True, False),
+        ],
+        [("in_progress", 2, None)],
+    ),
     "A claim": Scenario(1, 3, _claim, [CREATED, CLAIMED], [("in_progress", 1, None)]),
     "A claim of a due retryable item": Scenario(
         1,
@@ -433,3 +476,36 @@ def test_claims_interleave_groups_in_the_same_order_on_every_dialect(
     assert [n for _, n in order] == [0, 0, 1, 1, 2, 2]
     for n in range(3):
         assert {first, second} == {group for group, at in order if at == n}
+
+
+def test_redo_refuses_what_it_does_not_take(
+    make_manager: ManagerFactory, engine: sa.Engine
+) -> None:
+    """K takes one succeeded or failed item of an open or expired group: a queued item is
+    `NotRedoable` with its payload, a cancelled group `GroupCancelled`, another group's item
+    `NoSuchItem`; a group past its deadline is given `open_seconds` from now."""
+    manager = make_manager()
+    group_id, ids = new_group(manager, 2, max_attempts=3)
+    other_id, _ = new_group(manager, 1, max_attempts=3)
+    with pytest.raises(NotRedoable) as refused, manager.transaction() as conn:
+        manager.redo(group_id, ids[0], payload={}, reason="recrop", open_seconds=60, conn=conn)
+    assert ("queued", dict(manager.item(ids[0]).payload)) == (  # type: ignore[union-attr]
+        refused.value.state,
+        refused.value.payload,
+    )
+    with pytest.raises(NoSuchItem), manager.transaction() as conn:
+        manager.redo(other_id, ids[0], payload={}, reason="recrop", open_seconds=60, conn=conn)
+    (claim,) = manager.claim("w", 1, group_ids=[group_id])
+    manager.complete(claim)
+    expire_deadline(engine, group_id)
+    with manager.transaction() as conn:
+        manager.redo(
+            group_id, claim.item_id, payload={}, reason="recrop", open_seconds=600, conn=conn
+        )
+    summary = manager.group(group_id)
+    assert summary.deadline_at > summary.updated_at
+    manager.cancel(group_id)
+    with pytest.raises(GroupCancelled), manager.transaction() as conn:
+        manager.redo(
+            group_id, claim.item_id, payload={}, reason="recrop", open_seconds=60, conn=conn
+        )

@@ -7,7 +7,7 @@ index is a hash index: a source may be longer than a btree entry can hold. Neith
 a column a lease update changes, so heartbeats stay HOT updates.
 
 Revision ID: 0009
-Revises: 0006
+Revises: 0007
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "0009"
-down_revision = "0006"
+down_revision = "0007"
 
 INDEXES = {"batchcrop_items_ref": "ref", "batchcrop_items_source": "source"}
 POSTGRESQL_METHODS = {"ref": "btree", "source": "hash"}

@@ -14,6 +14,7 @@ const JUST_NOW_SECONDS = 5;
 export const STATES = [];
 export const TERMINAL_STATES = new Set();
 export const REQUEUEABLE_STATES = new Set();
+export const RECROPPABLE_STATES = new Set();
 
 export class Unauthorized extends Error {}
 
@@ -360,6 +361,7 @@ async function loadMeta() {
   STATES.push(...meta.states);
   for (const state of meta.terminal_states) TERMINAL_STATES.add(state);
   for (const state of meta.requeueable_states) REQUEUEABLE_STATES.add(state);
+  for (const state of meta.recroppable_states) RECROPPABLE_STATES.add(state);
 }
 
 // Runs `load` and handles the token: on 401 the data is hidden and the token form shown; a

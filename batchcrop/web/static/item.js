@@ -1,11 +1,25 @@
-// One item: its document, its contact-sheet card, and its transition timeline (every page of
-// `GET /v1/batches/{id}/events?item=`, up to EVENT_PAGES_MAX pages).
+// One item: its document, its contact-sheet card, the re-crop editor, and its transition
+// timeline (every page of `GET /v1/batches/{id}/events?item=`, up to EVENT_PAGES_MAX pages).
+// While the item is unfinished (a re-crop pending) the page reloads it every PENDING_POLL_MS
+// until it has ended, then shows its new derivatives and timeline.
 
-import { apiJson, byId, h, setNotice, startPage, stateBadge, timeElement } from "./common.js";
+import {
+  apiJson,
+  byId,
+  h,
+  releaseImages,
+  setNotice,
+  startPage,
+  stateBadge,
+  TERMINAL_STATES,
+  timeElement,
+} from "./common.js";
+import { recropEditor } from "./recrop.js";
 import { itemCard } from "./sheet.js";
 
 const EVENTS_PAGE_SIZE = 500;
 const EVENT_PAGES_MAX = 20;
+const PENDING_POLL_MS = 1000;
 
 const batchId = document.body.dataset.batchId;
 const itemId = document.body.dataset.itemId;
@@ -27,7 +41,12 @@ function eventRow(event) {
       h("span", { "aria-label": "to" }, " → "),
       stateBadge(event.to_state),
     ),
-    h("td", {}, event.reason ? h("code", {}, event.reason) : "—"),
+    h(
+      "td",
+      {},
+      event.reason ? h("code", {}, event.reason) : "—",
+      event.focus_box ? ` focus box ${event.focus_box.join(",")}` : null,
+    ),
     h("td", {}, event.worker_id ? h("code", {}, event.worker_id) : "—"),
     h("td", {}, event.lease_token ? h("code", {}, event.lease_token) : "—"),
     h("td", {}, event.correlation_id ? h("code", {}, event.correlation_id) : "—"),
@@ -48,6 +67,27 @@ async function allEvents() {
   return { events, complete: false };
 }
 
+let pendingTimer = null;
+
+// Reload the item every PENDING_POLL_MS while it is unfinished; the whole page once it ends.
+function followPending() {
+  if (pendingTimer !== null) return;
+  pendingTimer = setTimeout(async () => {
+    pendingTimer = null;
+    try {
+      const item = await apiJson(`/v1/batches/${batchId}/items/${itemId}`);
+      if (TERMINAL_STATES.has(item.state)) {
+        await load();
+        return;
+      }
+      byId("item-state").replaceChildren(stateBadge(item.state));
+    } catch (error) {
+      setNotice(`Could not follow the item: ${error.message}`);
+    }
+    followPending();
+  }, PENDING_POLL_MS);
+}
+
 async function load() {
   const [status, item, timeline] = await Promise.all([
     apiJson(`/v1/batches/${batchId}`),
@@ -59,12 +99,17 @@ async function load() {
   byId("summary").replaceChildren(
     ...term("Reference", label),
     ...term("Source", h("code", {}, item.source)),
-    ...term("State", stateBadge(item.state)),
+    ...term("State", h("span", { id: "item-state" }, stateBadge(item.state))),
     ...term("Attempt", String(item.attempt)),
     ...term("Error category", item.error_category ? h("code", {}, item.error_category) : "none"),
     ...term("Last change", timeElement(item.updated_at)),
   );
+  releaseImages();
   byId("sheet").replaceChildren(itemCard(batchId, item, status.ratios));
+  byId("recrop").replaceChildren(
+    recropEditor(batchId, item, status.ratios, { onApplied: () => followPending() }),
+  );
+  if (!TERMINAL_STATES.has(item.state)) followPending();
   byId("timeline").tBodies[0].replaceChildren(...timeline.events.map(eventRow));
   if (!timeline.complete) {
     setNotice(`Showing the first ${timeline.events.length} transitions only.`);

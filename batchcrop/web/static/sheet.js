@@ -1,7 +1,9 @@
 // The contact sheet: one card per item, its source thumbnail with the crop box of every ratio
 // drawn over it (an SVG whose viewBox is the oriented source size, so `crop_box` in source
 // pixels is used as is and scales with the thumbnail), beside the derivatives themselves: one
-// picture per ratio (its first format), captioned with every format's size.
+// picture per ratio (its first format), captioned with every format's size. A derivative is a
+// button: clicking it enlarges it in a dialog (Esc or Close closes it); hovering or focusing it
+// highlights its crop box on the source.
 //
 // Until its picture arrives, every image is a neutral box of the size it will have (the source's
 // aspect ratio from the item's preview record, a derivative's from its width and height), so the
@@ -9,7 +11,7 @@
 // with a Retry button when the server was only busy (503). `data-image` on each figure is
 // `loading`, `shown` or `failed`.
 
-import { h, loadImage, stateBadge, svg } from "./common.js";
+import { byId, h, loadImage, RECROPPABLE_STATES, stateBadge, svg } from "./common.js";
 
 // The stored preview's size (docs/design.md §5, previews): the server answers it as stored.
 export const THUMBNAIL_MAX_SIDE_PX = 640;
@@ -177,26 +179,86 @@ function sourceFigure(batchId, item, ratios) {
         { href: `/batches/${batchId}/items/${item.id}`, "aria-label": `Timeline of ${label}` },
         "Timeline",
       ),
+      RECROPPABLE_STATES.has(item.state) ? " · " : null,
+      RECROPPABLE_STATES.has(item.state)
+        ? h(
+            "a",
+            {
+              href: `/batches/${batchId}/items/${item.id}#recrop-heading`,
+              "aria-label": `Re-crop ${label}`,
+            },
+            "Re-crop",
+          )
+        : null,
     ),
   );
   return figure;
+}
+
+// The one dialog that shows an enlarged derivative (created on first use).
+function enlargedDialog() {
+  let dialog = byId("enlarged");
+  if (dialog) return dialog;
+  const close = h("button", { type: "button", class: "secondary" }, "Close");
+  dialog = h(
+    "dialog",
+    { id: "enlarged", class: "enlarged", "aria-labelledby": "enlarged-caption" },
+    h("img", { id: "enlarged-image", alt: "" }),
+    h("p", { id: "enlarged-caption" }),
+    close,
+  );
+  close.addEventListener("click", () => dialog.close());
+  document.body.append(dialog);
+  return dialog;
+}
+
+function enlarge(img, caption, opener) {
+  const dialog = enlargedDialog();
+  const large = byId("enlarged-image");
+  large.src = img.src;
+  large.alt = img.alt;
+  byId("enlarged-caption").textContent = caption;
+  // The dialog's Esc and Close give the focus back to the derivative that opened it.
+  dialog.addEventListener("close", () => opener.focus(), { once: true });
+  dialog.showModal();
+}
+
+// Highlight (or not) the crop box of `ratio` on the source of the card holding `figure`.
+function highlight(figure, ratio, on) {
+  const card = figure.closest("li.card");
+  if (!card) return;
+  for (const rect of card.querySelectorAll("svg.boxes rect[data-ratio]")) {
+    if (rect.dataset.ratio === ratio) rect.classList.toggle("highlight", on);
+  }
 }
 
 function derivativeFigure(batchId, item, formats, ratios) {
   const [derivative] = formats;
   const format = derivative.format || "jpeg";
   const label = item.ref || item.id;
+  const description = `${derivative.ratio} derivative of ${label}, ${derivative.width} by ${derivative.height} pixels, ${FORMAT_LABELS[format] || format}`;
   const img = h("img", {
-    alt: `${derivative.ratio} derivative of ${label}, ${derivative.width} by ${derivative.height} pixels, ${FORMAT_LABELS[format] || format}`,
+    alt: description,
     width: derivative.width,
     height: derivative.height,
     class: "derivative",
   });
-  const picture = h("div", { class: "picture" }, img);
+  const opener = h(
+    "button",
+    {
+      type: "button",
+      class: "enlarge",
+      "aria-label": `Enlarge the ${derivative.ratio} derivative of ${label}`,
+      disabled: true,
+    },
+    img,
+  );
+  opener.addEventListener("click", () => enlarge(img, description, opener));
+  const picture = h("div", { class: "picture" }, opener);
   picture.style.aspectRatio = `${derivative.width} / ${derivative.height}`;
   const figure = h(
     "figure",
-    { class: "derivative-figure", "data-ratio": derivative.ratio },
+    { class: "derivative-figure", "data-ratio": derivative.ratio, "data-key": derivative.key },
     picture,
     h(
       "figcaption",
@@ -217,6 +279,14 @@ function derivativeFigure(batchId, item, formats, ratios) {
     ),
   );
   const path = `/v1/batches/${batchId}/items/${item.id}/derivatives/${ratioPath(derivative.ratio)}`;
+  for (const [events, on] of [
+    [["mouseenter", "focusin"], true],
+    [["mouseleave", "focusout"], false],
+  ]) {
+    for (const name of events) {
+      figure.addEventListener(name, () => highlight(figure, derivative.ratio, on));
+    }
+  }
   figure.append(
     ...loadInto(
       figure,
@@ -224,6 +294,11 @@ function derivativeFigure(batchId, item, formats, ratios) {
       `${path}?format=${encodeURIComponent(format)}`,
       `${derivative.ratio} derivative`,
       label,
+      {
+        onShown: () => {
+          opener.disabled = false;
+        },
+      },
     ),
   );
   return figure;
