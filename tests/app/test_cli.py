@@ -174,7 +174,8 @@ def test_run_processes_a_folder_and_resumes_idempotently(cli: Cli, tmp_path: Pat
     document = json.loads(first.stdout)
     assert (document["state"], document["counts"]["succeeded"]) == ("succeeded", 3)
     keys = sorted(i.key for i in LocalStore(out).list())
-    assert len(keys) == 6
+    assert len([k for k in keys if not k.startswith("previews/")]) == 6
+    assert len([k for k in keys if k.startswith("previews/")]) == 3  # one per source
 
     second = cli(*args, "--json")
     assert second.returncode == 0, second.stderr
