@@ -385,12 +385,23 @@ class BatchService:
         objects are never touched. Safe to run from several processes and to interrupt: a later
         run finishes what one left."""
         result = PruneResult()
+        for batch_id, own in self.prunable(finished_before_seconds):
+            rows = self.prune_batch(batch_id, own, finished_before_seconds)
+            if rows is not None:
+                result.rows += rows
+                result.batches += 1
+        return result
+
+    def prunable(self, finished_before_seconds: float) -> list[tuple[str, list[str]]]:
+        """The batches `prune` may delete as listed now, oldest first, each with its deliveries
+        (all finished at least as long ago)."""
         finished = self.leases.finished_groups(finished_before_seconds)
         with self.leases.reading() as conn:
             # Deliveries are lease groups too: each goes with its batch, never on its own.
             delivery_groups = {
                 str(row.id) for row in conn.execute(queries.deliveries_among(finished))
             }
+        listed = []
         for batch_id in finished:
             if batch_id in delivery_groups:
                 continue
@@ -398,26 +409,42 @@ class BatchService:
                 own = [str(row.id) for row in conn.execute(queries.deliveries_of(batch_id))]
             if any(delivery not in delivery_groups for delivery in own):
                 continue  # a callback still under way, or delivered too recently
-            with self.leases.if_finished(batch_id) as conn:
-                if conn is None:
-                    continue  # requeued since it was listed
-                # First the batch row: from here on the batch is gone for readers and requeue.
-                conn.execute(queries.delete_batch(batch_id))
-            deleted = PRUNE_BATCH_ROWS
-            while deleted == PRUNE_BATCH_ROWS:
-                with self.leases.transaction() as conn:
-                    deleted = conn.execute(
-                        queries.delete_derivatives(batch_id, PRUNE_BATCH_ROWS)
-                    ).rowcount
-                result.rows += deleted
-                time.sleep(PRUNE_PAUSE_SECONDS)
-            for delivery in own:
-                result.rows += self.leases.purge(delivery)
+            listed.append((batch_id, own))
+        return listed
+
+    def prune_batch(
+        self, batch_id: str, deliveries: Collection[str], finished_before_seconds: float
+    ) -> int | None:
+        """Delete one batch listed by `prunable` with its listed `deliveries`; the rows deleted
+        (the batch row not counted), or None when it is no longer prunable.
+
+        Between the listing and here the batch may have been requeued and ended again, with a
+        new notification: so the batch-row transaction re-checks, under the group's lock (which
+        requeue, the finish hook and redeliver hold while they write), that the batch is still
+        finished that long ago and has exactly the listed deliveries; only those are deleted."""
+        with self.leases.if_finished(batch_id, older_than_seconds=finished_before_seconds) as conn:
+            if conn is None:
+                return None  # requeued (and perhaps ended again) since it was listed
+            now = {str(row.id) for row in conn.execute(queries.deliveries_of(batch_id))}
+            if now != set(deliveries):
+                return None  # a callback written since it was listed
+            # First the batch row: from here on the batch is gone for readers and requeue.
+            conn.execute(queries.delete_batch(batch_id))
+        rows = 0
+        deleted = PRUNE_BATCH_ROWS
+        while deleted == PRUNE_BATCH_ROWS:
             with self.leases.transaction() as conn:
-                result.rows += conn.execute(queries.delete_deliveries(batch_id)).rowcount
-            result.rows += self.leases.purge(batch_id)
-            result.batches += 1
-        return result
+                deleted = conn.execute(
+                    queries.delete_derivatives(batch_id, PRUNE_BATCH_ROWS)
+                ).rowcount
+            rows += deleted
+            time.sleep(PRUNE_PAUSE_SECONDS)
+        for delivery in deliveries:
+            rows += self.leases.purge(delivery)
+        if deliveries:
+            with self.leases.transaction() as conn:
+                rows += conn.execute(queries.delete_deliveries(batch_id, deliveries)).rowcount
+        return rows + self.leases.purge(batch_id)
 
     # -- reading ---------------------------------------------------------------------------
 

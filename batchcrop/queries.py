@@ -89,9 +89,12 @@ def delete_batch(batch_id: str) -> sa.Delete:
     return sa.delete(batches).where(batches.c.id == batch_id)
 
 
-def delete_deliveries(batch_id: str) -> sa.Delete:
-    """Delete the batch's outbox rows (retention: their lease groups are purged with it)."""
-    return sa.delete(deliveries).where(deliveries.c.batch_id == batch_id)
+def delete_deliveries(batch_id: str, delivery_ids: Collection[str]) -> sa.Delete:
+    """Delete these outbox rows of the batch (retention: their lease groups are purged with
+    it), and no other: a delivery written since they were listed stays."""
+    return sa.delete(deliveries).where(
+        deliveries.c.batch_id == batch_id, deliveries.c.id.in_(list(delivery_ids))
+    )
 
 
 def delete_derivatives(batch_id: str, limit: int) -> sa.Delete:

@@ -289,3 +289,27 @@ def test_prune_takes_a_batchs_deliveries_with_it_once_they_are_done(
                 {"b": status["id"], "d": delivery["id"]},
             ).scalar_one()
             assert count == 0, table
+
+
+def test_prune_keeps_a_batch_that_ended_again_with_a_new_callback_after_it_was_listed(
+    notifying: App, tmp_path: Path
+) -> None:
+    """Listed by a prune with its delivered callback, then requeued and ended again (a new
+    notification) before the prune deletes it: the delete step re-checks its deliveries under
+    the group's lock and leaves the batch and both notifications alone."""
+    app = notifying
+    with receiving() as receiver:
+        status, _ = app.batches.submit(_request(write_photos(tmp_path / "src", 1), receiver.url))
+        app.batches.cancel(status["id"])
+        _deliver_until(app, receiver, 1)
+        time.sleep(0.01)
+        ((listed, own),) = app.batches.prunable(0.001)
+        assert listed == status["id"]
+        app.batches.requeue(status["id"], deadline_seconds=3600)
+        app.batches.cancel(status["id"])  # ends again: a second notification
+        time.sleep(0.01)
+        assert app.batches.prune_batch(listed, own, 0.001) is None
+        deliveries = app.batches.status(status["id"])["deliveries"]
+        assert [d["state"] for d in deliveries] == ["succeeded", "queued"]
+        _deliver_until(app, receiver, 2)
+    assert len({r.key for r in receiver.requests}) == 2

@@ -3,6 +3,7 @@ batches finished long enough ago, in small transactions, and never a stored obje
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -117,3 +118,19 @@ def test_the_prune_command(
     assert main(argv) == 0
     assert "pruned 0 batches" in capsys.readouterr().out
     assert main(["prune", "--finished-before", "soon", "--database-url", database_url]) == 2
+
+
+def test_prune_keeps_a_batch_requeued_and_ended_again_since_it_was_listed(
+    app: App, tmp_path: Path
+) -> None:
+    """Listed as finished two seconds ago, then requeued and ended again: the delete step
+    re-checks the cutoff under the group's lock, so the batch, now finished just now, stays."""
+    status, _ = app.batches.submit(_request(write_photos(tmp_path / "src", 1)))
+    app.batches.cancel(status["id"])
+    time.sleep(2.1)
+    assert app.batches.prunable(2.0) == [(status["id"], [])]
+    app.batches.requeue(status["id"], deadline_seconds=3600)
+    app.batches.cancel(status["id"])
+    assert app.batches.prune_batch(status["id"], [], 2.0) is None
+    assert app.batches.status(status["id"])["counts"]["abandoned"] == 1
+    assert app.batches.prune(2.0).batches == 0
