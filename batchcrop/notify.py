@@ -23,6 +23,7 @@ import sqlalchemy as sa
 
 from batchcrop import __version__
 from batchcrop.logs import log_event
+from batchcrop.notify_http import DeadlineBackend, DeadlineTransport
 from leases import Claim, DatabaseUnavailable, LeaseLost, LeaseManager, State
 
 NOTIFY_URL_CHARS_MAX = 2048
@@ -39,8 +40,14 @@ CONNECT_TIMEOUT_SECONDS = 5.0
 RESPONSE_TIMEOUT_SECONDS = 10.0
 """Each of connect, write and read waits at most this; a receiver should answer at once and
 do its work afterwards."""
+DELIVERY_DEADLINE_SECONDS = 15.0
+"""A whole request (connect, send, the answer's status line and headers) ends within this, or
+the attempt is a `timeout`: a receiver trickling its answer cannot hold a deliverer."""
 POLL_SECONDS = 1.0
-DELIVERIES_PER_CLAIM = 4
+DELIVERIES_PER_CLAIM = 3
+"""Deliveries claimed at once and sent one after another: their deadlines together fit in one
+lease, so the last is still held when its turn comes."""
+assert DELIVERIES_PER_CLAIM * DELIVERY_DEADLINE_SECONDS < DELIVERY_LEASE_SECONDS
 
 SIGNATURE_HEADER = "Batchcrop-Signature"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -158,6 +165,7 @@ class Deliverer(threading.Thread):
         worker_id: str,
         poll_seconds: float = POLL_SECONDS,
         timeout_seconds: float = RESPONSE_TIMEOUT_SECONDS,
+        deadline_seconds: float = DELIVERY_DEADLINE_SECONDS,
     ) -> None:
         super().__init__(name="deliverer", daemon=True)
         self.leases = leases
@@ -166,7 +174,10 @@ class Deliverer(threading.Thread):
         self.hosts = hosts
         self.worker_id = worker_id
         self.poll_seconds = poll_seconds
+        self.deadline_seconds = deadline_seconds
+        self._backend = DeadlineBackend()
         self.client = httpx.Client(
+            transport=DeadlineTransport(self._backend),
             timeout=httpx.Timeout(
                 timeout_seconds, connect=min(timeout_seconds, CONNECT_TIMEOUT_SECONDS)
             ),
@@ -190,18 +201,29 @@ class Deliverer(threading.Thread):
                 self._stopping.wait(self.poll_seconds)
 
     def stop(self) -> None:
-        """Finish the delivery under way, then end."""
+        """Finish the delivery under way (within its deadline), give back the others claimed
+        with it, then end."""
         self._stopping.set()
 
     def deliver_due(self) -> int:
-        """Claim and deliver the due deliveries (a few at a time); returns how many."""
+        """Claim and deliver the due deliveries (a few at a time); returns how many were
+        claimed. Once stopping, the claimed ones not yet started are given back."""
         open_ids = self.open_deliveries()
         if not open_ids:
             return 0
         claims = self.leases.claim(self.worker_id, DELIVERIES_PER_CLAIM, group_ids=open_ids)
         for claim in claims:
-            self.deliver(claim)
+            if self._stopping.is_set():
+                self._give_back(claim)
+            else:
+                self.deliver(claim)
         return len(claims)
+
+    def _give_back(self, claim: Claim) -> None:
+        try:
+            self.leases.give_back(claim)
+        except LeaseLost:
+            log_event("delivery_lease_lost", level=logging.WARNING, delivery=claim.item_id)
 
     def deliver(self, claim: Claim) -> State | None:
         """POST one claimed delivery and end its attempt: `succeeded` on a 2xx, `failed`
@@ -238,7 +260,10 @@ class Deliverer(threading.Thread):
             "Batchcrop-Delivery-Attempt": str(claim.attempt),
         }
         try:
-            with self.client.stream("POST", url, content=body, headers=headers) as response:
+            with (
+                self._backend.deadline(self.deadline_seconds),
+                self.client.stream("POST", url, content=body, headers=headers) as response,
+            ):
                 code = response.status_code
         except httpx.TimeoutException:
             return None, TIMEOUT

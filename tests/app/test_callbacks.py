@@ -20,7 +20,7 @@ from storage import LocalStore
 from tests.app.conftest import run_batch
 from tests.app.images import write_photos
 from tests.app.test_cli import Cli, _submit, cli, inspect, wait_for
-from tests.receiver import SECRET, Receiver, receiving
+from tests.receiver import SECRET, Receiver, receiving, trickling
 
 __all__ = ["cli", "inspect"]  # fixtures
 
@@ -313,3 +313,38 @@ def test_prune_keeps_a_batch_that_ended_again_with_a_new_callback_after_it_was_l
         assert [d["state"] for d in deliveries] == ["succeeded", "queued"]
         _deliver_until(app, receiver, 2)
     assert len({r.key for r in receiver.requests}) == 2
+
+
+def test_a_trickling_receiver_is_cut_off_at_the_deadline_and_stop_gives_back_the_rest(
+    notifying: App, tmp_path: Path
+) -> None:
+    """A receiver sending its answer a byte every 0.2 s never exceeds the per-read timeout, but
+    the delivery's total deadline (1.5 s here) ends the attempt as a `timeout`; a deliverer
+    stopped meanwhile ends within that deadline and gives back the delivery it claimed but had
+    not started."""
+    app = notifying
+    sources = write_photos(tmp_path / "src", 1)
+    with trickling(0.2) as trickler:
+        first, _ = app.batches.submit(_request(sources, trickler.url))
+        second, _ = app.batches.submit(_request(sources, trickler.url))
+        app.batches.cancel(first["id"])
+        app.batches.cancel(second["id"])
+        deliverer = app.deliverer("test-deliverer")
+        assert deliverer is not None
+        deliverer.client.timeout = httpx.Timeout(1.0)
+        deliverer.deadline_seconds = 1.5
+        started = time.monotonic()
+        deliverer.start()
+        wait_for(lambda: trickler.requests == 1, "the first request", 10)
+        deliverer.stop()
+        deliverer.join(10)
+        elapsed = time.monotonic() - started
+        assert not deliverer.is_alive()
+    assert elapsed < 4.0, elapsed
+    assert trickler.requests == 1
+    states = sorted(
+        (d["state"], d["reason"], d["attempts"])
+        for batch in (first, second)
+        for d in app.batches.status(batch["id"])["deliveries"]
+    )
+    assert states == [("queued", None, 0), ("retryable", "timeout", 1)]
