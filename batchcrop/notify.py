@@ -16,7 +16,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from urllib.parse import urlsplit
 
 import httpx
 import sqlalchemy as sa
@@ -27,6 +26,7 @@ from batchcrop.notify_http import DeadlineBackend, DeadlineTransport
 from leases import Claim, DatabaseUnavailable, LeaseLost, LeaseManager, State
 
 NOTIFY_URL_CHARS_MAX = 2048
+PORT_MAX = 65535
 DELIVERY_WINDOW_SECONDS = 24 * 3600.0
 """A delivery is retried for this long after it is written, then abandoned
 (`deadline_exceeded`); an operator can redeliver."""
@@ -54,6 +54,7 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 HOST_NOT_ALLOWED = "host_not_allowed"
 TIMEOUT = "timeout"
 CONNECT_ERROR = "connect_error"
+INVALID_URL = "invalid_url"
 NOTIFY_SCHEMES = ("http", "https")
 
 OpenDeliveries = Callable[[], list[str]]
@@ -64,11 +65,25 @@ class NotifyUrlError(ValueError):
     """A `notify_url` batchcrop will not call; the message says why (never echoing it)."""
 
 
-def url_host(url: str) -> str | None:
-    """The host name of `url`, lower-case, without brackets; None when it has none."""
+def parse_url(url: str) -> httpx.URL:
+    """`url` parsed as the deliverer will send it (httpx: IDNA host names, ports);
+    `NotifyUrlError` when it cannot be, so what submission accepts delivery can send."""
     try:
-        host = urlsplit(url).hostname
-    except ValueError:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, ValueError):
+        # ValueError: the idna package's errors (a host name no IDNA encoding allows).
+        raise NotifyUrlError("is not a valid URL (or its host name is not valid IDNA)") from None
+    if parsed.port is not None and not 0 < parsed.port <= PORT_MAX:
+        raise NotifyUrlError(f"has a port outside 1..{PORT_MAX}")
+    return parsed
+
+
+def url_host(url: str) -> str | None:
+    """The host of `url` as sent (ASCII: IDNA-encoded), lower-case, without brackets; None
+    when it has none or cannot be parsed."""
+    try:
+        host = parse_url(url).raw_host.decode("ascii")
+    except NotifyUrlError:
         return None
     return host.lower() if host else None
 
@@ -98,16 +113,11 @@ def check_notify_url(url: str, hosts: tuple[str, ...]) -> str:
             f"must be an http(s) URL of at most {NOTIFY_URL_CHARS_MAX} characters, "
             "without spaces or control characters"
         )
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:
-        raise NotifyUrlError("is not a valid URL") from None
-    if parts.scheme.lower() not in NOTIFY_SCHEMES or not parts.hostname:
+    parts = parse_url(url)
+    if parts.scheme not in NOTIFY_SCHEMES or not parts.raw_host:
         raise NotifyUrlError("must be an http:// or https:// URL with a host")
-    if parts.username is not None or parts.password is not None:
+    if parts.userinfo:
         raise NotifyUrlError("must not carry credentials (the request is signed instead)")
-    del port
     if not host_allowed(url, hosts):
         raise NotifyUrlError(
             "its host is not allowed: callbacks go only to hosts listed in BATCHCROP_NOTIFY_HOSTS"
@@ -235,6 +245,11 @@ class Deliverer(threading.Thread):
         code: int | None = None
         started = time.monotonic()
         try:
+            if url_host(url) is None:
+                # A URL stored before submission parsed URLs as delivery does (an invalid
+                # IDNA name): it can never be sent.
+                self.leases.fail(claim, INVALID_URL)
+                return self._logged(claim, State.FAILED, INVALID_URL, None, started)
             if not host_allowed(url, self.hosts):
                 self.leases.fail(claim, HOST_NOT_ALLOWED)
                 return self._logged(claim, State.FAILED, HOST_NOT_ALLOWED, None, started)
@@ -267,6 +282,8 @@ class Deliverer(threading.Thread):
                 code = response.status_code
         except httpx.TimeoutException:
             return None, TIMEOUT
+        except httpx.InvalidURL:
+            return None, INVALID_URL
         except httpx.HTTPError:
             return None, CONNECT_ERROR
         return code, None if 200 <= code < 300 else f"http_{code}"

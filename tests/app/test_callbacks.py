@@ -348,3 +348,43 @@ def test_a_trickling_receiver_is_cut_off_at_the_deadline_and_stop_gives_back_the
         for d in app.batches.status(batch["id"])["deliveries"]
     )
     assert states == [("queued", None, 0), ("retryable", "timeout", 1)]
+
+
+BAD_IDNA_URL = "http://a\u2024b.example.com/hook"
+"""A host name `urlsplit` accepts and IDNA refuses (U+2024, a one-dot leader)."""
+
+
+def test_a_url_httpx_cannot_parse_is_refused_at_submission() -> None:
+    """Submission parses the URL as the deliverer will: a host that is not valid IDNA, or a
+    port out of range, is refused before it can reach the outbox."""
+    for url in (BAD_IDNA_URL, "http://hooks.example.com:99999/x"):
+        with pytest.raises(NotifyUrlError, match=r"not a valid URL|port"):
+            check_notify_url(url, ("*.example.com", "hooks.example.com"))
+
+
+def test_an_unsendable_stored_url_fails_alone_and_the_pass_goes_on(
+    make_app: Callable[..., App], tmp_path: Path
+) -> None:
+    """A delivery whose stored URL is not valid IDNA (written before submission parsed URLs as
+    httpx does) but whose host the allowlist matches fails `invalid_url` at once; another
+    delivery of the same pass still goes."""
+    app = make_app(notify_secret=SECRET, notify_hosts=("127.0.0.1", "*.example.com"))
+    sources = write_photos(tmp_path / "src", 1)
+    with receiving() as receiver:
+        bad, _ = app.batches.submit(_request(sources, receiver.url))
+        good, _ = app.batches.submit(_request(sources, receiver.url))
+        with app.engine.begin() as conn:
+            conn.execute(
+                sa.text("UPDATE batchcrop_batches SET notify_url = :u WHERE id = :b"),
+                {"u": BAD_IDNA_URL, "b": bad["id"]},
+            )
+        app.batches.cancel(bad["id"])
+        app.batches.cancel(good["id"])
+        deliverer = app.deliverer("test-deliverer")
+        assert deliverer is not None
+        assert deliverer.deliver_due() == 2
+        assert len(receiver.processed) == 1
+    (failed,) = app.batches.status(bad["id"])["deliveries"]
+    assert (failed["state"], failed["reason"]) == ("failed", "invalid_url")
+    (delivered,) = app.batches.status(good["id"])["deliveries"]
+    assert delivered["state"] == "succeeded"
