@@ -472,7 +472,7 @@ class BatchService:
             batch,
             summary,
             poll_margin_seconds=self.poll_margin_seconds,
-            deliveries=self._deliveries(group_id, conn),
+            deliveries=self.deliveries(group_id, conn),
         )
         body = json.dumps(document, separators=(",", ":"), ensure_ascii=False)
         self._add_delivery(conn, batch, str(uuid.uuid4()), body)
@@ -521,11 +521,11 @@ class BatchService:
             self._add_delivery(conn, batch, str(latest["notification_id"]), body)
         return self.status(batch_id)
 
-    def _deliveries(self, batch_id: str, conn: Any = None) -> list[dict[str, Any]]:
+    def deliveries(self, batch_id: str, conn: Any = None) -> list[dict[str, Any]]:
         """The delivery documents of a batch, oldest first (with `conn`: in that transaction)."""
         if conn is None:
             with self.leases.reading() as reading:
-                return self._deliveries(batch_id, reading)
+                return self.deliveries(batch_id, reading)
         documents = []
         for row in conn.execute(queries.deliveries_of(batch_id)).mappings():
             item = self.leases.item(str(row["id"]), conn=conn)
@@ -555,7 +555,7 @@ class BatchService:
         """The status document (docs/design.md §7)."""
         batch = self.batch(batch_id)
         summary = self.summary(batch_id)
-        deliveries = self._deliveries(batch_id) if batch.notify_url is not None else []
+        deliveries = self.deliveries(batch_id) if batch.notify_url is not None else []
         return status_document(
             batch, summary, poll_margin_seconds=self.poll_margin_seconds, deliveries=deliveries
         )
@@ -590,7 +590,7 @@ class BatchService:
                 if state is not None and batch_state(summary) is not state:
                     continue
                 batch = _batch(row)
-                deliveries = self._deliveries(batch.id) if batch.notify_url is not None else []
+                deliveries = self.deliveries(batch.id) if batch.notify_url is not None else []
                 page.append(
                     status_document(
                         batch,
