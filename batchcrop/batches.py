@@ -504,9 +504,18 @@ class BatchService:
         """An operator's redelivery: a new delivery of the batch's latest notification (same
         body and `Idempotency-Key`, a fresh 24 h window and attempt budget). Refused
         (`NothingToRedeliver`) when the batch has no callback, has not ended yet, or its latest
-        delivery is still under way."""
+        delivery is still under way. Written under the batch group's lock while the batch is
+        terminal: a batch running again after a requeue notifies anew when it ends, and a prune
+        (which takes the same lock) sees the new delivery."""
         batch = self.batch(batch_id)
-        with self.leases.transaction() as conn:
+        with self.leases.if_finished(batch_id) as conn:
+            if conn is None:
+                raise NothingToRedeliver(
+                    f"batch {batch_id} has not ended (it runs again after a requeue): its "
+                    "callback is sent when it ends"
+                )
+            if conn.execute(queries.batch_by_id(batch_id)).first() is None:
+                raise NoSuchBatch(f"no batch {batch_id}")  # pruned since it was read
             rows = list(conn.execute(queries.deliveries_of(batch_id)).mappings())
             if batch.notify_url is None or not rows:
                 raise NothingToRedeliver(

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.api.conftest import batch_body
+from tests.api.conftest import assert_problem, batch_body
 from tests.api.live import LiveServer
 from tests.receiver import SECRET, Receiver, receiving
 
@@ -53,3 +53,23 @@ def test_the_polled_status_carries_the_deliveries_and_their_changes_change_the_e
     assert delivered.status_code == 200
     assert delivered.headers["etag"] != etag
     assert [d["state"] for d in delivered.json()["deliveries"]] == ["succeeded"]
+
+
+def test_redeliver_of_a_batch_running_again_is_409(
+    hooked: LiveServer, receiver: Receiver, sources: list[str]
+) -> None:
+    """Requeued after its callback was delivered, the batch runs again: redeliver is a 409
+    problem document and no delivery is written."""
+    batch = hooked.client.post(
+        "/v1/batches", json=batch_body(sources[:1], notify_url=receiver.url)
+    ).json()
+    hooked.client.post(f"/v1/batches/{batch['id']}/cancel")
+    _deliver(hooked, receiver, 1)
+    requeued = hooked.client.post(
+        f"/v1/batches/{batch['id']}/requeue", json={"deadline_seconds": 600}
+    )
+    assert requeued.json()["state"] == "queued"
+    problem = assert_problem(hooked.client.post(f"/v1/batches/{batch['id']}/redeliver"), 409)
+    assert problem["type"].endswith("nothing-to-redeliver")
+    assert "has not ended" in problem["detail"]
+    assert len(hooked.client.get(f"/v1/batches/{batch['id']}").json()["deliveries"]) == 1

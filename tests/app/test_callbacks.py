@@ -14,6 +14,7 @@ import sqlalchemy as sa
 
 from batchcrop.app import App
 from batchcrop.batches import BatchRequest, ItemRequest, NoSuchBatch, NothingToRedeliver
+from batchcrop.cli import main
 from batchcrop.crop import RenderSpec
 from batchcrop.notify import NotifyUrlError, check_notify_url, host_allowed, signature, verify
 from storage import LocalStore
@@ -388,3 +389,22 @@ def test_an_unsendable_stored_url_fails_alone_and_the_pass_goes_on(
     assert (failed["state"], failed["reason"]) == ("failed", "invalid_url")
     (delivered,) = app.batches.status(good["id"])["deliveries"]
     assert delivered["state"] == "succeeded"
+
+
+def test_redeliver_is_refused_while_a_requeued_batch_runs_again(
+    notifying: App, database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A batch whose callback was delivered, then requeued: until it ends again, redeliver is
+    refused (`NothingToRedeliver`: 409 in the API, exit 2 from the CLI) and writes nothing."""
+    app = notifying
+    with receiving() as receiver:
+        status, _ = app.batches.submit(_request([Path("/nowhere/a.jpg")], receiver.url))
+        app.batches.cancel(status["id"])
+        _deliver_until(app, receiver, 1)
+    app.batches.requeue(status["id"], deadline_seconds=3600)
+    with pytest.raises(NothingToRedeliver, match="has not ended"):
+        app.batches.redeliver(status["id"])
+    argv = ["redeliver", status["id"], "--database-url", database_url]
+    assert main(argv) == 2
+    assert "has not ended" in capsys.readouterr().err
+    assert len(app.batches.status(status["id"])["deliveries"]) == 1
