@@ -196,6 +196,7 @@ class Deliverer(threading.Thread):
             headers={"User-Agent": f"batchcrop/{__version__}"},
         )
         self._stopping = threading.Event()
+        self._refused_logged: set[tuple[str | None, str]] = set()
 
     def run(self) -> None:
         while not self._stopping.is_set():
@@ -237,8 +238,9 @@ class Deliverer(threading.Thread):
 
     def deliver(self, claim: Claim) -> State | None:
         """POST one claimed delivery and end its attempt: `succeeded` on a 2xx, `failed`
-        (`host_not_allowed`) when this process's allowlist refuses the host, else retryable
-        with `http_<status>`, `timeout` or `connect_error`. None when the lease was lost."""
+        (`invalid_url`) for a URL that cannot be sent, retryable `host_not_allowed` when this
+        process's allowlist refuses the host (`_refused_here`), else retryable with
+        `http_<status>`, `timeout` or `connect_error`. None when the lease was lost."""
         payload = claim.payload
         url = str(payload["url"])
         reason: str | None = None
@@ -251,8 +253,7 @@ class Deliverer(threading.Thread):
                 self.leases.fail(claim, INVALID_URL)
                 return self._logged(claim, State.FAILED, INVALID_URL, None, started)
             if not host_allowed(url, self.hosts):
-                self.leases.fail(claim, HOST_NOT_ALLOWED)
-                return self._logged(claim, State.FAILED, HOST_NOT_ALLOWED, None, started)
+                return self._refused_here(claim, url, HOST_NOT_ALLOWED, started)
             code, reason = self._post(claim, url)
             if reason is None:
                 self.leases.complete(claim)
@@ -262,6 +263,24 @@ class Deliverer(threading.Thread):
         except LeaseLost:
             log_event("delivery_lease_lost", level=logging.WARNING, delivery=claim.item_id)
             return None
+
+    def _refused_here(self, claim: Claim, url: str, reason: str, started: float) -> State:
+        """This process's `BATCHCROP_NOTIFY_HOSTS` refuses what submission (perhaps in another
+        process) allowed: a difference of configuration, not the receiver's fault. The
+        attempt is retried with backoff, by whichever deliverer claims it next (one configured
+        like the submitter delivers it); logged once per host and reason in this process."""
+        host = url_host(url)
+        if (host, reason) not in self._refused_logged:
+            self._refused_logged.add((host, reason))
+            log_event(
+                "delivery_refused_here",
+                level=logging.WARNING,
+                reason=reason,
+                host=host,
+                hint="BATCHCROP_NOTIFY_HOSTS differs between the processes",
+            )
+        state = self.leases.retry_later(claim, reason)
+        return self._logged(claim, state, reason, None, started)
 
     def _post(self, claim: Claim, url: str) -> tuple[int | None, str | None]:
         """(status code, failure reason or None); the response body is never read."""

@@ -3,6 +3,7 @@ against a receiver on loopback that checks signatures and deduplicates."""
 
 from __future__ import annotations
 
+import logging
 import signal
 import time
 from collections.abc import Callable
@@ -164,11 +165,8 @@ def test_a_requeued_batch_notifies_again_with_a_new_id_and_redeliver_repeats_one
     assert deliveries[2]["notification_id"] == deliveries[1]["notification_id"]
 
 
-def test_redirects_are_not_followed_and_disallowed_hosts_fail(
-    make_app: Callable[..., App], notifying: App, processing: App, tmp_path: Path
-) -> None:
-    """A 302 is a failed attempt (`http_302`), its Location never requested; a delivery whose
-    host this process does not allow fails `host_not_allowed` at once."""
+def test_redirects_are_not_followed(notifying: App, processing: App, tmp_path: Path) -> None:
+    """A 302 is a failed attempt (`http_302`), its Location never requested."""
     app = notifying
     sources = write_photos(tmp_path / "src", 1)
     with receiving(["redirect"]) as receiver:
@@ -178,14 +176,41 @@ def test_redirects_are_not_followed_and_disallowed_hosts_fail(
     assert [r.answer for r in receiver.requests] == ["redirect", 204]
     events, _ = app.batches.events(status["id"], limit=1000)
     assert "http_302" in [e["reason"] for e in events]
-    strict = make_app(notify_secret=SECRET, notify_hosts=("hooks.example.com",))
-    other, _ = app.batches.submit(_request(sources, "http://127.0.0.1:9/never"))
-    run_batch(processing, LocalStore(tmp_path / "store"), other["id"])
-    deliverer = strict.deliverer("strict")
-    assert deliverer is not None
-    assert deliverer.deliver_due() == 1
-    (delivery,) = app.batches.status(other["id"])["deliveries"]
-    assert (delivery["state"], delivery["reason"]) == ("failed", "host_not_allowed")
+
+
+def test_a_host_another_process_allows_is_retried_not_failed(
+    make_app: Callable[..., App],
+    notifying: App,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A deliverer whose BATCHCROP_NOTIFY_HOSTS lacks the host the submitter allowed retries
+    the delivery (`host_not_allowed`, logged once per host) instead of failing it; a deliverer
+    configured like the submitter then delivers it."""
+    sources = write_photos(tmp_path / "src", 1)
+    strict = make_app(
+        notify_secret=SECRET,
+        notify_hosts=("hooks.example.com",),
+        notify_retry_seconds=FAST_RETRY_SECONDS,
+    )
+    with receiving() as receiver:
+        batches = [notifying.batches.submit(_request(sources, receiver.url))[0] for _ in range(2)]
+        for batch in batches:
+            notifying.batches.cancel(batch["id"])
+        deliverer = strict.deliverer("strict")
+        assert deliverer is not None
+        with caplog.at_level(logging.INFO, logger="batchcrop"):
+            assert deliverer.deliver_due() == 2
+        refused = [r for r in caplog.records if "delivery_refused_here" in r.getMessage()]
+        assert len(refused) == 1
+        for batch in batches:
+            (delivery,) = notifying.batches.status(batch["id"])["deliveries"]
+            assert (delivery["state"], delivery["reason"]) == ("retryable", "host_not_allowed")
+        time.sleep(FAST_RETRY_SECONDS * 2)
+        _deliver_until(notifying, receiver, 2)
+    for batch in batches:
+        (delivery,) = notifying.batches.status(batch["id"])["deliveries"]
+        assert delivery["state"] == "succeeded"
 
 
 def test_submission_refuses_urls_outside_the_allowlist(notifying: App, tmp_path: Path) -> None:
