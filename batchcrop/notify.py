@@ -50,6 +50,8 @@ lease, so the last is still held when its turn comes."""
 assert DELIVERIES_PER_CLAIM * DELIVERY_DEADLINE_SECONDS < DELIVERY_LEASE_SECONDS
 
 SIGNATURE_HEADER = "Batchcrop-Signature"
+TIMESTAMP_DIGITS_MAX = 12
+"""Digits of a signature's `t` (unix seconds) a verifier reads; more is malformed."""
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 HOST_NOT_ALLOWED = "host_not_allowed"
 TIMEOUT = "timeout"
@@ -135,16 +137,24 @@ def signature(secret: str, body: bytes, timestamp: int) -> str:
 
 def verify(secret: str, body: bytes, header: str, *, tolerance_seconds: float = 300.0) -> bool:
     """A receiver's check of `header` over `body` (used by the tests; a model for receivers):
-    the timestamp within `tolerance_seconds` of now and some `v1` matching."""
+    the timestamp within `tolerance_seconds` of now and some `v1` matching. False, never an
+    exception, for any malformed header."""
     fields = [part.split("=", 1) for part in header.split(",") if "=" in part]
     stamps = [v for k, v in fields if k == "t"]
-    if len(stamps) != 1 or not stamps[0].isdigit():
+    # Only ASCII digits, and few of them: `isdigit` alone accepts "²" (which `int` refuses)
+    # and other scripts' digits, and a huge number cannot be compared with a float.
+    if len(stamps) != 1 or not (stamps[0].isascii() and stamps[0].isdigit()):
+        return False
+    if len(stamps[0]) > TIMESTAMP_DIGITS_MAX:
         return False
     timestamp = int(stamps[0])
     if abs(time.time() - timestamp) > tolerance_seconds:
         return False
-    expected = signature(secret, body, timestamp).split("v1=", 1)[1]
-    return any(k == "v1" and hmac.compare_digest(v, expected) for k, v in fields)
+    expected = signature(secret, body, timestamp).split("v1=", 1)[1].encode()
+    # Compared as bytes: `compare_digest` raises on str with non-ASCII characters.
+    return any(
+        k == "v1" and hmac.compare_digest(v.encode(errors="replace"), expected) for k, v in fields
+    )
 
 
 def delivery_leases(

@@ -433,3 +433,27 @@ def test_redeliver_is_refused_while_a_requeued_batch_runs_again(
     assert main(argv) == 2
     assert "has not ended" in capsys.readouterr().err
     assert len(app.batches.status(status["id"])["deliveries"]) == 1
+
+
+def test_verify_answers_false_for_malformed_headers() -> None:
+    """Whatever the header holds, `verify` answers False rather than raising."""
+    body = b'{"id":"x"}'
+    now = int(time.time())
+    good = signature(SECRET, body, now)
+    digest = good.split("v1=", 1)[1]
+    for header in (
+        "",
+        "garbage",
+        ",,,=,=",
+        f"t=\u00b2,v1={digest}",  # a superscript two: isdigit() but not int()
+        f"t=\u0661\u0662,v1={digest}",  # Arabic-Indic digits
+        f"t={'9' * 400},v1={digest}",
+        f"t=-{now},v1={digest}",
+        f"t={now},t={now},v1={digest}",
+        f"t={now},v1=\u00e9{digest[1:]}",  # non-ASCII: compare_digest raises on str
+        f"t={now},v1=\ud800",
+        f"t={now}",
+        f"v1={digest}",
+    ):
+        assert verify(SECRET, body, header) is False, header
+    assert verify(SECRET, body, good) is True
