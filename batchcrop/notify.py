@@ -22,6 +22,7 @@ import sqlalchemy as sa
 
 from batchcrop import __version__
 from batchcrop.logs import log_event
+from batchcrop.notify_hosts import matching_rules
 from batchcrop.notify_http import DeadlineBackend, DeadlineTransport
 from leases import Claim, DatabaseUnavailable, LeaseLost, LeaseManager, State
 
@@ -91,19 +92,10 @@ def url_host(url: str) -> str | None:
 
 
 def host_allowed(url: str, hosts: tuple[str, ...]) -> bool:
-    """Whether `url`'s host is on the allowlist: an entry is a host name or IP (any port),
-    or `*.example.com` for every name below example.com. An empty list allows none."""
+    """Whether an entry of the allowlist `hosts` (`batchcrop.notify_hosts`) names `url`'s
+    host. An empty list allows none."""
     host = url_host(url)
-    if host is None:
-        return False
-    for entry in hosts:
-        pattern = entry.strip().lower()
-        if pattern.startswith("*."):
-            if host.endswith(pattern[1:]) and len(host) > len(pattern) - 1:
-                return True
-        elif pattern and host == pattern.strip("[]"):
-            return True
-    return False
+    return host is not None and bool(matching_rules(host, hosts))
 
 
 def check_notify_url(url: str, hosts: tuple[str, ...]) -> str:
