@@ -739,16 +739,30 @@ LABEL_CHARS_MAX = 200
 """The width of `batchcrop_batches.label`."""
 
 
-def _check_label(label: str | None) -> None:
-    """A label the column can hold and a terminal can show (no control characters)."""
-    if label is None:
-        return
+BIDI_CONTROLS = frozenset(
+    "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+)
+"""The bidirectional formatting characters (marks, embeddings, overrides, isolates): in a
+label they would reorder what an operator reads in a table, a page or a terminal."""
+
+
+def label_text(label: str) -> str:
+    """`label` if the column can hold it and every reader shows it as typed: 1 to
+    `LABEL_CHARS_MAX` characters, no control or bidirectional formatting characters;
+    ValueError otherwise (the API's 422, the CLI's exit 2)."""
     if not 1 <= len(label) <= LABEL_CHARS_MAX or any(
-        unicodedata.category(c) == "Cc" for c in label
+        unicodedata.category(c) == "Cc" or c in BIDI_CONTROLS for c in label
     ):
         raise ValueError(
-            f"the label must be 1 to {LABEL_CHARS_MAX} characters, without control characters"
+            f"the label must be 1 to {LABEL_CHARS_MAX} characters, without control or "
+            "bidirectional formatting characters"
         )
+    return label
+
+
+def _check_label(label: str | None) -> None:
+    if label is not None:
+        label_text(label)
 
 
 def _batch(row: Any) -> Batch:
