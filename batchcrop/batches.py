@@ -396,11 +396,8 @@ class BatchService:
         """The batches `prune` may delete as listed now, oldest first, each with its deliveries
         (all finished at least as long ago)."""
         finished = self.leases.finished_groups(finished_before_seconds)
-        with self.leases.reading() as conn:
-            # Deliveries are lease groups too: each goes with its batch, never on its own.
-            delivery_groups = {
-                str(row.id) for row in conn.execute(queries.deliveries_among(finished))
-            }
+        # Deliveries are lease groups too: each goes with its batch, never on its own.
+        delivery_groups = self.deliveries_among(finished)
         listed = []
         for batch_id in finished:
             if batch_id in delivery_groups:
@@ -441,9 +438,9 @@ class BatchService:
             time.sleep(PRUNE_PAUSE_SECONDS)
         for delivery in deliveries:
             rows += self.leases.purge(delivery)
-        if deliveries:
+        for chunk in queries.chunks(list(deliveries)):
             with self.leases.transaction() as conn:
-                rows += conn.execute(queries.delete_deliveries(batch_id, deliveries)).rowcount
+                rows += conn.execute(queries.delete_deliveries(batch_id, chunk)).rowcount
         return rows + self.leases.purge(batch_id)
 
     # -- reading ---------------------------------------------------------------------------
@@ -550,10 +547,17 @@ class BatchService:
         """The deliveries a deliverer may claim from now: open lease groups that are
         deliveries (one probe per open group, as a worker's list of batches)."""
         open_ids = self.leases.open_groups()
-        if not open_ids:
-            return []
+        found = self.deliveries_among(open_ids)
+        return [group_id for group_id in open_ids if group_id in found]
+
+    def deliveries_among(self, group_ids: Sequence[str]) -> set[str]:
+        """Which of these lease groups are deliveries, read `IN_LIST_IDS_MAX` ids per
+        statement."""
+        found: set[str] = set()
         with self.leases.reading() as conn:
-            return [str(r.id) for r in conn.execute(queries.deliveries_among(open_ids))]
+            for chunk in queries.chunks(group_ids):
+                found.update(str(r.id) for r in conn.execute(queries.deliveries_among(chunk)))
+        return found
 
     def summary(self, batch_id: str) -> GroupSummary:
         """The batch's counters and times, read from its lease group (no scan of its items)."""

@@ -24,6 +24,7 @@ from batchcrop import __version__
 from batchcrop.logs import log_event
 from batchcrop.notify_hosts import matching_rules
 from batchcrop.notify_http import DeadlineBackend, DeadlineTransport
+from batchcrop.queries import chunks
 from leases import Claim, DatabaseUnavailable, LeaseLost, LeaseManager, State
 
 NOTIFY_URL_CHARS_MAX = 2048
@@ -221,10 +222,12 @@ class Deliverer(threading.Thread):
     def deliver_due(self) -> int:
         """Claim and deliver the due deliveries (a few at a time); returns how many were
         claimed. Once stopping, the claimed ones not yet started are given back."""
-        open_ids = self.open_deliveries()
-        if not open_ids:
-            return 0
-        claims = self.leases.claim(self.worker_id, DELIVERIES_PER_CLAIM, group_ids=open_ids)
+        claims: list[Claim] = []
+        # A bounded id list per claim statement, however many deliveries are open.
+        for chunk in chunks(self.open_deliveries()):
+            claims = self.leases.claim(self.worker_id, DELIVERIES_PER_CLAIM, group_ids=chunk)
+            if claims:
+                break
         for claim in claims:
             if self._stopping.is_set():
                 self._give_back(claim)

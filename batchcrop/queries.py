@@ -9,6 +9,15 @@ import sqlalchemy as sa
 
 from batchcrop.tables import batches, deliveries, derivatives
 
+IN_LIST_IDS_MAX = 500
+"""The most ids one statement lists (`IN (...)`): callers with more split them, so a statement
+stays small however many batches or deliveries there are."""
+
+
+def chunks(ids: Sequence[str]) -> list[Sequence[str]]:
+    """`ids` in slices of at most `IN_LIST_IDS_MAX`, in order."""
+    return [ids[start : start + IN_LIST_IDS_MAX] for start in range(0, len(ids), IN_LIST_IDS_MAX)]
+
 
 def insert_batch(
     *,
@@ -122,5 +131,5 @@ def deliveries_of(batch_id: str) -> sa.Select[Any]:
 
 
 def deliveries_among(delivery_ids: Collection[str]) -> sa.Select[Any]:
-    """The deliveries among these lease group ids."""
+    """The deliveries among these lease group ids (at most `IN_LIST_IDS_MAX`: see `chunks`)."""
     return sa.select(deliveries.c.id).where(deliveries.c.id.in_(list(delivery_ids)))

@@ -6,8 +6,10 @@ from __future__ import annotations
 import logging
 import signal
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -18,6 +20,7 @@ from batchcrop.batches import BatchRequest, ItemRequest, NoSuchBatch, NothingToR
 from batchcrop.cli import main
 from batchcrop.crop import RenderSpec
 from batchcrop.notify import NotifyUrlError, check_notify_url, host_allowed, signature, verify
+from batchcrop.queries import IN_LIST_IDS_MAX
 from storage import LocalStore
 from tests.app.conftest import run_batch
 from tests.app.images import write_photos
@@ -457,3 +460,37 @@ def test_verify_answers_false_for_malformed_headers() -> None:
     ):
         assert verify(SECRET, body, header) is False, header
     assert verify(SECRET, body, good) is True
+
+
+def test_id_lists_are_read_in_bounded_slices(notifying: App, tmp_path: Path) -> None:
+    """With more lease groups than one statement may list (here two real deliveries after
+    1,001 unknown ids), the delivery lookup and the deliverer's claim still find them, and no
+    statement carries more than `IN_LIST_IDS_MAX` ids."""
+    app = notifying
+    sources = write_photos(tmp_path / "src", 1)
+    with receiving() as receiver:
+        batches = [app.batches.submit(_request(sources, receiver.url))[0] for _ in range(2)]
+        for batch in batches:
+            app.batches.cancel(batch["id"])
+        real = [app.batches.status(b["id"])["deliveries"][0]["id"] for b in batches]
+        many = [str(uuid.uuid4()) for _ in range(2 * IN_LIST_IDS_MAX + 1)] + real
+        sizes: list[int] = []
+
+        def count(conn: Any, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+            sizes.append(len(parameters or ()))
+
+        sa.event.listen(app.engine, "before_cursor_execute", count)
+        try:
+            assert app.batches.deliveries_among(many) == set(real)
+            deliverer = app.deliverer("test-deliverer")
+            assert deliverer is not None
+            deliverer.open_deliveries = lambda: many
+            assert deliverer.deliver_due() == 2
+        finally:
+            sa.event.remove(app.engine, "before_cursor_execute", count)
+        assert len(receiver.processed) == 2
+    assert max(sizes) <= IN_LIST_IDS_MAX + PARAMETERS_BESIDE_IDS_MAX, max(sizes)
+
+
+PARAMETERS_BESIDE_IDS_MAX = 20
+"""A claim statement's own parameters (worker, limit, lease, token…) beside its id list."""
