@@ -521,9 +521,12 @@ class BatchService:
                 )
             latest = rows[-1]
             item = self.leases.item(str(latest["id"]), conn=conn)
-            if item is not None and item.state in UNFINISHED:
+            if item is None:
+                # Its lease rows are gone (a prune cut short): there is no body to send again.
+                raise NothingToRedeliver(f"the latest callback of batch {batch_id} is gone")
+            if item.state in UNFINISHED:
                 raise NothingToRedeliver(f"a delivery of batch {batch_id} is still under way")
-            body = "" if item is None else str(item.payload["body"])
+            body = str(item.payload["body"])
             self._add_delivery(conn, batch, str(latest["notification_id"]), body)
         return self.status(batch_id)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import logging
 import threading
 import time
@@ -55,6 +56,8 @@ SIGNATURE_HEADER = "Batchcrop-Signature"
 TIMESTAMP_DIGITS_MAX = 12
 """Digits of a signature's `t` (unix seconds) a verifier reads; more is malformed."""
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+NOTIFICATION_ID_FIELD = "notification_id"
+"""The body's first field: the `Idempotency-Key`, under the signature."""
 HOST_NOT_ALLOWED = "host_not_allowed"
 TIMEOUT = "timeout"
 CONNECT_ERROR = "connect_error"
@@ -128,10 +131,29 @@ def signature(secret: str, body: bytes, timestamp: int) -> str:
     return f"t={timestamp},v1={digest}"
 
 
-def verify(secret: str, body: bytes, header: str, *, tolerance_seconds: float = 300.0) -> bool:
+def notification_body(notification_id: str, stored: str) -> bytes:
+    """The bytes POSTed for a delivery: the stored status document with `notification_id` (the
+    `Idempotency-Key`) as its first field, so the signature covers the key too and a signed
+    body replayed under another key is detectable (ADR 0016). Composed at sending, so
+    deliveries written before the field existed carry it as well."""
+    document = json.loads(stored)
+    fields = {k: v for k, v in document.items() if k != NOTIFICATION_ID_FIELD}
+    signed = {NOTIFICATION_ID_FIELD: notification_id, **fields}
+    return json.dumps(signed, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def verify(
+    secret: str,
+    body: bytes,
+    header: str,
+    *,
+    idempotency_key: str | None = None,
+    tolerance_seconds: float = 300.0,
+) -> bool:
     """A receiver's check of `header` over `body` (used by the tests; a model for receivers):
-    the timestamp within `tolerance_seconds` of now and some `v1` matching. False, never an
-    exception, for any malformed header."""
+    the timestamp within `tolerance_seconds` of now and some `v1` matching and, given the
+    request's `idempotency_key`, the signed body's `notification_id` equal to it. False, never
+    an exception, for any malformed header or body."""
     fields = [part.split("=", 1) for part in header.split(",") if "=" in part]
     stamps = [v for k, v in fields if k == "t"]
     # Only ASCII digits, and few of them: `isdigit` alone accepts "²" (which `int` refuses)
@@ -145,9 +167,21 @@ def verify(secret: str, body: bytes, header: str, *, tolerance_seconds: float = 
         return False
     expected = signature(secret, body, timestamp).split("v1=", 1)[1].encode()
     # Compared as bytes: `compare_digest` raises on str with non-ASCII characters.
-    return any(
+    if not any(
         k == "v1" and hmac.compare_digest(v.encode(errors="replace"), expected) for k, v in fields
-    )
+    ):
+        return False
+    return idempotency_key is None or _signed_key(body) == idempotency_key
+
+
+def _signed_key(body: bytes) -> str | None:
+    """The `notification_id` of a (signature-checked) body, or None."""
+    try:
+        document = json.loads(body)
+    except ValueError:
+        return None
+    key = document.get(NOTIFICATION_ID_FIELD) if isinstance(document, dict) else None
+    return key if isinstance(key, str) else None
 
 
 def delivery_leases(
@@ -289,11 +323,12 @@ class Deliverer(threading.Thread):
 
     def _post(self, claim: Claim, url: str) -> tuple[int | None, str | None]:
         """(status code, failure reason or None); the response body is never read."""
-        body = str(claim.payload["body"]).encode()
+        notification_id = str(claim.payload["notification_id"])
+        body = notification_body(notification_id, str(claim.payload["body"]))
         headers = {
             "Content-Type": "application/json",
             SIGNATURE_HEADER: signature(self.secret, body, int(time.time())),
-            IDEMPOTENCY_HEADER: str(claim.payload["notification_id"]),
+            IDEMPOTENCY_HEADER: notification_id,
             "Batchcrop-Batch-Id": str(claim.payload["batch_id"]),
             "Batchcrop-Delivery-Id": claim.item_id,
             "Batchcrop-Delivery-Attempt": str(claim.attempt),

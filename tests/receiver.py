@@ -30,9 +30,12 @@ class Received:
     key: str
     body: dict[str, Any]
     signed: bool
+    """The signature verified, and the signed body's notification_id is the key."""
     attempt: str | None
     delivery: str | None
     answer: int | str
+    raw: bytes = b""
+    signature: str = ""
 
 
 @dataclass
@@ -78,14 +81,19 @@ def _handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
             length = int(self.headers.get("Content-Length", "0"))
             raw = self.rfile.read(length)
             action = receiver.answer()
-            signed = verify(SECRET, raw, self.headers.get(SIGNATURE_HEADER, ""))
+            key = self.headers.get(IDEMPOTENCY_HEADER, "")
+            signed = verify(
+                SECRET, raw, self.headers.get(SIGNATURE_HEADER, ""), idempotency_key=key
+            )
             answer: int | str = action
             status = {"fail": 503, "hang": 200, "redirect": 302}.get(str(action), action)
             if not signed:
                 status = answer = 401
             received = Received(
-                key=self.headers.get(IDEMPOTENCY_HEADER, ""),
+                key=key,
                 body=json.loads(raw),
+                raw=raw,
+                signature=self.headers.get(SIGNATURE_HEADER, ""),
                 signed=signed,
                 attempt=self.headers.get("Batchcrop-Delivery-Attempt"),
                 delivery=self.headers.get("Batchcrop-Delivery-Id"),

@@ -494,3 +494,25 @@ def test_id_lists_are_read_in_bounded_slices(notifying: App, tmp_path: Path) -> 
 
 PARAMETERS_BESIDE_IDS_MAX = 20
 """A claim statement's own parameters (worker, limit, lease, token…) beside its id list."""
+
+
+def test_the_signature_covers_the_notification_id(notifying: App, tmp_path: Path) -> None:
+    """The signed body carries the Idempotency-Key as `notification_id`: a receiver verifying
+    with the key accepts the request, and the same signed body replayed under another key is
+    refused, while the status document's fields are all there."""
+    app = notifying
+    with receiving() as receiver:
+        status, _ = app.batches.submit(_request(write_photos(tmp_path / "src", 1), receiver.url))
+        app.batches.cancel(status["id"])
+        _deliver_until(app, receiver, 1)
+    (request,) = receiver.requests
+    assert request.signed
+    assert request.body["notification_id"] == request.key
+    assert next(iter(request.body)) == "notification_id"
+    assert set(request.body) - {"notification_id"} == set(app.batches.status(status["id"]))
+    assert verify(SECRET, request.raw, request.signature, idempotency_key=request.key)
+    replayed_key = str(uuid.uuid4())
+    assert not verify(SECRET, request.raw, request.signature, idempotency_key=replayed_key)
+    assert not verify(
+        SECRET, b"[]", signature(SECRET, b"[]", int(time.time())), idempotency_key="k"
+    )
