@@ -14,6 +14,7 @@ import hashlib
 import hmac
 import json
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -23,7 +24,14 @@ import sqlalchemy as sa
 
 from batchcrop import __version__
 from batchcrop.logs import log_event
-from batchcrop.notify_hosts import matching_rules
+from batchcrop.notify_hosts import (
+    ADDRESS_NOT_ALLOWED,
+    DEFAULT_PORTS,
+    HOST_NOT_ALLOWED,
+    PORT_NOT_ALLOWED,
+    address_refusal,
+    destination_refusal,
+)
 from batchcrop.notify_http import DeadlineBackend, DeadlineTransport
 from batchcrop.queries import chunks
 from leases import Claim, DatabaseUnavailable, LeaseLost, LeaseManager, State
@@ -58,7 +66,6 @@ TIMESTAMP_DIGITS_MAX = 12
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 NOTIFICATION_ID_FIELD = "notification_id"
 """The body's first field: the `Idempotency-Key`, under the signature."""
-HOST_NOT_ALLOWED = "host_not_allowed"
 TIMEOUT = "timeout"
 CONNECT_ERROR = "connect_error"
 INVALID_URL = "invalid_url"
@@ -95,17 +102,11 @@ def url_host(url: str) -> str | None:
     return host.lower() if host else None
 
 
-def host_allowed(url: str, hosts: tuple[str, ...]) -> bool:
-    """Whether an entry of the allowlist `hosts` (`batchcrop.notify_hosts`) names `url`'s
-    host. An empty list allows none."""
-    host = url_host(url)
-    return host is not None and bool(matching_rules(host, hosts))
-
-
 def check_notify_url(url: str, hosts: tuple[str, ...]) -> str:
-    """`url` if batchcrop may POST to it: http(s), a host on `hosts`
-    (`BATCHCROP_NOTIFY_HOSTS`), no credentials, at most `NOTIFY_URL_CHARS_MAX` characters;
-    `NotifyUrlError` otherwise."""
+    """`url` if batchcrop may POST to it: http(s), a host and port on `hosts`
+    (`BATCHCROP_NOTIFY_HOSTS`, `batchcrop.notify_hosts`), no credentials, at most
+    `NOTIFY_URL_CHARS_MAX` characters; `NotifyUrlError` otherwise. What its name resolves to
+    is checked when it is called."""
     if not 1 <= len(url) <= NOTIFY_URL_CHARS_MAX or any(ord(c) < 33 or c == "\x7f" for c in url):
         raise NotifyUrlError(
             f"must be an http(s) URL of at most {NOTIFY_URL_CHARS_MAX} characters, "
@@ -116,9 +117,15 @@ def check_notify_url(url: str, hosts: tuple[str, ...]) -> str:
         raise NotifyUrlError("must be an http:// or https:// URL with a host")
     if parts.userinfo:
         raise NotifyUrlError("must not carry credentials (the request is signed instead)")
-    if not host_allowed(url, hosts):
+    refusal = destination_refusal(parts, hosts)
+    if refusal == HOST_NOT_ALLOWED:
         raise NotifyUrlError(
             "its host is not allowed: callbacks go only to hosts listed in BATCHCROP_NOTIFY_HOSTS"
+        )
+    if refusal == PORT_NOT_ALLOWED:
+        raise NotifyUrlError(
+            "its port is not allowed: a BATCHCROP_NOTIFY_HOSTS entry allows the scheme's default "
+            "port unless it names another (host:port)"
         )
     return url
 
@@ -184,6 +191,15 @@ def _signed_key(body: bytes) -> str | None:
     return key if isinstance(key, str) else None
 
 
+def resolve(url: httpx.URL) -> list[str]:
+    """The addresses `url`'s host resolves to (an IP address: itself), in resolver order;
+    OSError when it resolves to none."""
+    host = url.raw_host.decode("ascii")
+    port = DEFAULT_PORTS.get(url.scheme, 0) if url.port is None else url.port
+    found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(str(info[4][0]) for info in found))
+
+
 def delivery_leases(
     engine: sa.Engine, *, retry_seconds: float, worker_timeout_seconds: float
 ) -> LeaseManager:
@@ -222,9 +238,9 @@ class Deliverer(threading.Thread):
         self.worker_id = worker_id
         self.poll_seconds = poll_seconds
         self.deadline_seconds = deadline_seconds
-        self._backend = DeadlineBackend()
+        self.backend = DeadlineBackend()
         self.client = httpx.Client(
-            transport=DeadlineTransport(self._backend),
+            transport=DeadlineTransport(self.backend),
             timeout=httpx.Timeout(
                 timeout_seconds, connect=min(timeout_seconds, CONNECT_TIMEOUT_SECONDS)
             ),
@@ -286,14 +302,20 @@ class Deliverer(threading.Thread):
         code: int | None = None
         started = time.monotonic()
         try:
-            if url_host(url) is None:
+            try:
+                parsed = parse_url(url)
+            except NotifyUrlError:
                 # A URL stored before submission parsed URLs as delivery does (an invalid
                 # IDNA name): it can never be sent.
                 self.leases.fail(claim, INVALID_URL)
                 return self._logged(claim, State.FAILED, INVALID_URL, None, started)
-            if not host_allowed(url, self.hosts):
-                return self._refused_here(claim, url, HOST_NOT_ALLOWED, started)
-            code, reason = self._post(claim, url)
+            refusal = destination_refusal(parsed, self.hosts)
+            if refusal is not None:
+                return self._refused_here(claim, url, refusal, started)
+            code, reason = self._post(claim, parsed)
+            if reason == ADDRESS_NOT_ALLOWED:
+                self.leases.fail(claim, ADDRESS_NOT_ALLOWED)
+                return self._logged(claim, State.FAILED, ADDRESS_NOT_ALLOWED, None, started)
             if reason is None:
                 self.leases.complete(claim)
                 return self._logged(claim, State.SUCCEEDED, None, code, started)
@@ -321,8 +343,17 @@ class Deliverer(threading.Thread):
         state = self.leases.retry_later(claim, reason)
         return self._logged(claim, state, reason, None, started)
 
-    def _post(self, claim: Claim, url: str) -> tuple[int | None, str | None]:
-        """(status code, failure reason or None); the response body is never read."""
+    def _post(self, claim: Claim, url: httpx.URL) -> tuple[int | None, str | None]:
+        """(status code, failure reason or None); the response body is never read. The host
+        is resolved here, its addresses checked (`address_refusal`) and the connection made
+        to one of them, so a name cannot resolve to a checked address and then another."""
+        try:
+            addresses = resolve(url)
+        except OSError:
+            return None, CONNECT_ERROR
+        refusal = address_refusal(url, addresses)
+        if refusal is not None:
+            return None, refusal
         notification_id = str(claim.payload["notification_id"])
         body = notification_body(notification_id, str(claim.payload["body"]))
         headers = {
@@ -335,7 +366,7 @@ class Deliverer(threading.Thread):
         }
         try:
             with (
-                self._backend.deadline(self.deadline_seconds),
+                self.backend.request(self.deadline_seconds, addresses),
                 self.client.stream("POST", url, content=body, headers=headers) as response,
             ):
                 code = response.status_code

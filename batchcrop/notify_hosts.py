@@ -9,6 +9,11 @@ An entry is one of:
 
 each optionally followed by `:PORT` (that port only) or `:*` (any port); without a port an
 entry allows only the URL scheme's default port (80 for http, 443 for https).
+
+A URL naming its host by name may only reach public addresses: at delivery the name is
+resolved, refused (`address_not_allowed`) if any address is loopback, private, link-local,
+multicast or otherwise not global, and the request goes to an address so checked. A receiver
+on an internal address is called by its IP address, listed as such.
 """
 
 from __future__ import annotations
@@ -25,6 +30,12 @@ PORT_MAX = 65535
 WILDCARD_LABELS_MIN = 2
 """`*.example.com` at least: a wildcard over a whole top-level domain is refused."""
 _LABEL = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?")
+
+
+HOST_NOT_ALLOWED = "host_not_allowed"
+PORT_NOT_ALLOWED = "port_not_allowed"
+ADDRESS_NOT_ALLOWED = "address_not_allowed"
+DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 class NotifyHostsError(ValueError):
@@ -44,6 +55,12 @@ class HostRule:
     any_port: bool = False
     ip: bool = False
     """The entry is an IP address literal."""
+
+    def allows_port(self, port: int, default_port: int) -> bool:
+        """Whether this entry allows `port` (`default_port`: the URL scheme's)."""
+        if self.any_port:
+            return True
+        return port == (default_port if self.port is None else self.port)
 
     def matches_host(self, host: str) -> bool:
         """Whether `host` (ASCII, lower-case, an IP without brackets) is named by this entry."""
@@ -162,3 +179,44 @@ def matching_rules(host: str, hosts: tuple[str, ...]) -> list[HostRule]:
         if rule.matches_host(host):
             found.append(rule)
     return found
+
+
+def destination_refusal(url: httpx.URL, hosts: tuple[str, ...]) -> str | None:
+    """Why the allowlist `hosts` refuses `url` (an http(s) URL with a host, parsed by httpx):
+    `host_not_allowed` when no entry names its host, `port_not_allowed` when those that do
+    allow another port; None when it is allowed. Name resolution is not consulted (see
+    `address_refusal`)."""
+    host = url.raw_host.decode("ascii").lower()
+    rules = matching_rules(host, hosts)
+    if not rules:
+        return HOST_NOT_ALLOWED
+    default_port = DEFAULT_PORTS.get(url.scheme, 0)
+    port = default_port if url.port is None else url.port
+    if not any(rule.allows_port(port, default_port) for rule in rules):
+        return PORT_NOT_ALLOWED
+    return None
+
+
+def is_ip_literal(url: httpx.URL) -> bool:
+    """Whether `url` names its host by an IP address (which an allowlist entry then lists)."""
+    return _canonical_ip(url.raw_host.decode("ascii")) is not None
+
+
+def is_internal(address: str) -> bool:
+    """Whether `address` is loopback, private, link-local, shared, reserved, unspecified or
+    multicast: anything but a global unicast address (IPv4-mapped IPv6 judged as its IPv4)."""
+    ip = ipaddress.ip_address(address)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return not ip.is_global or ip.is_multicast
+
+
+def address_refusal(url: httpx.URL, addresses: list[str]) -> str | None:
+    """`address_not_allowed` when `url` names its host by name and one of the `addresses` it
+    resolved to is internal (`is_internal`); None otherwise. An IP address in the URL was
+    listed explicitly (`destination_refusal` checked it), so it may be internal."""
+    if is_ip_literal(url):
+        return None
+    if not addresses or any(is_internal(address) for address in addresses):
+        return ADDRESS_NOT_ALLOWED
+    return None

@@ -1,10 +1,11 @@
-"""The HTTP transport of completion callbacks: one deadline over a whole request
-(docs/design.md §7, callbacks; ADR 0016).
+"""The HTTP transport of completion callbacks: one deadline over a whole request, and
+connections only to checked addresses (docs/design.md §7, callbacks; ADR 0016).
 
 httpx bounds each connect, read and write on its own, so a receiver that trickles a byte
 every few seconds keeps a request open forever. This transport's sockets clamp every wait to
-what is left of the request's deadline, set by `deadline()` around each request, and fail as
-a timeout once it has passed.
+what is left of the request's deadline, set by `request()` around each request, and fail as
+a timeout once it has passed. `request()` also names the addresses the caller resolved and
+checked: a connection goes to one of them, never to what a second resolution might return.
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ _SocketOption = typing.Any
 
 
 class _Deadline(threading.local):
-    """The monotonic time the current thread's request must end by (None: no deadline)."""
+    """The monotonic time the current thread's request must end by (None: no deadline), and
+    the addresses it may connect to (None: none)."""
 
     at: float | None = None
+    addresses: list[str] | None = None
 
     def left(self, timeout: float | None, error: type[Exception]) -> float | None:
         """`timeout` cut to what is left before the deadline; `error` once it has passed."""
@@ -72,20 +75,24 @@ class DeadlineStream(httpcore.NetworkStream):
 
 
 class DeadlineBackend(httpcore.NetworkBackend):
-    """Opens TCP connections whose waits all end by the current request's deadline."""
+    """Opens TCP connections to the current request's checked addresses, whose waits all end
+    by its deadline. `host` itself is never resolved here (TLS still checks its name)."""
 
     def __init__(self) -> None:
         self._inner = httpcore.SyncBackend()
         self._deadline = _Deadline()
 
     @contextmanager
-    def deadline(self, seconds: float) -> Iterator[None]:
-        """Every connect, read and write in the block ends `seconds` from now at the latest."""
+    def request(self, seconds: float, addresses: list[str]) -> Iterator[None]:
+        """In the block, every connect, read and write ends `seconds` from now at the latest,
+        and new connections go to `addresses` (in order; the first that answers)."""
         self._deadline.at = time.monotonic() + seconds
+        self._deadline.addresses = addresses
         try:
             yield
         finally:
             self._deadline.at = None
+            self._deadline.addresses = None
 
     def connect_tcp(
         self,
@@ -95,9 +102,20 @@ class DeadlineBackend(httpcore.NetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[_SocketOption] | None = None,
     ) -> httpcore.NetworkStream:
-        left = self._deadline.left(timeout, httpcore.ConnectTimeout)
-        inner = self._inner.connect_tcp(host, port, left, local_address, socket_options)
-        return DeadlineStream(inner, self._deadline)
+        addresses = self._deadline.addresses
+        if not addresses:
+            raise httpcore.ConnectError("no checked address to connect to")
+        error: Exception | None = None
+        for address in addresses:
+            left = self._deadline.left(timeout, httpcore.ConnectTimeout)
+            try:
+                inner = self._inner.connect_tcp(address, port, left, local_address, socket_options)
+            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
+                error = exc
+                continue
+            return DeadlineStream(inner, self._deadline)
+        assert error is not None  # addresses is not empty
+        raise error
 
     def connect_unix_socket(
         self,

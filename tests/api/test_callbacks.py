@@ -22,7 +22,7 @@ def receiver() -> Any:
 @pytest.fixture
 def hooked(serve: Callable[..., LiveServer]) -> LiveServer:
     """A live server that may call loopback receivers and holds the signing secret."""
-    return serve(notify_secret=SECRET, notify_hosts=("127.0.0.1",), notify_retry_seconds=0.05)
+    return serve(notify_secret=SECRET, notify_hosts=("127.0.0.1:*",), notify_retry_seconds=0.05)
 
 
 def _deliver(api: LiveServer, receiver: Receiver, processed: int) -> None:

@@ -19,7 +19,8 @@ from batchcrop.app import App
 from batchcrop.batches import BatchRequest, ItemRequest, NoSuchBatch, NothingToRedeliver
 from batchcrop.cli import main
 from batchcrop.crop import RenderSpec
-from batchcrop.notify import NotifyUrlError, check_notify_url, host_allowed, signature, verify
+from batchcrop.notify import NotifyUrlError, check_notify_url, signature, verify
+from batchcrop.notify_hosts import destination_refusal
 from batchcrop.queries import IN_LIST_IDS_MAX
 from storage import LocalStore
 from tests.app.conftest import run_batch
@@ -37,14 +38,14 @@ def notifying(make_app: Callable[..., App]) -> App:
     """An app that may call loopback, with the test secret and near-zero retry backoff: its
     deliverer is driven pass by pass by the tests."""
     return make_app(
-        notify_secret=SECRET, notify_hosts=("127.0.0.1",), notify_retry_seconds=FAST_RETRY_SECONDS
+        notify_secret=SECRET, notify_hosts=("127.0.0.1:*",), notify_retry_seconds=FAST_RETRY_SECONDS
     )
 
 
 @pytest.fixture
 def processing(make_app: Callable[..., App]) -> App:
     """An app whose workers process images but deliver nothing (no secret)."""
-    return make_app(notify_hosts=("127.0.0.1",))
+    return make_app(notify_hosts=("127.0.0.1:*",))
 
 
 def _request(sources: list[Path], notify_url: str | None) -> BatchRequest:
@@ -229,12 +230,41 @@ def test_submission_refuses_urls_outside_the_allowlist(notifying: App, tmp_path:
             notifying.batches.submit(_request(sources, url))
 
 
-def test_host_patterns_and_the_signature_scheme() -> None:
-    assert host_allowed("https://a.hooks.example.com/x", ("*.example.com",))
-    assert not host_allowed("https://example.com/x", ("*.example.com",))
-    assert not host_allowed("https://evil-example.com/x", ("*.example.com",))
-    assert host_allowed("http://[::1]:8080/x", ("::1",))
-    assert not host_allowed("http://127.0.0.1/x", ())
+@pytest.mark.parametrize(
+    ("url", "hosts", "refusal"),
+    [
+        ("https://a.hooks.example.com/x", ("*.example.com",), None),
+        ("https://example.com/x", ("*.example.com",), "host_not_allowed"),
+        ("https://evil-example.com/x", ("*.example.com",), "host_not_allowed"),
+        ("http://127.0.0.1/x", (), "host_not_allowed"),
+        ("https://xn--bcher-kva.example/x", ("bücher.example",), None),
+        # Without a port an entry allows the scheme's default port only.
+        ("http://hooks.example.com/x", ("hooks.example.com",), None),
+        ("https://hooks.example.com:443/x", ("hooks.example.com",), None),
+        ("http://hooks.example.com:8080/x", ("hooks.example.com",), "port_not_allowed"),
+        ("https://hooks.example.com:80/x", ("hooks.example.com",), "port_not_allowed"),
+        ("http://hooks.example.com:8080/x", ("hooks.example.com:8080",), None),
+        ("http://hooks.example.com:8081/x", ("hooks.example.com:8080",), "port_not_allowed"),
+        ("http://a.example.com:9/x", ("*.example.com:*",), None),
+        ("http://[::1]:8080/x", ("::1",), "port_not_allowed"),
+        ("http://[::1]:8080/x", ("[::1]:8080",), None),
+        ("http://[0:0::1]:8080/x", ("[::1]:*",), None),
+    ],
+)
+def test_the_allowlist_names_hosts_and_ports(
+    url: str, hosts: tuple[str, ...], refusal: str | None
+) -> None:
+    """Each entry allows its host (or names below a wildcard) on the scheme's default port,
+    or on the port it names; the refusal says which part failed."""
+    assert destination_refusal(httpx.URL(url), hosts) == refusal
+    if refusal is None:
+        assert check_notify_url(url, hosts) == url
+    else:
+        with pytest.raises(NotifyUrlError, match=refusal.split("_")[0]):
+            check_notify_url(url, hosts)
+
+
+def test_the_signature_scheme() -> None:
     assert check_notify_url("https://HOOKS.example.com/a?b=c", ("hooks.example.com",))
     body = b'{"id":"x"}'
     now = int(time.time())
@@ -262,7 +292,7 @@ def test_a_worker_killed_right_after_the_last_commit_still_notifies_once(
     with receiving() as receiver:
         cli.env.update(
             BATCHCROP_NOTIFY_SECRET=SECRET,
-            BATCHCROP_NOTIFY_HOSTS="127.0.0.1",
+            BATCHCROP_NOTIFY_HOSTS="127.0.0.1:*",
             BATCHCROP_WORKER_TIMEOUT_SECONDS="3",
         )
         batch = _submit(cli, tmp_path / "src", "--notify-url", receiver.url)
@@ -397,7 +427,7 @@ def test_an_unsendable_stored_url_fails_alone_and_the_pass_goes_on(
     """A delivery whose stored URL is not valid IDNA (written before submission parsed URLs as
     httpx does) but whose host the allowlist matches fails `invalid_url` at once; another
     delivery of the same pass still goes."""
-    app = make_app(notify_secret=SECRET, notify_hosts=("127.0.0.1", "*.example.com"))
+    app = make_app(notify_secret=SECRET, notify_hosts=("127.0.0.1:*", "*.example.com"))
     sources = write_photos(tmp_path / "src", 1)
     with receiving() as receiver:
         bad, _ = app.batches.submit(_request(sources, receiver.url))
@@ -516,3 +546,50 @@ def test_the_signature_covers_the_notification_id(notifying: App, tmp_path: Path
     assert not verify(
         SECRET, b"[]", signature(SECRET, b"[]", int(time.time())), idempotency_key="k"
     )
+
+
+def test_a_name_resolving_to_an_internal_address_is_refused_at_delivery(
+    make_app: Callable[..., App], tmp_path: Path
+) -> None:
+    """`localhost` listed by name passes submission, but it resolves to loopback: the delivery
+    fails `address_not_allowed` without a request. The same receiver listed by its IP address
+    is called; a wrong port is `port_not_allowed` at submission."""
+    sources = write_photos(tmp_path / "src", 1)
+    with receiving() as receiver:
+        port = receiver.url.split(":")[2].split("/")[0]
+        app = make_app(notify_secret=SECRET, notify_hosts=("localhost:*", f"127.0.0.1:{port}"))
+        by_name, _ = app.batches.submit(
+            _request(sources, receiver.url.replace("127.0.0.1", "localhost"))
+        )
+        by_address, _ = app.batches.submit(_request(sources, receiver.url))
+        with pytest.raises(NotifyUrlError, match="port is not allowed"):
+            check_notify_url("http://127.0.0.1:1/x", app.settings.notify_hosts)
+        for batch in (by_name, by_address):
+            app.batches.cancel(batch["id"])
+        deliverer = app.deliverer("test-deliverer")
+        assert deliverer is not None
+        assert deliverer.deliver_due() == 2
+    (refused,) = app.batches.status(by_name["id"])["deliveries"]
+    assert (refused["state"], refused["reason"]) == ("failed", "address_not_allowed")
+    (delivered,) = app.batches.status(by_address["id"])["deliveries"]
+    assert delivered["state"] == "succeeded"
+    assert [r.key for r in receiver.requests] == [delivered["notification_id"]]
+    events, _ = app.batches.events(by_name["id"], limit=100)
+    assert "address_not_allowed" in [e["reason"] for e in events]
+
+
+def test_the_transport_connects_only_to_the_checked_addresses(
+    notifying: App, tmp_path: Path
+) -> None:
+    """The deliverer's transport never resolves the URL's name itself: a request to a name
+    that resolves nowhere reaches the address it was given; given none, it connects nowhere."""
+    deliverer = notifying.deliverer("test-deliverer")
+    assert deliverer is not None
+    with receiving() as receiver:
+        port = receiver.url.split(":")[2].split("/")[0]
+        url = f"http://pinned.invalid:{port}/hook"
+        with deliverer.backend.request(5.0, ["127.0.0.1"]):
+            assert deliverer.client.post(url, content=b"{}").status_code == 401  # unsigned
+        with pytest.raises(httpx.ConnectError), deliverer.backend.request(5.0, []):
+            deliverer.client.post(url.replace("pinned", "other"), content=b"{}")
+    assert len(receiver.requests) == 1

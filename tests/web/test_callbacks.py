@@ -22,7 +22,7 @@ def test_a_delivered_callback_is_listed_and_can_be_redelivered(
 ) -> None:
     """A cancelled batch's callback, delivered: the page lists the delivery and enables
     Redeliver; redelivering adds a second delivery of the same notification."""
-    app = make_app(notify_secret=SECRET, notify_hosts=("127.0.0.1",))
+    app = make_app(notify_secret=SECRET, notify_hosts=("127.0.0.1:*",))
     with receiving() as receiver, running(app, token=TOKEN) as live:
         batch = submit(live, sources[:1], notify_url=receiver.url)
         live.client.post(f"/v1/batches/{batch['id']}/cancel")
