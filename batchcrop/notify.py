@@ -28,6 +28,7 @@ from batchcrop.notify_hosts import (
     ADDRESS_NOT_ALLOWED,
     DEFAULT_PORTS,
     HOST_NOT_ALLOWED,
+    PORT_MAX,
     PORT_NOT_ALLOWED,
     address_refusal,
     destination_refusal,
@@ -37,7 +38,6 @@ from batchcrop.queries import chunks
 from leases import Claim, DatabaseUnavailable, LeaseLost, LeaseManager, State
 
 NOTIFY_URL_CHARS_MAX = 2048
-PORT_MAX = 65535
 DELIVERY_WINDOW_SECONDS = 24 * 3600.0
 """A delivery is retried for this long after it is written, then abandoned
 (`deadline_exceeded`); an operator can redeliver."""
@@ -193,7 +193,8 @@ def _signed_key(body: bytes) -> str | None:
 
 def resolve(url: httpx.URL) -> list[str]:
     """The addresses `url`'s host resolves to (an IP address: itself), in resolver order;
-    OSError when it resolves to none."""
+    OSError (or UnicodeError, for a name the resolver cannot encode) when it resolves to
+    none."""
     host = url.raw_host.decode("ascii")
     port = DEFAULT_PORTS.get(url.scheme, 0) if url.port is None else url.port
     found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
@@ -292,9 +293,10 @@ class Deliverer(threading.Thread):
             log_event("delivery_lease_lost", level=logging.WARNING, delivery=claim.item_id)
 
     def deliver(self, claim: Claim) -> State | None:
-        """POST one claimed delivery and end its attempt: `succeeded` on a 2xx, `failed`
-        (`invalid_url`) for a URL that cannot be sent, retryable `host_not_allowed` when this
-        process's allowlist refuses the host (`_refused_here`), else retryable with
+        """POST one claimed delivery and end its attempt: `succeeded` on a 2xx; `failed`
+        `invalid_url` for a URL that cannot be sent, or `address_not_allowed` for a name that
+        resolves to an internal address; retryable `host_not_allowed` / `port_not_allowed` when
+        this process's allowlist refuses it (`_refused_here`); else retryable with
         `http_<status>`, `timeout` or `connect_error`. None when the lease was lost."""
         payload = claim.payload
         url = str(payload["url"])
@@ -349,7 +351,8 @@ class Deliverer(threading.Thread):
         to one of them, so a name cannot resolve to a checked address and then another."""
         try:
             addresses = resolve(url)
-        except OSError:
+        except (OSError, UnicodeError):
+            # UnicodeError: the resolver's own IDNA step refusing a name (a label over 63).
             return None, CONNECT_ERROR
         refusal = address_refusal(url, addresses)
         if refusal is not None:

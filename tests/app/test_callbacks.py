@@ -593,3 +593,20 @@ def test_the_transport_connects_only_to_the_checked_addresses(
         with pytest.raises(httpx.ConnectError), deliverer.backend.request(5.0, []):
             deliverer.client.post(url.replace("pinned", "other"), content=b"{}")
     assert len(receiver.requests) == 1
+
+
+def test_a_name_the_resolver_cannot_encode_is_a_connect_error_alone(
+    make_app: Callable[..., App], tmp_path: Path
+) -> None:
+    """A host label of 64 characters passes URL parsing but the resolver's IDNA step refuses
+    it (UnicodeError, not OSError): the attempt is a retryable `connect_error`, not a failed
+    delivery pass."""
+    app = make_app(notify_secret=SECRET, notify_hosts=("*.example.com",))
+    url = "http://" + "a" * 64 + ".example.com/hook"
+    status, _ = app.batches.submit(_request(write_photos(tmp_path / "src", 1), url))
+    app.batches.cancel(status["id"])
+    deliverer = app.deliverer("test-deliverer")
+    assert deliverer is not None
+    assert deliverer.deliver_due() == 1
+    (delivery,) = app.batches.status(status["id"])["deliveries"]
+    assert (delivery["state"], delivery["reason"]) == ("retryable", "connect_error")
