@@ -411,12 +411,20 @@ class BatchService:
         objects are never touched. Safe to run from several processes and to interrupt: a later
         run finishes what one left."""
         result = PruneResult()
+        for batch_id, own in self.prunable(finished_before_seconds):
+            rows = self.prune_batch(batch_id, own, finished_before_seconds)
+            if rows is not None:
+                result.rows += rows
+                result.batches += 1
+        return result
+
+    def prunable(self, finished_before_seconds: float) -> list[tuple[str, list[str]]]:
+        """The batches `prune` may delete as listed now, oldest first, each with its deliveries
+        (all finished at least as long ago)."""
         finished = self.leases.finished_groups(finished_before_seconds)
-        with self.leases.reading() as conn:
-            # Deliveries are lease groups too: each goes with its batch, never on its own.
-            delivery_groups = {
-                str(row.id) for row in conn.execute(queries.deliveries_among(finished))
-            }
+        # Deliveries are lease groups too: each goes with its batch, never on its own.
+        delivery_groups = self.deliveries_among(finished)
+        listed = []
         for batch_id in finished:
             if batch_id in delivery_groups:
                 continue
@@ -424,26 +432,43 @@ class BatchService:
                 own = [str(row.id) for row in conn.execute(queries.deliveries_of(batch_id))]
             if any(delivery not in delivery_groups for delivery in own):
                 continue  # a callback still under way, or delivered too recently
-            with self.leases.if_finished(batch_id) as conn:
-                if conn is None:
-                    continue  # requeued since it was listed
-                # First the batch row: from here on the batch is gone for readers and requeue.
-                conn.execute(queries.delete_batch(batch_id))
-            for delete in (queries.delete_derivatives, queries.delete_previews):
-                deleted = PRUNE_BATCH_ROWS
-                while deleted == PRUNE_BATCH_ROWS:
-                    with self.leases.transaction() as conn:
-                        deleted = conn.execute(delete(batch_id, PRUNE_BATCH_ROWS)).rowcount
-                    result.rows += deleted
-                    time.sleep(PRUNE_PAUSE_SECONDS)
-            for delivery in own:
-                result.rows += self.leases.purge(delivery)
+            listed.append((batch_id, own))
+        return listed
+
+    def prune_batch(
+        self, batch_id: str, deliveries: Collection[str], finished_before_seconds: float
+    ) -> int | None:
+        """Delete one batch listed by `prunable` with its listed `deliveries`; the rows deleted
+        (the batch row not counted), or None when it is no longer prunable.
+
+        Between the listing and here the batch may have been requeued and ended again, with a
+        new notification: so the batch-row transaction re-checks, under the group's lock (which
+        requeue, the finish hook and redeliver hold while they write), that the batch is still
+        finished that long ago and has exactly the listed deliveries; only those are deleted."""
+        with self.leases.if_finished(batch_id, older_than_seconds=finished_before_seconds) as conn:
+            if conn is None:
+                return None  # requeued (and perhaps ended again) since it was listed
+            now = {str(row.id) for row in conn.execute(queries.deliveries_of(batch_id))}
+            if now != set(deliveries):
+                return None  # a callback written since it was listed
+            # First the batch row: from here on the batch is gone for readers and requeue.
+            conn.execute(queries.delete_batch(batch_id))
+        rows = 0
+        for delete in (queries.delete_derivatives, queries.delete_previews):
+            deleted = PRUNE_BATCH_ROWS
+            while deleted == PRUNE_BATCH_ROWS:
+                with self.leases.transaction() as conn:
+                    deleted = conn.execute(delete(batch_id, PRUNE_BATCH_ROWS)).rowcount
+                rows += deleted
+                time.sleep(PRUNE_PAUSE_SECONDS)
+        for delivery in deliveries:
+            rows += self.leases.purge(delivery)
+        for chunk in queries.chunks(list(deliveries)):
             with self.leases.transaction() as conn:
-                result.rows += conn.execute(queries.delete_deliveries(batch_id)).rowcount
-                result.rows += conn.execute(queries.delete_recrops(batch_id)).rowcount
-            result.rows += self.leases.purge(batch_id)
-            result.batches += 1
-        return result
+                rows += conn.execute(queries.delete_deliveries(batch_id, chunk)).rowcount
+        with self.leases.transaction() as conn:
+            rows += conn.execute(queries.delete_recrops(batch_id)).rowcount
+        return rows + self.leases.purge(batch_id)
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -471,7 +496,7 @@ class BatchService:
             batch,
             summary,
             poll_margin_seconds=self.poll_margin_seconds,
-            deliveries=self._deliveries(group_id, conn),
+            deliveries=self.deliveries(group_id, conn),
         )
         body = json.dumps(document, separators=(",", ":"), ensure_ascii=False)
         self._add_delivery(conn, batch, str(uuid.uuid4()), body)
@@ -503,9 +528,18 @@ class BatchService:
         """An operator's redelivery: a new delivery of the batch's latest notification (same
         body and `Idempotency-Key`, a fresh 24 h window and attempt budget). Refused
         (`NothingToRedeliver`) when the batch has no callback, has not ended yet, or its latest
-        delivery is still under way."""
+        delivery is still under way. Written under the batch group's lock while the batch is
+        terminal: a batch running again after a requeue notifies anew when it ends, and a prune
+        (which takes the same lock) sees the new delivery."""
         batch = self.batch(batch_id)
-        with self.leases.transaction() as conn:
+        with self.leases.if_finished(batch_id) as conn:
+            if conn is None:
+                raise NothingToRedeliver(
+                    f"batch {batch_id} has not ended (it runs again after a requeue): its "
+                    "callback is sent when it ends"
+                )
+            if conn.execute(queries.batch_by_id(batch_id)).first() is None:
+                raise NoSuchBatch(f"no batch {batch_id}")  # pruned since it was read
             rows = list(conn.execute(queries.deliveries_of(batch_id)).mappings())
             if batch.notify_url is None or not rows:
                 raise NothingToRedeliver(
@@ -514,17 +548,20 @@ class BatchService:
                 )
             latest = rows[-1]
             item = self.leases.item(str(latest["id"]), conn=conn)
-            if item is not None and item.state in UNFINISHED:
+            if item is None:
+                # Its lease rows are gone (a prune cut short): there is no body to send again.
+                raise NothingToRedeliver(f"the latest callback of batch {batch_id} is gone")
+            if item.state in UNFINISHED:
                 raise NothingToRedeliver(f"a delivery of batch {batch_id} is still under way")
-            body = "" if item is None else str(item.payload["body"])
+            body = str(item.payload["body"])
             self._add_delivery(conn, batch, str(latest["notification_id"]), body)
         return self.status(batch_id)
 
-    def _deliveries(self, batch_id: str, conn: Any = None) -> list[dict[str, Any]]:
+    def deliveries(self, batch_id: str, conn: Any = None) -> list[dict[str, Any]]:
         """The delivery documents of a batch, oldest first (with `conn`: in that transaction)."""
         if conn is None:
             with self.leases.reading() as reading:
-                return self._deliveries(batch_id, reading)
+                return self.deliveries(batch_id, reading)
         documents = []
         for row in conn.execute(queries.deliveries_of(batch_id)).mappings():
             item = self.leases.item(str(row["id"]), conn=conn)
@@ -540,10 +577,17 @@ class BatchService:
         """The deliveries a deliverer may claim from now: open lease groups that are
         deliveries (one probe per open group, as a worker's list of batches)."""
         open_ids = self.leases.open_groups()
-        if not open_ids:
-            return []
+        found = self.deliveries_among(open_ids)
+        return [group_id for group_id in open_ids if group_id in found]
+
+    def deliveries_among(self, group_ids: Sequence[str]) -> set[str]:
+        """Which of these lease groups are deliveries, read `IN_LIST_IDS_MAX` ids per
+        statement."""
+        found: set[str] = set()
         with self.leases.reading() as conn:
-            return [str(r.id) for r in conn.execute(queries.deliveries_among(open_ids))]
+            for chunk in queries.chunks(group_ids):
+                found.update(str(r.id) for r in conn.execute(queries.deliveries_among(chunk)))
+        return found
 
     def summary(self, batch_id: str) -> GroupSummary:
         """The batch's counters and times, read from its lease group (no scan of its items)."""
@@ -554,7 +598,7 @@ class BatchService:
         """The status document (docs/design.md §7)."""
         batch = self.batch(batch_id)
         summary = self.summary(batch_id)
-        deliveries = self._deliveries(batch_id) if batch.notify_url is not None else []
+        deliveries = self.deliveries(batch_id) if batch.notify_url is not None else []
         return status_document(
             batch, summary, poll_margin_seconds=self.poll_margin_seconds, deliveries=deliveries
         )
@@ -620,7 +664,7 @@ class BatchService:
             if state is not None and batch_state(summary) is not state:
                 continue
             batch = _batch(row)
-            deliveries = self._deliveries(batch.id) if batch.notify_url is not None else []
+            deliveries = self.deliveries(batch.id) if batch.notify_url is not None else []
             documents.append(
                 status_document(
                     batch,
@@ -798,16 +842,30 @@ LABEL_CHARS_MAX = 200
 """The width of `batchcrop_batches.label`."""
 
 
-def _check_label(label: str | None) -> None:
-    """A label the column can hold and a terminal can show (no control characters)."""
-    if label is None:
-        return
+BIDI_CONTROLS = frozenset(
+    "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+)
+"""The bidirectional formatting characters (marks, embeddings, overrides, isolates): in a
+label they would reorder what an operator reads in a table, a page or a terminal."""
+
+
+def label_text(label: str) -> str:
+    """`label` if the column can hold it and every reader shows it as typed: 1 to
+    `LABEL_CHARS_MAX` characters, no control or bidirectional formatting characters;
+    ValueError otherwise (the API's 422, the CLI's exit 2)."""
     if not 1 <= len(label) <= LABEL_CHARS_MAX or any(
-        unicodedata.category(c) == "Cc" for c in label
+        unicodedata.category(c) == "Cc" or c in BIDI_CONTROLS for c in label
     ):
         raise ValueError(
-            f"the label must be 1 to {LABEL_CHARS_MAX} characters, without control characters"
+            f"the label must be 1 to {LABEL_CHARS_MAX} characters, without control or "
+            "bidirectional formatting characters"
         )
+    return label
+
+
+def _check_label(label: str | None) -> None:
+    if label is not None:
+        label_text(label)
 
 
 def _batch(row: Any) -> Batch:

@@ -6,10 +6,15 @@ image's width and height, its byte count, and the writer. The store adds the byt
 write finds its key taken by other bytes, the stored object's facts decide: the same source,
 ratio, format and variant mean the same derivative rendered elsewhere (another CPU's SIMD
 rounding), and the stored object stands for it in the manifest; anything else is a
-`derivative_conflict`.
+`derivative_conflict`. Facts are read back as untrusted input (anyone with write access to the
+store can edit them): every number must be a plain decimal in range, the crop box inside the
+source, the sha256 the store's own (docs/design.md §5).
 """
 
 from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
 
 from batchcrop import __version__
 from batchcrop.crop import Rendition, Thumbnail
@@ -32,6 +37,9 @@ KIND = "kind"
 PREVIEW_KIND = "preview"
 SOURCE_WIDTH = "source-width"
 SOURCE_HEIGHT = "source-height"
+NUMBER_DIGITS_MAX = 10
+"""Digits of a number in the facts: more than any image dimension or derivative size."""
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
 def derivative_facts(source_sha256: str, variant: str, rendition: Rendition) -> dict[str, str]:
@@ -56,11 +64,14 @@ def stored_derivative(
     ratio: str,
     variant: str,
     output: str = "jpeg",
+    source_size: tuple[int, int] | None = None,
 ) -> Derivative | None:
     """The manifest row of the stored object `existing`, if its facts say batchcrop wrote it for
     this source, ratio, variant and output format; None when they name others, are missing or
-    malformed, or do not describe the object (its size), or the store knows no sha256 for it."""
-    if existing is None or existing.sha256 is None:
+    malformed or out of range (`source_size`: the source's oriented pixels, which the crop box
+    must lie inside), do not describe the object (its size), or the store knows no sha256 for
+    it."""
+    if existing is None or existing.sha256 is None or not SHA256_HEX.fullmatch(existing.sha256):
         return None
     facts = existing.metadata
     if not facts.get(WRITER, "").startswith(WRITER_PREFIX):
@@ -71,13 +82,10 @@ def stored_derivative(
         variant,
     ) or facts.get(FORMAT, "jpeg") != output:
         return None
-    try:
-        width, height, size = (int(facts[name]) for name in (WIDTH, HEIGHT, BYTES))
-        left, top, right, bottom = (int(v) for v in facts[CROP_BOX].split(","))
-    except (KeyError, ValueError):
+    checked = _checked_numbers(facts, existing.size, source_size)
+    if checked is None:
         return None
-    if size != existing.size:
-        return None
+    width, height, (left, top, right, bottom) = checked
     return Derivative(
         ratio=ratio,
         format=output,
@@ -121,13 +129,11 @@ def stored_preview(
         variant,
     ):
         return None
-    try:
-        width, height, source_width, source_height, size = (
-            int(facts[name]) for name in (WIDTH, HEIGHT, SOURCE_WIDTH, SOURCE_HEIGHT, BYTES)
-        )
-    except (KeyError, ValueError):
+    numbers = _numbers([facts.get(n) for n in (WIDTH, HEIGHT, SOURCE_WIDTH, SOURCE_HEIGHT, BYTES)])
+    if numbers is None or min(numbers) < 1:
         return None
-    if size != existing.size:
+    width, height, source_width, source_height, size = numbers
+    if size != existing.size or width > source_width or height > source_height:
         return None
     return Preview(
         key=existing.key,
@@ -138,3 +144,33 @@ def stored_preview(
         source_width=source_width,
         source_height=source_height,
     )
+
+
+def _checked_numbers(
+    facts: Mapping[str, str], size: int, source_size: tuple[int, int] | None
+) -> tuple[int, int, tuple[int, int, int, int]] | None:
+    """(width, height, crop box) of the facts when every number is well formed and in range:
+    positive sizes, the byte count the object's, the box non-empty and inside the source."""
+    numbers = _numbers([facts.get(WIDTH), facts.get(HEIGHT), facts.get(BYTES)])
+    box = _numbers(facts.get(CROP_BOX, "").split(","))
+    if numbers is None or box is None or len(box) != len(("left", "top", "right", "bottom")):
+        return None
+    width, height, stated = numbers
+    left, top, right, bottom = box
+    if min(width, height, stated) < 1 or stated != size:
+        return None
+    source_width, source_height = source_size or (right, bottom)
+    if not (left < right <= source_width and top < bottom <= source_height):
+        return None
+    return width, height, (left, top, right, bottom)
+
+
+def _numbers(texts: Sequence[str | None]) -> list[int] | None:
+    """Each text as a whole number written in plain ASCII digits (`int` would also take signs,
+    spaces, underscores and other scripts' digits); None if any is not one."""
+    numbers = []
+    for text in texts:
+        if text is None or not (text.isascii() and text.isdigit()) or len(text) > NUMBER_DIGITS_MAX:
+            return None
+        numbers.append(int(text))
+    return numbers

@@ -140,6 +140,7 @@ def store_rendition(
             ratio=ratio,
             variant=variant,
             output=rendition.format,
+            source_size=rendition.source_size,
         )
         if stored is None:
             raise PermanentItemError(str(exc), category=Category.DERIVATIVE_CONFLICT) from exc

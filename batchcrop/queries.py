@@ -47,6 +47,15 @@ def _payload_text_sqlite(element: PayloadText, compiler: SQLCompiler, **kw: Any)
 def _payload_text_postgresql(element: PayloadText, compiler: SQLCompiler, **kw: Any) -> str:
     return f"(lease_items.payload ->> '{element.field}')"
 
+IN_LIST_IDS_MAX = 500
+"""The most ids one statement lists (`IN (...)`): callers with more split them, so a statement
+stays small however many batches or deliveries there are."""
+
+
+def chunks(ids: Sequence[str]) -> list[Sequence[str]]:
+    """`ids` in slices of at most `IN_LIST_IDS_MAX`, in order."""
+    return [ids[start : start + IN_LIST_IDS_MAX] for start in range(0, len(ids), IN_LIST_IDS_MAX)]
+
 
 def insert_batch(
     *,
@@ -210,9 +219,12 @@ def delete_batch(batch_id: str) -> sa.Delete:
     return sa.delete(batches).where(batches.c.id == batch_id)
 
 
-def delete_deliveries(batch_id: str) -> sa.Delete:
-    """Delete the batch's outbox rows (retention: their lease groups are purged with it)."""
-    return sa.delete(deliveries).where(deliveries.c.batch_id == batch_id)
+def delete_deliveries(batch_id: str, delivery_ids: Collection[str]) -> sa.Delete:
+    """Delete these outbox rows of the batch (retention: their lease groups are purged with
+    it), and no other: a delivery written since they were listed stays."""
+    return sa.delete(deliveries).where(
+        deliveries.c.batch_id == batch_id, deliveries.c.id.in_(list(delivery_ids))
+    )
 
 
 def delete_derivatives(batch_id: str, limit: int) -> sa.Delete:
@@ -240,7 +252,7 @@ def deliveries_of(batch_id: str) -> sa.Select[Any]:
 
 
 def deliveries_among(delivery_ids: Collection[str]) -> sa.Select[Any]:
-    """The deliveries among these lease group ids."""
+    """The deliveries among these lease group ids (at most `IN_LIST_IDS_MAX`: see `chunks`)."""
     return sa.select(deliveries.c.id).where(deliveries.c.id.in_(list(delivery_ids)))
 
 

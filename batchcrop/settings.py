@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from batchcrop.notify_hosts import NotifyHostsError, parse_hosts
 from leases import LEASE_SECONDS, MAX_ATTEMPT_SECONDS, WORKER_TIMEOUT_SECONDS
 
 DATABASE_URL = "sqlite:///batchcrop.db"
@@ -116,6 +117,10 @@ class Settings:
                 f"the callback secret (BATCHCROP_NOTIFY_SECRET) must be at least "
                 f"{NOTIFY_SECRET_CHARS_MIN} characters"
             )
+        try:
+            parse_hosts(self.notify_hosts)
+        except NotifyHostsError as exc:
+            raise SettingsError(str(exc)) from None
         if self.s3_request_checksum not in ("when_supported", "when_required"):
             raise SettingsError("s3_request_checksum must be when_supported or when_required")
 

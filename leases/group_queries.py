@@ -88,10 +88,11 @@ def delete_group(group_id: str) -> Delete:
     return sa.delete(groups).where(groups.c.id == group_id)
 
 
-def finished_before(before_ms: int) -> sa.Select[tuple[str]]:
+def finished_before(before_ms: int, group_id: str | None = None) -> sa.Select[tuple[str]]:
     """Sealed groups every item of which is terminal, whose last transition (their newest
-    counter change, or their creation) is older than `before_ms` ago: what a purge may delete.
-    One probe of the unfinished-items index per group, and its few counter rows."""
+    counter change, or their creation) is older than `before_ms` ago: what a purge may delete
+    (with `group_id`: that group, if it is one). One probe of the unfinished-items index per
+    group, and its few counter rows."""
     unfinished = sa.exists().where(items.c.group_id == groups.c.id, state_in(UNFINISHED))
     last_change = (
         sa.select(sa.func.max(counters.c.updated_at))
@@ -99,16 +100,15 @@ def finished_before(before_ms: int) -> sa.Select[tuple[str]]:
         .scalar_subquery()
     )
     cutoff = db_now_ms() - before_ms
-    return (
-        sa.select(groups.c.id)
-        .where(
-            groups.c.sealed,
-            sa.not_(unfinished),
-            groups.c.created_at <= cutoff,
-            sa.func.coalesce(last_change, groups.c.created_at) <= cutoff,
-        )
-        .order_by(groups.c.created_at)
+    stmt = sa.select(groups.c.id).where(
+        groups.c.sealed,
+        sa.not_(unfinished),
+        groups.c.created_at <= cutoff,
+        sa.func.coalesce(last_change, groups.c.created_at) <= cutoff,
     )
+    if group_id is not None:
+        stmt = stmt.where(groups.c.id == group_id)
+    return stmt.order_by(groups.c.created_at)
 
 
 def has_unfinished(group_id: str) -> sa.Select[tuple[str]]:

@@ -346,17 +346,27 @@ class LeaseManager(Reader):
             return [str(row.id) for row in self._db.rows(c, stmt)]
 
     @contextlib.contextmanager
-    def if_finished(self, group_id: str) -> Iterator[sa.Connection | None]:
+    def if_finished(
+        self, group_id: str, *, older_than_seconds: float | None = None
+    ) -> Iterator[sa.Connection | None]:
         """A write transaction holding the group's row lock, yielded only while every item of
         the group is terminal (else None): the caller's own rows about a finished group are
-        deleted there, safe from a concurrent requeue (which takes the same lock)."""
+        deleted there, safe from a concurrent requeue (which takes the same lock). With
+        `older_than_seconds`, also only while its last transition is at least that old: the
+        cutoff of `finished_groups` re-checked under the lock, since a group requeued and
+        ended again after it was listed is finished but young."""
         with self._db.write() as c:
-            yield c if self._finished(c, group_id) else None
+            yield c if self._finished(c, group_id, older_than_seconds) else None
 
-    def _finished(self, c: sa.Connection, group_id: str) -> bool:
+    def _finished(
+        self, c: sa.Connection, group_id: str, older_than_seconds: float | None = None
+    ) -> bool:
         locked = group_queries.group_row(group_id, lock=True)
         if self._db.one(c, locked) is None:
             return False
+        if older_than_seconds is not None:
+            old = group_queries.finished_before(to_ms(older_than_seconds), group_id)
+            return self._db.one(c, old) is not None
         return self._db.one(c, group_queries.has_unfinished(group_id)) is None
 
     def purge(self, group_id: str) -> int:

@@ -3,12 +3,14 @@
 Put-if-absent is ONE `PutObject` with `If-None-Match: *` carrying the content's sha256 and the
 caller's metadata in user metadata (`x-amz-meta-*`), so an object and its metadata appear together.
 A 412 means the key is taken — possibly by our *own* first attempt whose response was lost and
-which botocore retried — so a 412 is resolved by `head_object` and a sha256 comparison: equal ⇒
-success (`created=False`), different ⇒ `ObjectConflict` carrying the stored object's size, sha256
-and user metadata, for the caller to judge. We never overwrite. AWS may
-answer 409 ConditionalRequestConflict to concurrent conditional writes; that is retried a bounded
-number of times. Multipart uploads, `upload_file` and CopyObject are avoided on purpose: s3transfer
-rejects `IfNoneMatch`, and Ceph RGW ignores conditions on multipart completion and copies.
+which botocore retried — so a 412 is resolved by reading the stored object and comparing the
+sha256 of its bytes (never the sha256 its metadata claims): equal ⇒ success (`created=False`),
+different ⇒ `ObjectConflict` carrying the stored object's size, sha256 and user metadata (only
+when the metadata's recorded sha256 is the bytes'), for the caller to judge. We never
+overwrite. AWS may answer 409 ConditionalRequestConflict to concurrent conditional writes; that
+is retried a bounded number of times. Multipart uploads, `upload_file` and CopyObject are
+avoided on purpose: s3transfer rejects `IfNoneMatch`, and Ceph RGW ignores conditions on
+multipart completion and copies.
 """
 
 from __future__ import annotations
@@ -68,6 +70,9 @@ MAX_POOL_CONNECTIONS = 32
 REQUEST_CHECKSUM_CALCULATION = "when_supported"
 """botocore's default; "when_required" is the escape hatch for servers rejecting CRC32 headers."""
 CONFLICT_RETRY_ATTEMPTS = 5
+CONFLICT_READ_BYTES_MAX = 64 * 1024 * 1024
+"""A taken key's object is read whole, up to this size, to hash its bytes; a larger one is a
+conflict with an unknown sha256 (a derivative is a few MiB at most)."""
 """PutObject attempts in all when AWS keeps answering 409 ConditionalRequestConflict."""
 CONFLICT_RETRY_BASE_SECONDS = 0.05
 CONFLICT_RETRY_MAX_WAIT_SECONDS = 1.0
@@ -279,7 +284,7 @@ class S3Store:
     def _resolve_taken(self, key: str, digest: str) -> PutResult:
         """The key answered 412: our own earlier attempt (equal sha256) or a conflict."""
         try:
-            existing = self.head(key)
+            existing = self._read_verified(key)
         except ObjectNotFound as exc:
             # Deleted between our 412 and the head: nothing to compare; the caller may retry.
             raise StorageUnavailable(f"{self.url}/{key} changed while being written") from exc
@@ -289,6 +294,30 @@ class S3Store:
             f"{self.url}/{key} holds different content "
             f"(sha256 {existing.sha256 or 'unknown'}, ours {digest})",
             existing=existing,
+        )
+
+    def _read_verified(self, key: str) -> ObjectInfo:
+        """A taken key's object: its size, the sha256 of its bytes (read whole, None past
+        `CONFLICT_READ_BYTES_MAX`) and its user metadata, kept only when the sha256 recorded in
+        it is the bytes' own: metadata that describes other bytes (edited, or copied onto this
+        object) is nobody's facts, and is dropped."""
+        full_key = self._full_key(key)
+        deadline = time.monotonic() + self.settings.body_deadline_seconds
+        with translated(f"get {self.url}/{key}"):
+            response = self.client.get_object(Bucket=self.bucket, Key=full_key)
+            body = response["Body"]
+            try:
+                size = int(response["ContentLength"])
+                metadata = {str(k): str(v) for k, v in response.get("Metadata", {}).items()}
+                recorded = metadata.pop(SHA256_METADATA_KEY, None)
+                if size > CONFLICT_READ_BYTES_MAX:
+                    return ObjectInfo(key=key, size=size, sha256=None)
+                data = _read_body(body, size, deadline, f"get {self.url}/{key}")
+            finally:
+                body.close()
+        actual = sha256_hex(data)
+        return ObjectInfo(
+            key=key, size=size, sha256=actual, metadata=metadata if recorded == actual else {}
         )
 
     def _probe_write(self, full_key: str, *, first: bool) -> None:

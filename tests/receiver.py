@@ -9,6 +9,7 @@ taken in turn for the first requests (`"fail"`: 503, `"hang"`: no answer for `ha
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -29,9 +30,12 @@ class Received:
     key: str
     body: dict[str, Any]
     signed: bool
+    """The signature verified, and the signed body's notification_id is the key."""
     attempt: str | None
     delivery: str | None
     answer: int | str
+    raw: bytes = b""
+    signature: str = ""
 
 
 @dataclass
@@ -77,14 +81,19 @@ def _handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
             length = int(self.headers.get("Content-Length", "0"))
             raw = self.rfile.read(length)
             action = receiver.answer()
-            signed = verify(SECRET, raw, self.headers.get(SIGNATURE_HEADER, ""))
+            key = self.headers.get(IDEMPOTENCY_HEADER, "")
+            signed = verify(
+                SECRET, raw, self.headers.get(SIGNATURE_HEADER, ""), idempotency_key=key
+            )
             answer: int | str = action
             status = {"fail": 503, "hang": 200, "redirect": 302}.get(str(action), action)
             if not signed:
                 status = answer = 401
             received = Received(
-                key=self.headers.get(IDEMPOTENCY_HEADER, ""),
+                key=key,
                 body=json.loads(raw),
+                raw=raw,
+                signature=self.headers.get(SIGNATURE_HEADER, ""),
                 signed=signed,
                 attempt=self.headers.get("Batchcrop-Delivery-Attempt"),
                 delivery=self.headers.get("Batchcrop-Delivery-Id"),
@@ -126,3 +135,53 @@ def receiving(script: Sequence[int | str] = (), hang_seconds: float = 3.0) -> It
     finally:
         server.shutdown()
         server.server_close()
+
+
+@dataclass
+class Trickler:
+    """A receiver that answers byte by byte, one every `interval_seconds`, never finishing
+    its headers (until the `with` block ends); `requests` counts the requests it read."""
+
+    interval_seconds: float
+    url: str = ""
+    requests: int = 0
+    stop: threading.Event = field(default_factory=threading.Event)
+
+
+def _trickle(trickler: Trickler, conn: socket.socket) -> None:
+    with conn:
+        conn.settimeout(5.0)
+        try:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(65536)
+            trickler.requests += 1
+            for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 100_000:
+                if trickler.stop.wait(trickler.interval_seconds):
+                    return
+                conn.sendall(bytes([byte]))
+        except OSError:
+            return  # the sender gave up
+
+
+@contextmanager
+def trickling(interval_seconds: float) -> Iterator[Trickler]:
+    """A trickling receiver on 127.0.0.1 (a free port) for the `with` block."""
+    trickler = Trickler(interval_seconds)
+    listener = socket.create_server(("127.0.0.1", 0))
+    trickler.url = f"http://127.0.0.1:{listener.getsockname()[1]}/hooks/slow"
+
+    def accept() -> None:
+        while not trickler.stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=_trickle, args=(trickler, conn), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield trickler
+    finally:
+        trickler.stop.set()
+        listener.close()

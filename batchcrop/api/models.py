@@ -14,7 +14,7 @@ from typing import Annotated, Literal, cast
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, WithJsonSchema
 
-from batchcrop.batches import FOCUS_PX_MAX, focus_box
+from batchcrop.batches import FOCUS_PX_MAX, LABEL_CHARS_MAX, focus_box, label_text
 from batchcrop.crop.spec import (
     FORMAT_NAMES,
     FORMATS_DEFAULT,
@@ -81,11 +81,11 @@ SourceText = Annotated[
 RefText = Annotated[str, StringConstraints(max_length=REF_CHARS_MAX), AfterValidator(storable_text)]
 RatioText = Annotated[str, StringConstraints(min_length=1, max_length=RATIO_CHARS_MAX)]
 UuidText = Annotated[str, StringConstraints(pattern=UUID_PATTERN)]
-LABEL_CHARS_MAX = 200
 LabelText = Annotated[
     str,
     StringConstraints(min_length=1, max_length=LABEL_CHARS_MAX),
     AfterValidator(storable_text),
+    AfterValidator(label_text),
 ]
 Seconds = Annotated[float, Field(gt=0, le=DEADLINE_SECONDS_MAX)]
 SearchText = Annotated[

@@ -86,7 +86,8 @@ class StatusReader:
 
     A batch's render request (`RenderSpec`) never changes after submission, so it is
     read once and cached; each poll then only reads the batch's counters (cost independent of
-    its size). The document is the one `BatchService.status` returns. Thread-safe.
+    its size) and, with a callback, its deliveries. The document is the one
+    `BatchService.status` returns. Thread-safe.
     """
 
     def __init__(self, batches: BatchService, *, cached_max: int = BATCHES_CACHED_MAX) -> None:
@@ -96,7 +97,11 @@ class StatusReader:
         self._batch: Callable[[str], Batch] = functools.lru_cache(maxsize=cached_max)(batches.batch)
 
     def status(self, batch_id: str) -> dict[str, Any]:
-        """The status document; `NoSuchBatch` for an unknown id."""
+        """The status document; `NoSuchBatch` for an unknown id. A batch with a callback also
+        reads its deliveries (a few rows), so a delivery's progress changes the ETag."""
         batch = self._batch(batch_id)
         summary = self._batches.summary(batch_id)
-        return status_document(batch, summary, poll_margin_seconds=self._margin_seconds)
+        deliveries = self._batches.deliveries(batch_id) if batch.notify_url is not None else []
+        return status_document(
+            batch, summary, poll_margin_seconds=self._margin_seconds, deliveries=deliveries
+        )

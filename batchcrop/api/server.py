@@ -23,11 +23,15 @@ from batchcrop.api.application import create_api
 from batchcrop.api.hosts import is_loopback
 from batchcrop.app import App
 from batchcrop.logs import log_event
+from batchcrop.notify import DELIVERY_DEADLINE_SECONDS
 from leases import DatabaseUnavailable
 
 EXIT_OK = 0
 EXIT_USAGE = 2
 SHUTDOWN_GRACE_SECONDS = 10
+DELIVERER_STOP_SECONDS = DELIVERY_DEADLINE_SECONDS + 5.0
+"""How long a stopping `serve` waits for its deliverer: the delivery under way ends within its
+deadline; past this the process exits anyway and the delivery's lease returns it."""
 
 log = logging.getLogger("batchcrop.api")
 
@@ -167,7 +171,9 @@ def serve(app: App, *, host: str, port: int, migrate: bool = False) -> int:
         reaper.stop()
         if deliverer is not None:
             deliverer.stop()
-            deliverer.join()
+            deliverer.join(DELIVERER_STOP_SECONDS)
+            if deliverer.is_alive():
+                log_event("deliverer_still_running", level=logging.WARNING)
         reaper.join()
         if pruner is not None:
             pruner.stop()

@@ -117,13 +117,15 @@ def _render(
                 output = image.convert("L") if grey and image.mode == "RGB" else image
                 for name in formats:
                     renditions[index, name] = _encoded(
-                        spec.ratios[index], output, box, spec.quality, name
+                        spec.ratios[index], output, box, spec.quality, name, source=size
                     )
             del pictures
     return [renditions[index, name] for index in range(len(spec.ratios)) for name in spec.formats]
 
 
-def _encoded(ratio: Ratio, image: Image.Image, box: Box, quality: int, name: str) -> Rendition:
+def _encoded(
+    ratio: Ratio, image: Image.Image, box: Box, quality: int, name: str, *, source: tuple[int, int]
+) -> Rendition:
     encoded = encode(image, name, quality)
     return Rendition(
         ratio=ratio,
@@ -133,4 +135,5 @@ def _encoded(ratio: Ratio, image: Image.Image, box: Box, quality: int, name: str
         sha256=hashlib.sha256(encoded).hexdigest(),
         crop_box=box,
         format=name,
+        source_size=source,
     )

@@ -201,7 +201,8 @@ class Rendition:
     """One encoded derivative: one ratio in one format (`FORMAT_NAMES`).
 
     `width`/`height` are the image's pixels; `crop_box` is `(left, top, right, bottom)` in source
-    pixels after EXIF orientation (right/bottom exclusive); `sha256` is the hex digest of `data`.
+    pixels after EXIF orientation (right/bottom exclusive); `sha256` is the hex digest of `data`;
+    `source_size` is the source's (width, height) after orientation, when known.
     """
 
     ratio: Ratio
@@ -211,6 +212,7 @@ class Rendition:
     sha256: str
     crop_box: tuple[int, int, int, int]
     format: str = "jpeg"
+    source_size: tuple[int, int] | None = None
 
 
 def _check_whole(name: str, value: int, low: int, high: int) -> None:

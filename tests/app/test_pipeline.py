@@ -28,6 +28,7 @@ from batchcrop.logs import log_event
 from batchcrop.processing import derivative_key
 from batchcrop.worker import WorkerOptions
 from storage import LocalStore, ObjectStore, S3Settings, S3Store
+from storage.port import SHA256_METADATA_KEY
 from tests.app.conftest import run_batch
 from tests.app.images import write_corrupt, write_photos
 
@@ -396,7 +397,8 @@ def _first_rendition(source: Path) -> tuple[str, str, str, Rendition]:
 
 
 def _as_another_cpu_would(rendition: Rendition) -> Rendition:
-    """The same derivative with other bytes and a crop box one pixel off (other SIMD rounding)."""
+    """The same derivative with other bytes and a crop box one pixel narrower (other SIMD
+    rounding; still inside the source, as any box batchcrop writes)."""
     buffer = io.BytesIO()
     Image.open(io.BytesIO(rendition.data)).save(buffer, "JPEG", quality=79)
     data = buffer.getvalue()
@@ -405,7 +407,7 @@ def _as_another_cpu_would(rendition: Rendition) -> Rendition:
         rendition,
         data=data,
         sha256=hashlib.sha256(data).hexdigest(),
-        crop_box=(left, top + 1, right, bottom + 1),
+        crop_box=(left, top, right - 1, bottom),
     )
 
 
@@ -484,6 +486,13 @@ TAKEN_BY = {
     "another ratio": {"ratio": "2:1"},
     "another variant": {"variant": "ffffffffffff"},
     "a writer other than batchcrop": {"writer": "somebody/1.0"},
+    # Facts edited in the store: well formed enough for int(), out of range or malformed.
+    "a crop box outside the source": {"crop-box": "0,0,99999,99999"},
+    "an empty crop box": {"crop-box": "10,20,10,40"},
+    "a crop box of three numbers": {"crop-box": "0,0,10"},
+    "a zero width": {"width": "0"},
+    "a signed height": {"height": "+64"},
+    "a height with an underscore": {"height": "6_4"},
 }
 
 
@@ -550,3 +559,25 @@ def test_a_source_needing_more_than_the_decode_memory_fails_alone(
     (failed,) = [i for i in app.batches.items(status["id"])[0] if i["state"] == "failed"]
     assert failed["attempt"] == 1
     assert app.decode_budget.used_bytes == 0
+
+
+def test_a_metadata_sha256_that_is_not_the_bytes_is_not_trusted(
+    make_app: Callable[..., App], moto_s3: S3Store, tmp_path: Path
+) -> None:
+    """An S3 object whose metadata claims the sha256 of the bytes we render, and our facts, but
+    holds other bytes: the 412 is resolved by hashing the stored bytes, not by the claim, so
+    the facts (describing other bytes) are dropped and the item fails `derivative_conflict`
+    instead of recording a manifest that does not describe the object."""
+    sources = write_photos(tmp_path / "src", 1)
+    key, source_sha256, variant, ours = _first_rendition(sources[0])
+    theirs = _as_another_cpu_would(ours)
+    forged = {**derivative_facts(source_sha256, variant, ours), SHA256_METADATA_KEY: ours.sha256}
+    moto_s3.client.put_object(Bucket=moto_s3.bucket, Key=key, Body=theirs.data, Metadata=forged)
+    app = make_app(store=moto_s3.url)
+    status, _ = app.batches.submit(_request(sources))
+
+    final = run_batch(app, moto_s3, status["id"])
+
+    assert final["failures"] == {"derivative_conflict": 1}
+    assert app.batches.manifest(status["id"]) == []
+    assert hashlib.sha256(moto_s3.get(key)).hexdigest() == theirs.sha256

@@ -3,6 +3,8 @@ batches finished long enough ago, in small transactions, and never a stored obje
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -59,8 +61,9 @@ def test_a_label_is_shown_and_filters_listings_without_changing_old_fingerprints
     assert other["label"] is None
     page, _ = app.batches.list_batches(label="autumn import")
     assert [d["id"] for d in page] == [labelled["id"]]
-    with pytest.raises(ValueError, match="label"):
-        app.batches.submit(_request(paths, label="bad\x1b[31m"))
+    for bad in ("bad\x1b[31m", "invoice \u202egpj.exe", "a\u2066b", "mark\u200f"):
+        with pytest.raises(ValueError, match="label"):
+            app.batches.submit(_request(paths, label=bad))
 
 
 def test_prune_deletes_only_finished_batches_rows_and_never_objects(
@@ -121,3 +124,32 @@ def test_the_prune_command(
     assert main(argv) == 0
     assert "pruned 0 batches" in capsys.readouterr().out
     assert main(["prune", "--finished-before", "soon", "--database-url", database_url]) == 2
+
+
+def test_prune_keeps_a_batch_requeued_and_ended_again_since_it_was_listed(
+    app: App, tmp_path: Path
+) -> None:
+    """Listed as finished two seconds ago, then requeued and ended again: the delete step
+    re-checks the cutoff under the group's lock, so the batch, now finished just now, stays."""
+    status, _ = app.batches.submit(_request(write_photos(tmp_path / "src", 1)))
+    app.batches.cancel(status["id"])
+    time.sleep(2.1)
+    assert app.batches.prunable(2.0) == [(status["id"], [])]
+    app.batches.requeue(status["id"], deadline_seconds=3600)
+    app.batches.cancel(status["id"])
+    assert app.batches.prune_batch(status["id"], [], 2.0) is None
+    assert app.batches.status(status["id"])["counts"]["abandoned"] == 1
+    assert app.batches.prune(2.0).batches == 0
+
+
+def test_the_cli_refuses_a_label_with_bidi_controls(
+    database_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`submit --label` with a right-to-left override is a usage error (exit 2) naming the
+    label, and no batch is created."""
+    (path,) = write_photos(tmp_path / "src", 1)
+    argv = ["submit", str(path), "--database-url", database_url, "--store", f"file://{tmp_path}"]
+    assert main([*argv, "--label", "invoice \u202egpj.exe"]) == 2
+    assert "label" in capsys.readouterr().err
+    assert main(["batches", "--json", "--database-url", database_url]) == 0
+    assert json.loads(capsys.readouterr().out)["batches"] == []

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from batchcrop.cli import main
 from batchcrop.settings import LEASE_SECONDS, Settings, SettingsError, parse_duration
 
 
@@ -94,3 +95,50 @@ def test_bad_durations_are_refused(text: str) -> None:
     """Empty, non-numeric and non-positive durations are refused."""
     with pytest.raises(SettingsError):
         parse_duration(text)
+
+
+@pytest.mark.parametrize(
+    ("entry", "why"),
+    [
+        ("https://hooks.example.com", "not a URL"),
+        ("hooks.example.com/path", "not a URL"),
+        ("hooks..example.com", "empty label"),
+        (".example.com", "empty label"),
+        ("*", "only as its whole first label"),
+        ("*.com", "top-level"),
+        ("a.*.example.com", "only as its whole first label"),
+        ("*foo.example.com", "only as its whole first label"),
+        ("hooks.example.com:0", "port"),
+        ("hooks.example.com:http", "port"),
+        ("hooks_1.example.com", "letters, digits"),
+        ("-hooks.example.com", "letters, digits"),
+        ("user@hooks.example.com", "credentials"),
+        ("[hooks.example.com]", "not an IPv6"),
+        ("fe80::1::2", "IPv6"),
+    ],
+)
+def test_malformed_notify_hosts_are_a_configuration_error(entry: str, why: str) -> None:
+    """Each malformed BATCHCROP_NOTIFY_HOSTS entry is refused at start-up, named with why."""
+    env = {"BATCHCROP_NOTIFY_HOSTS": f"hooks.example.com,{entry}"}
+    with pytest.raises(SettingsError, match="BATCHCROP_NOTIFY_HOSTS entry") as raised:
+        Settings.load(env=env)
+    assert why in str(raised.value)
+
+
+def test_well_formed_notify_hosts_are_accepted() -> None:
+    """Names, IDNA names, wildcards, IP literals and ports all parse."""
+    entries = "hooks.example.com, *.hooks.example.org:8443, bücher.example, 127.0.0.1:*"
+    env = {"BATCHCROP_NOTIFY_HOSTS": entries + ",[::1]:9000,::1,HOOKS.Example.NET."}
+    assert len(Settings.load(env=env).notify_hosts) == 7
+
+
+def test_the_cli_exits_2_naming_a_malformed_notify_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A command started with a malformed allowlist stops at once with the usage exit code."""
+    monkeypatch.setenv("BATCHCROP_NOTIFY_HOSTS", "https://hooks.example.com/x")
+    url = f"sqlite:///{tmp_path / 'batchcrop.db'}"
+    assert main(["batches", "--database-url", url]) == 2
+    err = capsys.readouterr().err
+    assert "BATCHCROP_NOTIFY_HOSTS entry 'https://hooks.example.com/x'" in err
+    assert "Traceback" not in err

@@ -164,7 +164,7 @@ def env_for(services: Services, database_url: str, s3_url: str, store_url: str) 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BATCHCROP_", "AWS_"))}
     env.update(
         BATCHCROP_NOTIFY_SECRET=receiver.SECRET,
-        BATCHCROP_NOTIFY_HOSTS="127.0.0.1",
+        BATCHCROP_NOTIFY_HOSTS="127.0.0.1:*",
         BATCHCROP_NOTIFY_RETRY_SECONDS=str(NOTIFY_RETRY_SECONDS),
     )
     env.update(

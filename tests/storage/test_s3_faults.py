@@ -211,13 +211,13 @@ def test_check_refuses_a_store_without_conditional_support(stub_client: Any) -> 
 
 
 def test_412_with_vanished_object_is_transient(stub_client: Any) -> None:
-    """A 412 whose object is gone by the time we head it is reported as transient."""
+    """A 412 whose object is gone by the time we read it is reported as transient."""
     store = S3Store("bucket", client=stub_client)
     with Stubber(stub_client) as stubber:
         stubber.add_client_error(
             "put_object", service_error_code="PreconditionFailed", http_status_code=412
         )
-        stubber.add_client_error("head_object", service_error_code="404", http_status_code=404)
+        stubber.add_client_error("get_object", service_error_code="NoSuchKey", http_status_code=404)
         with pytest.raises(StorageUnavailable):
             store.put_if_absent("k", b"x")
 
