@@ -47,6 +47,7 @@ def _payload_text_sqlite(element: PayloadText, compiler: SQLCompiler, **kw: Any)
 def _payload_text_postgresql(element: PayloadText, compiler: SQLCompiler, **kw: Any) -> str:
     return f"(lease_items.payload ->> '{element.field}')"
 
+
 IN_LIST_IDS_MAX = 500
 """The most ids one statement lists (`IN (...)`): callers with more split them, so a statement
 stays small however many batches or deliveries there are."""

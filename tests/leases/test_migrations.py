@@ -102,7 +102,8 @@ def test_0004_adds_the_finish_flag_false_for_existing_groups_and_downgrades(
     database_url: str,
 ) -> None:
     """0004 adds `lease_groups.notify_finish` (false for groups written before); its downgrade
-    drops it."""
+    drops it. Both with items referring to the group (a rebuild of `lease_groups` on SQLite
+    would fail on their foreign key)."""
     from alembic import command  # noqa: PLC0415
 
     from leases.migrate import alembic_config  # noqa: PLC0415
@@ -118,7 +119,14 @@ def test_0004_adds_the_finish_flag_false_for_existing_groups_and_downgrades(
                 ),
                 {"f": False},
             )
-        upgrade(engine)
+            conn.execute(
+                sa.text(
+                    "INSERT INTO lease_items (id, group_id, seq, state, attempt, attempt_base, "
+                    "next_attempt_at, created_at, updated_at, payload) "
+                    "VALUES ('i', 'g', 1, 'queued', 0, 0, 0, 1, 1, '{}')"
+                )
+            )
+        upgrade(engine, "0004")
         with engine.connect() as conn:
             flag = conn.execute(sa.text("SELECT notify_finish FROM lease_groups")).scalar_one()
         assert not flag
@@ -126,5 +134,7 @@ def test_0004_adds_the_finish_flag_false_for_existing_groups_and_downgrades(
             command.downgrade(alembic_config(connection), "0003")
         columns = {c["name"] for c in sa.inspect(engine).get_columns("lease_groups")}
         assert "notify_finish" not in columns
+        with engine.connect() as conn:
+            assert 1 == conn.execute(sa.text("SELECT count(*) FROM lease_items")).scalar_one()
     finally:
         engine.dispose()

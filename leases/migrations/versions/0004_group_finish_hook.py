@@ -16,13 +16,17 @@ branch_labels = None
 depends_on = None
 
 
+# Plain ALTER TABLE on both databases: SQLite adds and drops a column in place. A batch
+# operation would rebuild `lease_groups` on SQLite, and dropping the old table fails while
+# `lease_items` rows refer to it (foreign keys are on).
+
+
 def upgrade() -> None:
-    with op.batch_alter_table("lease_groups") as batch:
-        batch.add_column(
-            sa.Column("notify_finish", sa.Boolean, nullable=False, server_default=sa.false())
-        )
+    op.add_column(
+        "lease_groups",
+        sa.Column("notify_finish", sa.Boolean, nullable=False, server_default=sa.false()),
+    )
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("lease_groups") as batch:
-        batch.drop_column("notify_finish")
+    op.drop_column("lease_groups", "notify_finish")
