@@ -135,6 +135,6 @@ def test_0004_adds_the_finish_flag_false_for_existing_groups_and_downgrades(
         columns = {c["name"] for c in sa.inspect(engine).get_columns("lease_groups")}
         assert "notify_finish" not in columns
         with engine.connect() as conn:
-            assert 1 == conn.execute(sa.text("SELECT count(*) FROM lease_items")).scalar_one()
+            assert conn.execute(sa.text("SELECT count(*) FROM lease_items")).scalar_one() == 1
     finally:
         engine.dispose()
