@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         Claim,
         EventRow,
         GroupSummary,
+        MESSAGE_MAX_CHARS,
         HeartbeatReply,
         ItemRow,
         NewItem,
@@ -67,6 +68,7 @@ _HOMES = {
     "WORKER_TIMEOUT_SECONDS": "leases.defaults",
     "LeaseManager": "leases.manager",
     "upgrade": "leases.migrate",
+    "MESSAGE_MAX_CHARS": "leases.models",
     "REQUEUEABLE": "leases.models",
     "TERMINAL": "leases.models",
     "UNFINISHED": "leases.models",
@@ -88,6 +90,7 @@ _HOMES = {
 __all__ = [
     "LEASE_SECONDS",
     "MAX_ATTEMPT_SECONDS",
+    "MESSAGE_MAX_CHARS",
     "REQUEUEABLE",
     "TERMINAL",
     "UNFINISHED",
