@@ -168,7 +168,8 @@ def item_document(
 
     `focus_box` is the submitted [left, top, right, bottom], or null (also for items written
     before focus boxes existed, whose payload has no such key). `store` is the batch's store
-    URL, which gives each derivative its `location`.
+    URL, which gives each derivative its `location`. `error_message` says why the last
+    attempt failed (with `error_category`), or null (ADR 0017).
     """
     return {
         "id": item.id,
@@ -181,6 +182,7 @@ def item_document(
         "error_category": item.error_category,
         "updated_at": iso(item.updated_at),
         "derivatives": [derivative_document(d, store) for d in derivatives],
+        "error_message": item.error_message,
     }
 
 
@@ -202,4 +204,5 @@ def event_document(event: EventRow, *, batch_id: str | None = None) -> dict[str,
         "reason": event.reason,
         "correlation_id": event.correlation_id,
         "kind": "item" if event.group_id == batch else "delivery",
+        "message": event.message,
     }

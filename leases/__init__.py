@@ -31,13 +31,13 @@ if TYPE_CHECKING:
     from leases.manager import LeaseManager
     from leases.migrate import upgrade
     from leases.models import (
+        MESSAGE_MAX_CHARS,
         REQUEUEABLE,
         TERMINAL,
         UNFINISHED,
         Claim,
         EventRow,
         GroupSummary,
-        MESSAGE_MAX_CHARS,
         HeartbeatReply,
         ItemRow,
         NewItem,

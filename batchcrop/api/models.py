@@ -257,6 +257,10 @@ class ItemDocument(BaseModel):
     error_category: str | None
     updated_at: str
     derivatives: list[DerivativeDocument]
+    error_message: Annotated[
+        str | None,
+        Field(description="why the last attempt failed, as the decoder or store said it"),
+    ]
 
 
 class ItemPage(BaseModel):
@@ -283,6 +287,10 @@ class EventDocument(BaseModel):
     kind: Annotated[
         Literal["item", "delivery"],
         Field(description="delivery: a transition of a callback delivery (item_id is its id)"),
+    ]
+    message: Annotated[
+        str | None,
+        Field(description="a failed attempt's message, as the decoder or store said it"),
     ]
 
 

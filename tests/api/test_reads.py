@@ -81,6 +81,7 @@ def test_one_item(api: LiveServer, sources: list[str]) -> None:
         "error_category",
         "updated_at",
         "derivatives",
+        "error_message",
     }
     assert (item["batch_id"], item["state"], item["attempt"]) == (batch["id"], "queued", 0)
     assert item["focus_box"] is None

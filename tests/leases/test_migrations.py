@@ -169,8 +169,8 @@ def test_0005_adds_attempt_messages_null_for_existing_rows_and_downgrades(
         manager.fail(claim, "invalid_image", message="image file is truncated")
         after = manager.item("i")
         assert after is not None
-        assert "image file is truncated" == after.error_message
-        assert ["image file is truncated"] == [e.message for e in manager.events("g")][-1:]
+        assert after.error_message == "image file is truncated"
+        assert [e.message for e in manager.events("g")][-1:] == ["image file is truncated"]
         with engine.begin() as connection:
             command.downgrade(alembic_config(connection), "0004")
         item_columns = {c["name"] for c in sa.inspect(engine).get_columns("lease_items")}

@@ -28,6 +28,7 @@ function eventRow(event) {
       stateBadge(event.to_state),
     ),
     h("td", {}, event.reason ? h("code", {}, event.reason) : "—"),
+    h("td", { class: "message" }, event.message || "—"),
     h("td", {}, event.worker_id ? h("code", {}, event.worker_id) : "—"),
     h("td", {}, event.lease_token ? h("code", {}, event.lease_token) : "—"),
     h("td", {}, event.correlation_id ? h("code", {}, event.correlation_id) : "—"),
@@ -62,6 +63,7 @@ async function load() {
     ...term("State", stateBadge(item.state)),
     ...term("Attempt", String(item.attempt)),
     ...term("Error category", item.error_category ? h("code", {}, item.error_category) : "none"),
+    ...(item.error_message ? term("Error message", item.error_message) : []),
     ...term("Last change", timeElement(item.updated_at)),
   );
   byId("sheet").replaceChildren(itemCard(batchId, item, status.ratios));
