@@ -332,3 +332,13 @@ def test_run_writes_to_the_store_it_is_given(cli: Cli, tmp_path: Path) -> None:
     assert (document["state"], document["store"]) == ("succeeded", "s3://bc-run-store/v1")
     assert len(keys) == 4
     assert not cli.out.exists()
+
+
+def test_a_file_url_source_is_a_usage_error(cli: Cli, tmp_path: Path) -> None:
+    """`batchcrop submit file:///…/photo.jpg` is exit 2 in one line: a local source is its
+    plain path."""
+    photo = write_photos(tmp_path / "src", 1)[0]
+    result = cli("submit", f"file://{photo}")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert "unsupported source scheme" in result.stderr
+    assert len(result.stderr.splitlines()) == 1
