@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -57,6 +58,18 @@ class App:
     def poll_margin_seconds(self) -> float:
         """lease + one reaper interval: how long past its deadline a batch can still move."""
         return self.settings.lease_seconds + self.settings.reaper_interval_seconds
+
+    def require_database(self) -> None:
+        """Raise `NoDatabaseFile` when the SQLite database file does not exist, before anything
+        connects (connecting would create an empty one): for the commands that only read or act
+        on batches, which never create a database (docs/design.md §7, exit codes)."""
+        url = self.engine.url
+        if url.get_backend_name() == "sqlite" and not os.path.exists(url.database or ""):
+            raise NoDatabaseFile(
+                f"no database at {os.path.abspath(url.database or '')}: run this where the "
+                "database is or pass --database-url (BATCHCROP_DATABASE_URL); `batchcrop run`, "
+                "`submit` and `db upgrade` create one"
+            )
 
     def database_label(self) -> str:
         """Where the database is, for logs: dialect, host, port and name, or the SQLite file;
@@ -220,6 +233,10 @@ def _database_errors() -> Iterator[None]:
         raise DatabaseUnavailable(f"database unreachable: {driver_reason(exc)}") from exc
 
 
+class NoDatabaseFile(DatabaseRefused):
+    """The SQLite database file does not exist, and the command never creates one (exit 3)."""
+
+
 POSTGRES_DRIVER = "postgresql+psycopg"
 """The PostgreSQL driver batchcrop ships with (psycopg 3)."""
 
@@ -245,6 +262,12 @@ def database_url(text: str) -> str:
             f"cannot parse the database URL {redact_url(text)!r}: use sqlite:///FILE or "
             "postgresql://USER@HOST/DATABASE (--database-url, BATCHCROP_DATABASE_URL)"
         ) from None
+    if url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:"):
+        # An in-memory database lives and dies with one connection: nothing would be kept.
+        raise SettingsError(
+            f"the SQLite URL {redact_url(text)!r} names no database file: use sqlite:///FILE "
+            "(relative to the current folder) or sqlite:////ABSOLUTE/PATH"
+        )
     return text
 
 

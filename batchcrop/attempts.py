@@ -63,13 +63,19 @@ class Attempts:
 
         return _fenced(commit, Outcome.SUCCEEDED)
 
-    def fail(self, claim: Claim, category: Category) -> Outcome:
-        """D: `failed` with a permanent error category."""
-        return _fenced(lambda: self.leases.fail(claim, category.value), Outcome.FAILED)
+    def fail(self, claim: Claim, category: Category, message: str | None = None) -> Outcome:
+        """D: `failed` with a permanent error category and the attempt's public message (made
+        safe by `batchcrop.errors.public_message`, or None)."""
+        return _fenced(
+            lambda: self.leases.fail(claim, category.value, message=message), Outcome.FAILED
+        )
 
-    def retry(self, claim: Claim, category: Category) -> Outcome:
-        """E: `retryable` after a backoff, or `failed` `attempts_exhausted` at the cap."""
-        return _fenced(lambda: Outcome(self.leases.retry_later(claim, category.value).value))
+    def retry(self, claim: Claim, category: Category, message: str | None = None) -> Outcome:
+        """E: `retryable` after a backoff, or `failed` `attempts_exhausted` at the cap; the
+        message as for `fail`."""
+        return _fenced(
+            lambda: Outcome(self.leases.retry_later(claim, category.value, message=message).value)
+        )
 
     def give_back(self, claim: Claim) -> Outcome:
         """F: back to `queued`, the attempt not counted (shutdown)."""

@@ -20,7 +20,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from batchcrop.app import App, build
+from batchcrop.app import App, NoDatabaseFile, build
 from batchcrop.batches import (
     FOCUS_TERMS,
     BatchRequest,
@@ -104,10 +104,14 @@ def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
 
 
 @contextmanager
-def opened(args: argparse.Namespace, **extra: Any) -> Iterator[App]:
-    """The wired app for one command, disposed afterwards."""
+def opened(args: argparse.Namespace, *, creates: bool = False, **extra: Any) -> Iterator[App]:
+    """The wired app for one command, disposed afterwards. Unless the command `creates` a
+    database (run, submit, batches, prune, db upgrade, --migrate), a missing SQLite file is
+    `NoDatabaseFile` (exit 3) and no empty one is left behind."""
     app = build(settings_from(args, **extra))
     try:
+        if not creates:
+            app.require_database()
         yield app
     finally:
         app.close()
@@ -191,7 +195,7 @@ def _request(args: argparse.Namespace, reader: SourceReader) -> BatchRequest:
 
 def submit(args: argparse.Namespace) -> int:
     """`batchcrop submit`: create a batch, print its id (or its status document)."""
-    with opened(args) as app:
+    with opened(args, creates=True) as app:
         app.prepare_schema()
         request = _request(args, app.source_reader(trusted=True))
         try:
@@ -234,10 +238,11 @@ def run(args: argparse.Namespace) -> int:
     """`batchcrop run`: the one-shot main job on one batch, resumable, Ctrl-C gives back."""
     if args.out and args.store:
         raise UsageError("--out and --store name the same thing; give one")
-    store_url = f"file://{os.path.abspath(args.out)}" if args.out else None
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
-    with opened(args, store=store_url) as app:
+    # `--out DIR` is `--store file://DIR`; without it `--store` (or BATCHCROP_STORE) stands.
+    out = {"store": f"file://{os.path.abspath(args.out)}"} if args.out else {}
+    with opened(args, creates=True, **out) as app:
         app.prepare_schema()
         request = _request(args, app.source_reader(trusted=True))
         store = app.open_store()
@@ -314,7 +319,7 @@ def worker(args: argparse.Namespace) -> int:
     """`batchcrop worker`: claim from every open batch until SIGTERM/SIGINT, then exit 0."""
     if args.concurrency < 1:
         raise UsageError("--concurrency must be at least 1")
-    with opened(args) as app:
+    with opened(args, creates=args.migrate) as app:
         stopped = threading.Event()
         with _signals(lambda signum, frame: stopped.set()):
             store = wait_until_ready(app, stopped, migrate=args.migrate)
@@ -605,7 +610,7 @@ def serve(args: argparse.Namespace) -> int:
     # Imported here so that commands other than `serve` never pay for the web stack.
     from batchcrop.api.server import serve as serve_api  # noqa: PLC0415
 
-    with opened(args) as app:
+    with opened(args, creates=args.migrate) as app:
         return serve_api(app, host=args.host, port=args.port, migrate=args.migrate)
 
 
@@ -624,7 +629,7 @@ def prune(args: argparse.Namespace) -> int:
 
 def db_upgrade(args: argparse.Namespace) -> int:
     """`batchcrop db upgrade`: create or migrate the schema (the deploy step)."""
-    with opened(args) as app:
+    with opened(args, creates=True) as app:
         app.upgrade()
     print("database schema is up to date")
     return 0
@@ -633,8 +638,9 @@ def db_upgrade(args: argparse.Namespace) -> int:
 def db_current(args: argparse.Namespace) -> int:
     """`batchcrop db current`: each history's revision and this version's head; exit 0 when
     both are at head, 1 otherwise."""
-    with opened(args) as app:
-        found = app.schema()
+    found = _schema_or_none(args)
+    if found is None:
+        return int(Exit.BATCH_NOT_SUCCEEDED)
     width = max(len(h.name) for h in found)
     for history in found:
         print(
@@ -649,8 +655,9 @@ def db_check(args: argparse.Namespace) -> int:
     line saying what to run."""
     from batchcrop.schema import ahead_message, behind_message, is_empty  # noqa: PLC0415
 
-    with opened(args) as app:
-        found = app.schema()
+    found = _schema_or_none(args)
+    if found is None:
+        return int(Exit.BATCH_NOT_SUCCEEDED)
     if _at_head(found):
         print("database schema is at head (" + ", ".join(h.describe() for h in found) + ")")
         return int(Exit.OK)
@@ -662,6 +669,17 @@ def db_check(args: argparse.Namespace) -> int:
         message = ahead_message(found) + ": run the batchcrop version that migrated it"
     print(f"batchcrop: {message}", file=sys.stderr)
     return int(Exit.BATCH_NOT_SUCCEEDED)
+
+
+def _schema_or_none(args: argparse.Namespace) -> list[History] | None:
+    """Both histories' positions; None, said in one line on stderr, when the SQLite database
+    file does not exist (`db current` and `db check` never create it)."""
+    try:
+        with opened(args) as app:
+            return app.schema()
+    except NoDatabaseFile as exc:
+        print(f"batchcrop: {exc}", file=sys.stderr)
+        return None
 
 
 def _at_head(found: list[History]) -> bool:

@@ -211,6 +211,8 @@ def item_document(
     before focus boxes existed, whose payload has no such key). `store` is the batch's store
     URL, which gives each derivative and the preview its `location`. `preview` is the item's
     preview row, or None (not rendered yet, failed, or rendered before previews existed).
+    `error_message` says why the last attempt failed (with `error_category`), or null (ADR
+    0017).
     """
     return {
         "id": item.id,
@@ -224,6 +226,7 @@ def item_document(
         "updated_at": iso(item.updated_at),
         "derivatives": [derivative_document(d, store) for d in derivatives],
         "preview": None if preview is None else preview_document(preview, store),
+        "error_message": item.error_message,
     }
 
 
@@ -249,4 +252,5 @@ def event_document(
         "correlation_id": event.correlation_id,
         "kind": "item" if event.group_id == batch else "delivery",
         "focus_box": focus_box,
+        "message": event.message,
     }

@@ -105,9 +105,13 @@ def read_source(sources: SourceReader, source: str, *, max_bytes: int) -> bytes:
     except ObjectTooLarge as exc:
         raise PermanentItemError(str(exc), category=Category.SOURCE_TOO_LARGE) from exc
     except AccessDenied as exc:
-        raise PermanentItemError(str(exc), category=Category.STORAGE_ACCESS_DENIED) from exc
+        raise PermanentItemError(
+            f"source refused the read: {exc}", category=Category.STORAGE_ACCESS_DENIED
+        ) from exc
     except StorageError as exc:
-        raise TransientItemError(str(exc), category=Category.SOURCE_UNAVAILABLE) from exc
+        raise TransientItemError(
+            f"source unavailable: {exc}", category=Category.SOURCE_UNAVAILABLE
+        ) from exc
 
 
 def store_rendition(
@@ -143,12 +147,19 @@ def store_rendition(
             source_size=rendition.source_size,
         )
         if stored is None:
-            raise PermanentItemError(str(exc), category=Category.DERIVATIVE_CONFLICT) from exc
+            raise PermanentItemError(
+                f"another object stands under the key: {exc}",
+                category=Category.DERIVATIVE_CONFLICT,
+            ) from exc
         return stored
     except AccessDenied as exc:
-        raise PermanentItemError(str(exc), category=Category.STORAGE_ACCESS_DENIED) from exc
+        raise PermanentItemError(
+            f"store refused the write: {exc}", category=Category.STORAGE_ACCESS_DENIED
+        ) from exc
     except (StorageUnavailable, StorageError) as exc:
-        raise TransientItemError(str(exc), category=Category.STORAGE_UNAVAILABLE) from exc
+        raise TransientItemError(
+            f"store unavailable: {exc}", category=Category.STORAGE_UNAVAILABLE
+        ) from exc
     if not put.created:
         on_put_hit()  # the same bytes were already there: an earlier attempt or batch wrote them
     return Derivative(

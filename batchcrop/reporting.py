@@ -159,19 +159,28 @@ def print_batches(documents: Sequence[dict[str, Any]]) -> None:
 
 def print_items(documents: Sequence[dict[str, Any]]) -> None:
     """One line per item; `focus` is the item's focus box as left,top,right,bottom."""
-    table = _table("id", "ref", "source", "focus", "state", "attempt", "error", "derivatives")
+    table = _table(
+        "id", "ref", "source", "focus", "state", "attempt", "error", "message", "derivatives",
+        folded=("source", "message"),
+    )  # fmt: skip
     for d in documents:
         focus = ",".join(map(str, d["focus_box"])) if d.get("focus_box") else None
         cells = (
-            d["id"], d["ref"], d["source"], focus, d["state"], d["attempt"], d["error_category"]
+            d["id"], d["ref"], d["source"], focus, d["state"], d["attempt"], d["error_category"],
+            d["error_message"],
         )  # fmt: skip
         table.add_row(*map(literal, cells), str(len(d["derivatives"])))
     _console().print(table)
 
 
 def print_events(documents: Sequence[dict[str, Any]]) -> None:
-    """One line per transition; an operator re-crop's reason shows its focus box."""
-    table = _table("at", "item", "attempt", "from", "to", "reason", "worker", ids=("item",))
+    """One line per transition: with its worker, lease token and correlation id (to find the
+    attempt's log lines), and a failed attempt's message; an operator re-crop's reason shows its
+    focus box."""
+    table = _table(
+        "at", "item", "attempt", "from", "to", "reason", "message", "worker", "lease token",
+        "correlation", ids=("item",), folded=("message", "worker"),
+    )  # fmt: skip
     for d in documents:
         reason = d["reason"]
         if d.get("focus_box"):
@@ -183,7 +192,10 @@ def print_events(documents: Sequence[dict[str, Any]]) -> None:
             d["from_state"],
             d["to_state"],
             reason,
+            d["message"],
             d["worker_id"],
+            d["lease_token"],
+            d["correlation_id"],
         )
         table.add_row(*map(literal, cells))
     _console().print(table)

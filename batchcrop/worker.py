@@ -21,7 +21,13 @@ from batchcrop import __version__
 from batchcrop.attempts import Attempts, Outcome
 from batchcrop.batches import BatchService
 from batchcrop.crop import MemoryBudget, RenderSpec
-from batchcrop.errors import Category, ItemError, PermanentItemError, TransientItemError
+from batchcrop.errors import (
+    Category,
+    ItemError,
+    PermanentItemError,
+    TransientItemError,
+    public_message,
+)
 from batchcrop.logs import log_event
 from batchcrop.metrics import Metrics
 from batchcrop.notify import Deliverer
@@ -111,6 +117,12 @@ class OutageGate:
         remaining = self._until - time.monotonic()
         if remaining > 0:
             stopping.wait(remaining)
+
+
+def _said(exc: BaseException) -> str:
+    """An unexpected exception as `Class: what it said` (made safe by `public_message`)."""
+    said = str(exc)
+    return f"{type(exc).__name__}: {said}" if said else type(exc).__name__
 
 
 def default_worker_id() -> str:
@@ -357,7 +369,7 @@ class Worker:
             worker=self.worker_id,
         )
         try:
-            outcome, category = self._attempt(claim)
+            outcome, category, message = self._attempt(claim)
         finally:
             self.metrics.in_flight.dec()
         self.metrics.item_duration.labels(outcome).observe(time.monotonic() - started)
@@ -370,14 +382,17 @@ class Worker:
             corr=claim.correlation_id,
             outcome=outcome,
             category=category,
+            message=message,
             ms=round((time.monotonic() - started) * 1000),
         )
         return outcome
 
-    def _attempt(self, claim: Claim) -> tuple[Outcome, str | None]:
+    def _attempt(self, claim: Claim) -> tuple[Outcome, str | None, str | None]:
         """Run the pipeline, then end the attempt through the one door (`Attempts`); returns the
-        outcome and the category the item was left with (None on success or give-back)."""
+        outcome, the category the item was left with (None on success or give-back) and the
+        public message of a failed attempt (None otherwise)."""
         cause: Category | None = None
+        message: str | None = None
         retried = False
         try:
             with Heartbeater(self.leases, claim) as heartbeat:
@@ -393,20 +408,23 @@ class Worker:
             cause = exc.category
             outcome = self.attempts.abandon(claim, cause)
         except PermanentItemError as exc:
-            cause = exc.category
-            outcome = self.attempts.fail(claim, cause)
+            cause, message = exc.category, public_message(exc.detail)
+            outcome = self.attempts.fail(claim, cause, message)
         except ItemError as exc:
-            cause, retried = exc.category, True
-            outcome = self.attempts.retry(claim, cause)
-        except Exception:
+            cause, message, retried = exc.category, public_message(exc.detail), True
+            outcome = self.attempts.retry(claim, cause, message)
+        except Exception as exc:
             # Only the commit can get here (`_run` turns its own surprises into ItemErrors): a
             # bug or an unexpected database error is retried, and the slot lives on.
             logging.getLogger("batchcrop").debug("internal error at commit", exc_info=True)
             cause, retried = Category.INTERNAL_ERROR, True
-            outcome = self.attempts.retry(claim, cause)
+            message = public_message(f"at commit: {_said(exc)}")
+            outcome = self.attempts.retry(claim, cause, message)
         self._account(claim, outcome, cause, retried=retried)
         category = Category.ATTEMPTS_EXHAUSTED if retried and outcome is Outcome.FAILED else cause
-        return outcome, None if category is None else str(category)
+        if outcome not in (Outcome.FAILED, Outcome.RETRYABLE):
+            message = None  # only a failed attempt's ending keeps its message
+        return outcome, None if category is None else str(category), message
 
     def _run(self, claim: Claim, heartbeat: Heartbeater) -> Output:
         attempt = Attempt(
@@ -427,7 +445,7 @@ class Worker:
             raise
         except Exception as exc:
             logging.getLogger("batchcrop").debug("internal error", exc_info=True)
-            raise TransientItemError(type(exc).__name__, category=Category.INTERNAL_ERROR) from exc
+            raise TransientItemError(_said(exc), category=Category.INTERNAL_ERROR) from exc
 
     def _account(
         self, claim: Claim, outcome: Outcome, cause: Category | None, *, retried: bool

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from leases.manager import LeaseManager
     from leases.migrate import upgrade
     from leases.models import (
+        MESSAGE_MAX_CHARS,
         REDOABLE,
         REQUEUEABLE,
         TERMINAL,
@@ -75,6 +76,7 @@ _HOMES = {
     "LeaseManager": "leases.manager",
     "upgrade": "leases.migrate",
     "REDOABLE": "leases.models",
+    "MESSAGE_MAX_CHARS": "leases.models",
     "REQUEUEABLE": "leases.models",
     "TERMINAL": "leases.models",
     "UNFINISHED": "leases.models",
@@ -96,6 +98,7 @@ _HOMES = {
 __all__ = [
     "LEASE_SECONDS",
     "MAX_ATTEMPT_SECONDS",
+    "MESSAGE_MAX_CHARS",
     "REDOABLE",
     "REQUEUEABLE",
     "TERMINAL",

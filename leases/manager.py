@@ -33,6 +33,7 @@ from leases.errors import (
 )
 from leases.executor import Executor
 from leases.models import (
+    MESSAGE_MAX_CHARS,
     REDOABLE,
     REQUEUEABLE,
     TERMINAL,
@@ -459,17 +460,27 @@ class LeaseManager(Reader):
         """C: `succeeded`. With `conn`, in the caller's transaction (roll it back on LeaseLost)."""
         self._fenced(queries.finish(State.SUCCEEDED), claim, None, conn=conn)
 
-    def fail(self, claim: Claim, category: str, *, conn: sa.Connection | None = None) -> None:
-        """D: `failed` with a permanent error `category`. Raises `LeaseLost`."""
-        self._fenced(queries.finish(State.FAILED), claim, category, conn=conn)
+    def fail(
+        self,
+        claim: Claim,
+        category: str,
+        *,
+        message: str | None = None,
+        conn: sa.Connection | None = None,
+    ) -> None:
+        """D: `failed` with a permanent error `category` and, optionally, a `message` saying
+        why (kept on the item and its event, clipped to `MESSAGE_MAX_CHARS`; stored as given,
+        so the caller makes it safe to show). Raises `LeaseLost`."""
+        self._fenced(queries.finish(State.FAILED), claim, category, message=message, conn=conn)
 
-    def retry_later(self, claim: Claim, category: str) -> State:
-        """E: `retryable` after a jittered backoff, or `failed` `attempts_exhausted` at the cap.
+    def retry_later(self, claim: Claim, category: str, *, message: str | None = None) -> State:
+        """E: `retryable` after a jittered backoff, or `failed` `attempts_exhausted` at the cap;
+        `message` as for `fail` (kept at the cap too: it says why the last attempt failed).
 
         Returns the state the item is now in. Raises `LeaseLost`.
         """
         stmt = queries.retry_later(base_ms=self._backoff_ms, max_ms=self._backoff_max_ms)
-        return State(self._fenced(stmt, claim, category).state)
+        return State(self._fenced(stmt, claim, category, message=message).state)
 
     def give_back(self, claim: Claim) -> None:
         """F: back to `queued`, the attempt not counted (graceful shutdown). Raises `LeaseLost`."""
@@ -488,10 +499,12 @@ class LeaseManager(Reader):
         claim: Claim,
         category: str | None,
         *,
+        message: str | None = None,
         source: Source = WORKER_SOURCE,
         conn: sa.Connection | None = None,
     ) -> sa.Row[Any]:
-        params = {**_lease(claim), "p_category": category}
+        clipped = None if message is None else message[:MESSAGE_MAX_CHARS]
+        params = {**_lease(claim), "p_category": category, "p_message": clipped}
         if source.to_terminal and self._watches(claim.group_id):
             # The move, the group's lock and the finished check in one transaction.
             with self._db.write(conn) as c:
@@ -858,6 +871,7 @@ def _item_row(group_id: str, seq: int, item: NewItem, now: int) -> dict[str, Any
         "next_attempt_at": now,
         "worker_id": None,
         "error_category": None,
+        "error_message": None,
         "correlation_id": None,
         "created_at": now,
         "updated_at": now,

@@ -12,6 +12,8 @@ from enum import StrEnum
 from typing import Any
 
 MILLISECONDS_PER_SECOND = 1000
+MESSAGE_MAX_CHARS = 200
+"""The longest message an attempt's ending keeps (item and event); longer ones are clipped."""
 
 
 class State(StrEnum):
@@ -169,6 +171,8 @@ class ItemRow:
     error_category: str | None
     updated_at: datetime
     payload: dict[str, Any]
+    error_message: str | None = None
+    """Why the last attempt ended, as its ender said it (null when it said nothing)."""
 
 
 @dataclass(frozen=True)
@@ -186,3 +190,5 @@ class EventRow:
     lease_token: str | None
     reason: str | None
     correlation_id: str | None
+    message: str | None = None
+    """The ender's message for a fail or retry (null for every other move)."""

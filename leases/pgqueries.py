@@ -63,6 +63,7 @@ def logged(move: Update, spec: LogSpec) -> sa.Select[tuple[object, ...]]:
                 "lease_token",
                 "reason",
                 "correlation_id",
+                "message",
             ],
             sa.select(
                 moved.c.id,
@@ -77,6 +78,7 @@ def logged(move: Update, spec: LogSpec) -> sa.Select[tuple[object, ...]]:
                 sa.bindparam("log_correlation_id", type_=sa.String)
                 if spec.own_correlation_id
                 else moved.c.correlation_id,
+                moved.c.error_message,
             ),
         )
         .cte("logged")

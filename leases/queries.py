@@ -2,7 +2,7 @@
 
 Builders of the statements run per item are cached (`functools.cache`: building a statement
 costs more than running it); they take only structural arguments and name their runtime values
-as bound parameters (`p_item_id`, `p_lease_token`, `p_category`, `p_worker_id`,
+as bound parameters (`p_item_id`, `p_lease_token`, `p_category`, `p_message`, `p_worker_id`,
 `p_group_id`: the `p_` keeps them apart from the column names SQLAlchemy reserves).
 
 Conventions: times are epoch milliseconds from `db_now_ms()` (the database clock); state values
@@ -40,6 +40,7 @@ MOVED = (
     items.c.attempt,
     items.c.state,
     items.c.error_category,
+    items.c.error_message,
     items.c.worker_id,
     items.c.lease_token,
     items.c.correlation_id,
@@ -128,6 +129,7 @@ def claimed_values(now: ColumnElement[int], lease_ms: int) -> dict[str, Any]:
         "attempt_started_at": now,
         "worker_id": sa.bindparam("p_worker_id", type_=sa.String),
         "error_category": None,
+        "error_message": None,
         "correlation_id": random_short_id(),
         "updated_at": now,
     }
@@ -251,6 +253,7 @@ def finish(to_state: State) -> Update:
         .values(
             state=to_state.value,
             error_category=sa.bindparam("p_category", type_=sa.String),
+            error_message=sa.bindparam("p_message", type_=sa.String),
             lease_expires_at=None,
             updated_at=db_now_ms(),
         )
@@ -272,6 +275,8 @@ def retry_later(*, base_ms: int, max_ms: int) -> Update:
                 (exhausted, "attempts_exhausted"),
                 else_=sa.bindparam("p_category", type_=sa.String),
             ),
+            # At the cap too: the last attempt's message says why it failed.
+            error_message=sa.bindparam("p_message", type_=sa.String),
             next_attempt_at=sa.case(
                 (exhausted, items.c.next_attempt_at), else_=now + backoff_ms(base_ms, max_ms)
             ),
@@ -293,6 +298,7 @@ def give_back() -> Update:
             state=State.QUEUED.value,
             attempt=items.c.attempt - 1,
             error_category=None,
+            error_message=None,
             lease_expires_at=None,
             next_attempt_at=now,
             updated_at=now,
@@ -375,6 +381,7 @@ def abandon(from_state: State, reason: str, limit: int) -> Update:
         .values(
             state=State.ABANDONED.value,
             error_category=reason,
+            error_message=None,
             lease_expires_at=None,
             updated_at=now,
         )
@@ -401,6 +408,7 @@ def retry_or_fail_expired(limit: int, *, base_ms: int, max_ms: int) -> Update:
         .values(
             state=sa.case((exhausted, State.FAILED.value), else_=State.RETRYABLE.value),
             error_category=sa.case((exhausted, "attempts_exhausted"), else_="lease_expired"),
+            error_message=None,
             next_attempt_at=sa.case(
                 (exhausted, items.c.next_attempt_at), else_=now + backoff_ms(base_ms, max_ms)
             ),
@@ -473,6 +481,7 @@ def requeue(
             state=State.QUEUED.value,
             attempt_base=items.c.attempt,
             error_category=None,
+            error_message=None,
             lease_expires_at=None,
             next_attempt_at=now,
             updated_at=now,

@@ -62,6 +62,7 @@ def item_row(row: sa.Row[Any]) -> ItemRow:
         error_category=row.error_category,
         updated_at=from_ms(row.updated_at),
         payload=dict(row.payload),
+        error_message=row.error_message,
     )
 
 
@@ -79,6 +80,7 @@ def event_row(row: sa.Row[Any]) -> EventRow:
         lease_token=row.lease_token,
         reason=row.reason,
         correlation_id=row.correlation_id,
+        message=row.message,
     )
 
 

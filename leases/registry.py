@@ -89,6 +89,7 @@ def release_absent(limit: int, *, timeout_ms: int, base_ms: int, max_ms: int) ->
         .values(
             state=sa.case((exhausted, State.FAILED.value), else_=State.RETRYABLE.value),
             error_category=sa.case((exhausted, "attempts_exhausted"), else_=WORKER_LOST),
+            error_message=None,
             next_attempt_at=sa.case(
                 (exhausted, items.c.next_attempt_at), else_=now + backoff_ms(base_ms, max_ms)
             ),

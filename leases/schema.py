@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from leases.models import MESSAGE_MAX_CHARS
+
 metadata = sa.MetaData()
 
 # SQLite only auto-increments an INTEGER PRIMARY KEY (the rowid alias), not a BIGINT one.
@@ -43,6 +45,8 @@ items = sa.Table(
     sa.Column("next_attempt_at", sa.BigInteger, nullable=False),
     sa.Column("worker_id", sa.String(200)),
     sa.Column("error_category", sa.String(64)),
+    # Why the last attempt ended, in the caller's words (docs/design.md §3; ADR 0017).
+    sa.Column("error_message", sa.String(MESSAGE_MAX_CHARS)),
     sa.Column("correlation_id", sa.String(32)),
     sa.Column("created_at", sa.BigInteger, nullable=False),
     sa.Column("updated_at", sa.BigInteger, nullable=False),
@@ -63,6 +67,7 @@ events = sa.Table(
     sa.Column("lease_token", sa.String(64)),
     sa.Column("reason", sa.String(64)),
     sa.Column("correlation_id", sa.String(32)),
+    sa.Column("message", sa.String(MESSAGE_MAX_CHARS)),
 )
 
 counters = sa.Table(

@@ -119,6 +119,7 @@ def _event(row: sa.Row[Any], source: Source) -> dict[str, Any]:
         "lease_token": row.lease_token if source.attempt_fields else None,
         "reason": source.reason if source.reason is not None else row.error_category,
         "correlation_id": source.correlation_id or row.correlation_id,
+        "message": row.error_message,
     }
 
 

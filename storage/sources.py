@@ -84,12 +84,16 @@ class SourceReader:
         if source.startswith(S3_SCHEME):
             bucket, key = self._split_s3(source)
             return f"{S3_SCHEME}{bucket}/{key}" if key else f"{S3_SCHEME}{bucket}"
-        if "://" in source and not source.startswith(FILE_SCHEME):
-            raise SourceNotAllowed(f"unsupported source scheme: {source!r}")
-        if not source.removeprefix(FILE_SCHEME) or "\0" in source:
+        if "://" in source:
+            # file:// included: its percent-escapes and host part would be read as a path
+            # (`file://etc/x` as `etc/x`); a source names a file by its plain path.
+            raise SourceNotAllowed(
+                f"unsupported source scheme: {source!r} (give a local path or s3://bucket/key)"
+            )
+        if not source or "\0" in source:
             raise SourceNotAllowed(f"invalid source path: {source!r}")
         try:
-            path = Path(source.removeprefix(FILE_SCHEME)).resolve()
+            path = Path(source).resolve()
         except (RuntimeError, OSError) as exc:
             # Python 3.11 raises RuntimeError on a symlink loop (3.13: OSError, ELOOP).
             raise SourceNotAllowed(

@@ -314,6 +314,10 @@ class ItemDocument(BaseModel):
             "with the upright source's size; null until a worker rendered the item"
         ),
     ]
+    error_message: Annotated[
+        str | None,
+        Field(description="why the last attempt failed, as the decoder or store said it"),
+    ]
 
 
 class ItemPage(BaseModel):
@@ -344,6 +348,10 @@ class EventDocument(BaseModel):
     focus_box: Annotated[
         list[int] | None,
         Field(description="an operator re-crop's box (reason `recrop`), else null"),
+    ]
+    message: Annotated[
+        str | None,
+        Field(description="a failed attempt's message, as the decoder or store said it"),
     ]
 
 

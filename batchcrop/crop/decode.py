@@ -67,7 +67,7 @@ class OpenedImage:
 def open_image(data: bytes, max_pixels: int) -> OpenedImage:
     """Identify `data` and check its dimensions; raise a `CropError` subclass if unusable."""
     if not data:
-        raise InvalidImage("empty file")
+        raise InvalidImage("empty file (0 bytes)")
     _refuse_known_unsupported(data[:_SNIFF_BYTES])
     try:
         image = Image.open(io.BytesIO(data), formats=ACCEPTED_FORMATS)
@@ -75,9 +75,9 @@ def open_image(data: bytes, max_pixels: int) -> OpenedImage:
         raise ImageTooLarge("image dimensions exceed the decompression limit") from exc
     except UnidentifiedImageError as exc:
         _refuse_other_pillow_format(data)
-        raise InvalidImage("not a recognised image") from exc
+        raise InvalidImage("cannot identify image file: not a recognised image format") from exc
     except _DECODE_ERRORS as exc:
-        raise InvalidImage(f"corrupt image header: {type(exc).__name__}") from exc
+        raise InvalidImage(f"corrupt image header: {_said(exc)}") from exc
     width, height = image.size
     if width * height > max_pixels:
         image.close()
@@ -169,10 +169,16 @@ def decode_rgb(opened: OpenedImage, factor: int, *, keep_alpha: bool = False) ->
     except _BOMB_ERRORS as exc:
         raise ImageTooLarge("image dimensions exceed the decompression limit") from exc
     except _DECODE_ERRORS as exc:
-        raise InvalidImage(f"corrupt or truncated image data: {type(exc).__name__}") from exc
+        raise InvalidImage(f"corrupt or truncated image data: {_said(exc)}") from exc
     rgb = to_rgb(image, keep_alpha=keep_alpha)
     transpose = _TRANSPOSE.get(opened.orientation)
     return rgb if transpose is None else rgb.transpose(transpose)
+
+
+def _said(exc: BaseException) -> str:
+    """What a decoder said (e.g. "image file is truncated (3 bytes not processed)"), or its
+    class name when it said nothing; made safe to show by `batchcrop.errors.public_message`."""
+    return str(exc) or type(exc).__name__
 
 
 def _orientation(image: Image.Image) -> int:

@@ -82,6 +82,7 @@ def test_one_item(api: LiveServer, sources: list[str]) -> None:
         "updated_at",
         "derivatives",
         "preview",
+        "error_message",
     }
     assert (item["batch_id"], item["state"], item["attempt"]) == (batch["id"], "queued", 0)
     assert (item["focus_box"], item["preview"]) == (None, None)

@@ -280,3 +280,14 @@ def test_no_roots_configured_refuses_every_source(serve: Any, sources: list[str]
     live = serve(source_roots=())
     response = live.client.post("/v1/batches", json=batch_body(sources))
     assert_problem(response, 422, field="items[0].source")
+
+
+@sqlite_only
+def test_a_file_url_is_refused_even_under_a_root(api: LiveServer, sources: list[str]) -> None:
+    """A `file://` URL of a source under the roots is a 422 naming the field: a local source
+    is its plain path (docs/api.md)."""
+    body = batch_body([sources[0], f"file://{sources[1]}"])
+    problem = assert_problem(
+        api.client.post("/v1/batches", json=body), 422, field="items[1].source"
+    )
+    assert "must be local paths or s3:// URLs" in problem["detail"]

@@ -79,6 +79,13 @@ class Cli:
         """What a spawned process wrote."""
         return (self.cwd / f"process-{self.processes.index(proc)}.log").read_text()
 
+    def create_empty_database(self) -> None:
+        """Make the database exist without tables: an empty SQLite file (a PostgreSQL test
+        database exists already). Commands that only read never create one."""
+        url = self.env["BATCHCROP_DATABASE_URL"]
+        if url.startswith("sqlite:///"):
+            Path(url.removeprefix("sqlite:///")).touch()
+
     def kill_all(self) -> None:
         """Leave no process behind, whatever the test did."""
         for proc in self.processes:
@@ -424,6 +431,7 @@ def test_a_database_without_the_schema_is_named_not_a_traceback(
 ) -> None:
     """Read and operator commands on a database that was never set up (a mistyped URL, most
     often) say so in one line and exit 3, the database exit code."""
+    cli.create_empty_database()
     result = cli(*args)
     assert (result.returncode, "Traceback" in result.stderr) == (3, False), result.stderr
     assert "no batchcrop tables" in result.stderr
@@ -522,3 +530,57 @@ def test_sigterm_stops_a_worker_whose_slot_is_stuck_reading_a_source(
     row = inspect.leases.item(item)
     assert row is not None
     assert row.state in ("in_progress", "queued", "retryable"), row.state
+
+
+READ_COMMANDS = [
+    ("status", "7b1e4c1e"),
+    ("items", "7b1e4c1e"),
+    ("events", "7b1e4c1e"),
+    ("cancel", "7b1e4c1e"),
+    ("requeue", "7b1e4c1e"),
+    ("redeliver", "7b1e4c1e"),
+    ("wait", "7b1e4c1e"),
+    ("reap",),
+    ("workers",),
+    ("batches",),
+    ("prune", "--finished-before", "1d"),
+    ("worker",),
+]
+
+
+@pytest.mark.parametrize("args", READ_COMMANDS)
+def test_commands_run_away_from_the_database_create_none(
+    sqlite_url: str, tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    """Run where no SQLite database is, a command that does not create one (all but `run`,
+    `submit`, `db upgrade` and `--migrate`) names the missing file in one line, exits 3 and
+    leaves no empty database behind."""
+    cli = Cli(sqlite_url, tmp_path / "out")
+    result = cli(*args)
+    assert (result.returncode, result.stdout) == (3, "")
+    assert result.stderr.startswith(f"batchcrop: error: no database at {tmp_path}/batchcrop.db")
+    assert len(result.stderr.splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("batchcrop.db")) == []
+
+
+@pytest.mark.parametrize("args", [("db", "current"), ("db", "check")])
+def test_db_current_and_check_without_a_database_say_so_and_create_none(
+    sqlite_url: str, tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    """`db current` and `db check` on a missing SQLite file: exit 1 (not at head) with one line
+    naming the missing file; no file is created."""
+    cli = Cli(sqlite_url, tmp_path / "out")
+    result = cli(*args)
+    assert result.returncode == 1
+    assert result.stderr.startswith("batchcrop: no database at ")
+    assert not (tmp_path / "batchcrop.db").exists()
+
+
+@pytest.mark.parametrize("url", ["sqlite:///", "sqlite://", "sqlite:///:memory:"])
+def test_an_sqlite_url_without_a_file_is_a_usage_error(url: str, tmp_path: Path) -> None:
+    """An SQLite URL naming no file (an in-memory database keeps nothing) is exit 2 in one
+    line, never a traceback."""
+    result = Cli(url, tmp_path / "out")("status", "7b1e4c1e")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert "names no database file" in result.stderr
+    assert len(result.stderr.splitlines()) == 1

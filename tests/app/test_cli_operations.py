@@ -294,3 +294,51 @@ def test_ids_prefixes_sources_requeue_counts_and_wait(cli: Cli, tmp_path: Path) 
     finally:
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(30) == 0
+
+
+def test_run_writes_to_the_store_it_is_given(cli: Cli, tmp_path: Path) -> None:
+    """`run --store s3://bucket/prefix` writes its derivatives there (a moto S3 server) and
+    nothing into the default folder; the batch records that store."""
+    import boto3  # noqa: PLC0415
+    from moto.server import ThreadedMotoServer  # noqa: PLC0415  (moto is a test dependency)
+
+    write_photos(tmp_path / "src", 1)
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+    server.start()
+    try:
+        endpoint = f"http://127.0.0.1:{port}"
+        cli.env.update(
+            BATCHCROP_S3_ENDPOINT_URL=endpoint,
+            AWS_ACCESS_KEY_ID="testing",
+            AWS_SECRET_ACCESS_KEY="testing",
+            AWS_DEFAULT_REGION="us-east-1",
+        )
+        client = boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+        client.create_bucket(Bucket="bc-run-store")
+        result = cli("run", str(tmp_path / "src"), "--store", "s3://bc-run-store/v1", "--json")
+        assert result.returncode == 0, result.stderr
+        listed = client.list_objects_v2(Bucket="bc-run-store", Prefix="v1/derivatives/")
+        keys = [o["Key"] for o in listed.get("Contents", [])]
+    finally:
+        server.stop()
+    document = json.loads(result.stdout)
+    assert (document["state"], document["store"]) == ("succeeded", "s3://bc-run-store/v1")
+    assert len(keys) == 4
+    assert not cli.out.exists()
+
+
+def test_a_file_url_source_is_a_usage_error(cli: Cli, tmp_path: Path) -> None:
+    """`batchcrop submit file:///…/photo.jpg` is exit 2 in one line: a local source is its
+    plain path."""
+    photo = write_photos(tmp_path / "src", 1)[0]
+    result = cli("submit", f"file://{photo}")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert "unsupported source scheme" in result.stderr
+    assert len(result.stderr.splitlines()) == 1

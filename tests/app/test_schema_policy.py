@@ -46,6 +46,7 @@ def _one_line(result: object, code: int, needle: str) -> None:
 def test_db_current_and_check_on_an_empty_then_upgraded_database(cli: Cli) -> None:
     """Empty: both histories `missing`, exit 1, `db check` says to run `db upgrade`. After the
     upgrade: both at head, exit 0."""
+    cli.create_empty_database()
     current = cli("db", "current")
     assert current.returncode == 1, current.stderr
     assert [line.split()[-1] for line in current.stdout.splitlines()] == ["missing", "missing"]

@@ -26,7 +26,7 @@ def test_upgrade_twice_is_a_no_op(database_url: str) -> None:
                 {"f": False},
             )
         upgrade(engine)
-        assert current(engine) == revision == "0004"
+        assert current(engine) == revision == "0005"
         inspector = sa.inspect(engine)
         tables = set(inspector.get_table_names())
         assert LEASE_TABLES | {VERSION_TABLE} <= tables
@@ -53,7 +53,6 @@ def test_0002_seals_the_groups_that_exist(database_url: str) -> None:
     engine = make_engine(database_url)
     try:
         upgrade(engine, "0001")
-        manager = LeaseManager(engine)
         with engine.begin() as conn:
             conn.execute(
                 sa.text(
@@ -71,7 +70,9 @@ def test_0002_seals_the_groups_that_exist(database_url: str) -> None:
             )
         upgrade(engine, "0002")
         assert current(engine) == "0002"
-        assert [c.item_id for c in manager.claim("w", 5)] == ["i"]
+        # Read directly: this version's claim needs the columns of later revisions.
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT sealed FROM lease_groups")).scalar_one()
     finally:
         engine.dispose()
 
@@ -136,5 +137,56 @@ def test_0004_adds_the_finish_flag_false_for_existing_groups_and_downgrades(
         assert "notify_finish" not in columns
         with engine.connect() as conn:
             assert conn.execute(sa.text("SELECT count(*) FROM lease_items")).scalar_one() == 1
+    finally:
+        engine.dispose()
+
+
+def test_0005_adds_attempt_messages_null_for_existing_rows_and_downgrades(
+    database_url: str,
+) -> None:
+    """0005 adds `lease_items.error_message` and `lease_events.message` (null for rows written
+    before, which stay readable and movable); a fail then keeps its message on both; the
+    downgrade drops them."""
+    from alembic import command  # noqa: PLC0415
+
+    from leases.migrate import alembic_config  # noqa: PLC0415
+
+    engine = make_engine(database_url)
+    try:
+        upgrade(engine, "0004")
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO lease_groups (id, created_at, deadline_at, max_attempts, "
+                    "cancel_requested) VALUES ('g', 1, 32503680000000, 3, :f)"
+                ),
+                {"f": False},
+            )
+            conn.execute(
+                sa.text(
+                    "INSERT INTO lease_items (id, group_id, seq, state, attempt, attempt_base, "
+                    "next_attempt_at, created_at, updated_at, payload) "
+                    "VALUES ('i', 'g', 0, 'queued', 0, 0, 1, 1, 1, '{}')"
+                )
+            )
+        upgrade(engine)
+        assert current(engine) == "0005"
+        manager = LeaseManager(engine)
+        before = manager.item("i")
+        assert before is not None
+        assert before.error_message is None
+        (claim,) = manager.claim("w", 1)
+        manager.fail(claim, "invalid_image", message="image file is truncated")
+        after = manager.item("i")
+        assert after is not None
+        assert after.error_message == "image file is truncated"
+        assert [e.message for e in manager.events("g")][-1:] == ["image file is truncated"]
+        with engine.begin() as connection:
+            command.downgrade(alembic_config(connection), "0004")
+        item_columns = {c["name"] for c in sa.inspect(engine).get_columns("lease_items")}
+        event_columns = {c["name"] for c in sa.inspect(engine).get_columns("lease_events")}
+        assert "error_message" not in item_columns
+        assert "message" not in event_columns
+        assert current(engine) == "0004"
     finally:
         engine.dispose()

@@ -122,10 +122,15 @@ def test_empty_roots_allow_nothing(tree: Path) -> None:
         SourceReader([], suffixes=IMAGE_SUFFIXES).read(str(tree / "a.jpg"), max_bytes=100)
 
 
-def test_unsupported_scheme_is_refused() -> None:
-    """URLs other than s3:// and file:// are not sources."""
-    with pytest.raises(SourceNotAllowed):
-        SourceReader(suffixes=IMAGE_SUFFIXES).normalize("https://example.com/a.jpg")
+@pytest.mark.parametrize(
+    "source",
+    ["https://example.com/a.jpg", "file:///srv/a.jpg", "file://srv/a.jpg", "FILE:///a.jpg"],
+)
+def test_unsupported_scheme_is_refused(source: str) -> None:
+    """URLs other than s3:// are not sources, file:// included: a local source is a plain
+    path (docs/design.md §5)."""
+    with pytest.raises(SourceNotAllowed, match="unsupported source scheme"):
+        SourceReader(suffixes=IMAGE_SUFFIXES).normalize(source)
 
 
 def test_read_local(tree: Path) -> None:

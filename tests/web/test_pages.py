@@ -374,3 +374,35 @@ def test_without_a_configured_token_the_page_loads_directly(
         page.locator("#sheet li.card").nth(1).wait_for()
         assert page.get_by_label("API token").is_hidden()
         assert page.get_by_role("button", name="Forget token").is_hidden()
+
+
+def test_failed_items_show_why_as_text(page: Any, processed: ProcessedBatch) -> None:
+    """The failed item's message (what the decoder said) is in the failed-items table, in the
+    item's summary and on its failed transition; a message holding markup is shown as text,
+    never as elements."""
+    broken = next(i for i in processed.items if i["state"] == "failed")
+    message = broken["error_message"]
+    assert message.startswith("cannot identify image file")
+    open_with_token(page, f"{processed.live.url}/batches/{processed.id}")
+    row = page.locator(f"#problem-items tr[data-item-id='{broken['id']}']")
+    row.wait_for()
+    assert message == row.locator("td.message").inner_text()
+
+    # A message is stored as its ender gave it: markup in it must stay text on the page.
+    marked = submit(processed.live, [broken["source"]])
+    (claim,) = processed.live.app.leases.claim("test-worker", 1, group_ids=[marked["id"]])
+    markup = "<img src=x onerror=alert(1)> <b>bold</b>"
+    processed.live.app.leases.fail(claim, "invalid_image", message=markup)
+    page.goto(f"{processed.live.url}/batches/{marked['id']}/items/{claim.item_id}")
+    page.locator("#timeline tbody tr").nth(2).wait_for()
+    assert markup in page.locator("#summary").inner_text()
+    failed_row = page.locator("#timeline tbody tr").nth(2)
+    assert markup == failed_row.locator("td.message").inner_text()
+    assert page.locator("#summary img, #summary b, #timeline img, #timeline b").count() == 0
+
+    page.goto(f"{processed.live.url}/batches/{processed.id}/items/{broken['id']}")
+    page.locator("#timeline tbody tr").first.wait_for()
+    assert message in page.locator("#summary").inner_text()
+    messages = [m.inner_text() for m in page.locator("#timeline td.message").all()]
+    assert message == messages[-1]
+    save_artifact(page, "item-failed.png")

@@ -187,6 +187,7 @@ function problemRow(item) {
     h("th", { scope: "row" }, h("a", { href: `/batches/${batchId}/items/${item.id}` }, label)),
     h("td", {}, stateBadge(item.state)),
     h("td", {}, h("code", {}, item.error_category || "—")),
+    h("td", { class: "message" }, item.error_message || "—"),
     h("td", {}, String(item.attempt)),
     h("td", {}, timeElement(item.updated_at)),
     h("td", {}, requeue),
@@ -209,7 +210,13 @@ async function loadProblems({ append = false } = {}) {
 }
 
 function cardFingerprint(item) {
-  return JSON.stringify([item.state, item.attempt, item.error_category, item.derivatives]);
+  return JSON.stringify([
+    item.state,
+    item.attempt,
+    item.error_category,
+    item.error_message,
+    item.derivatives,
+  ]);
 }
 
 // The item as the sheet shows it: with the ratio filter, only that ratio's derivatives (and

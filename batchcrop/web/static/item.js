@@ -47,6 +47,7 @@ function eventRow(event) {
       event.reason ? h("code", {}, event.reason) : "—",
       event.focus_box ? ` focus box ${event.focus_box.join(",")}` : null,
     ),
+    h("td", { class: "message" }, event.message || "—"),
     h("td", {}, event.worker_id ? h("code", {}, event.worker_id) : "—"),
     h("td", {}, event.lease_token ? h("code", {}, event.lease_token) : "—"),
     h("td", {}, event.correlation_id ? h("code", {}, event.correlation_id) : "—"),
@@ -102,6 +103,7 @@ async function load() {
     ...term("State", h("span", { id: "item-state" }, stateBadge(item.state))),
     ...term("Attempt", String(item.attempt)),
     ...term("Error category", item.error_category ? h("code", {}, item.error_category) : "none"),
+    ...(item.error_message ? term("Error message", item.error_message) : []),
     ...term("Last change", timeElement(item.updated_at)),
   );
   releaseImages();
