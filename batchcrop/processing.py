@@ -17,14 +17,13 @@ from dataclasses import dataclass
 from batchcrop.batches import payload_focus
 from batchcrop.crop import (
     FORMATS,
-    PREVIEW_MAX_SIDE_PX,
     MemoryBudget,
+    PreviewTaker,
     RenderSpec,
     Rendition,
     Thumbnail,
     preview_variant,
     render,
-    thumbnail,
     variant_of,
 )
 from batchcrop.documents import Derivative, Preview
@@ -244,10 +243,14 @@ class Attempt:
         self.checkpoint(heartbeat)
         # The item's focus box (a JSON list in the payload) reaches the window and the variant.
         focus = payload_focus(claim.payload)
-        renditions = render(data, self.spec, focus=focus, budget=self.decode_budget)
         # The page's picture of the source, made once here rather than on every view: a large
-        # PNG takes seconds to decode (docs/design.md §5, previews).
-        preview = thumbnail(data, PREVIEW_MAX_SIDE_PX, budget=self.decode_budget)
+        # PNG takes seconds to decode (docs/design.md §5, previews); from the render's own
+        # decode when it is the one the preview needs.
+        taker = PreviewTaker(data)
+        renditions = render(
+            data, self.spec, focus=focus, budget=self.decode_budget, on_decode=taker
+        )
+        preview = taker.preview(data, budget=self.decode_budget)
         del data
         log_event(
             "crop",

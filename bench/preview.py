@@ -8,15 +8,20 @@ unrendered (no preview: its thumbnail is decoded from the source, as every thumb
 previews). Then starts `python -m batchcrop serve` with a token and times
 `GET .../source-thumbnail?max_side=640` (the contact sheet's request) and `?max_side=320` for
 both items, sequentially over loopback, and prints the median and the range per case, with
-`X-Thumbnail-From`. Also times, in this process, what the preview costs the worker once: one
-`batchcrop.crop.thumbnail(source, 640)`.
+`X-Thumbnail-From`.
 
-    PYTHONPATH=. .venv/bin/python bench/preview.py [--rounds 5]
+First it times, in this process, what the preview adds to a worker's render (default request:
+four ratios at 1200 px) of that PNG and of a 12 MP JPEG: the render alone, the render followed by
+its own decode for the preview (`source_preview`), and the render handing its decode to the
+preview (`PreviewTaker`, what the worker does).
+
+    PYTHONPATH=. .venv/bin/python bench/preview.py [--rounds 5] [--worker-cost-only]
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import random
@@ -36,7 +41,15 @@ from PIL import Image, ImageDraw, ImageFilter
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from batchcrop.crop import PREVIEW_MAX_SIDE_PX, thumbnail  # noqa: E402 -- after the path
+from batchcrop.crop import (  # noqa: E402 -- after the path
+    PREVIEW_MAX_SIDE_PX,
+    RATIOS_DEFAULT,
+    PreviewTaker,
+    Ratio,
+    RenderSpec,
+    render,
+    source_preview,
+)
 
 SIZE_PX = (8000, 8000)
 TERMINAL = ("succeeded", "failed", "abandoned")
@@ -97,11 +110,49 @@ def get(url: str, token: str) -> tuple[float, str, int]:
     return (time.perf_counter() - started) * 1000, origin, len(body)
 
 
+def worker_cost(name: str, data: bytes, rounds: int) -> None:
+    """Print the median ms of a render alone, with a second decode for the preview, and with
+    the preview taken from the render's decode."""
+    spec = RenderSpec(tuple(Ratio.parse(text) for text in RATIOS_DEFAULT))
+
+    def alone() -> None:
+        render(data, spec)
+
+    def decoding_again() -> None:
+        render(data, spec)
+        source_preview(data)
+
+    def taking() -> None:
+        taker = PreviewTaker(data)
+        render(data, spec, on_decode=taker)
+        taker.preview(data)
+
+    times: dict[str, list[float]] = {"alone": [], "again": [], "taken": []}
+    for _ in range(rounds):  # interleaved, so a busy moment hits every case alike
+        for case, run in (("alone", alone), ("again", decoding_again), ("taken", taking)):
+            started = time.perf_counter()
+            run()
+            times[case].append((time.perf_counter() - started) * 1000)
+    base, again, taken = (statistics.median(times[c]) for c in ("alone", "again", "taken"))
+    print(
+        f"{name}: render {base:.0f} ms; + preview decoded again {again:.0f} ms "
+        f"(+{100 * (again / base - 1):.0f} %); + preview taken from the render {taken:.0f} ms "
+        f"(+{100 * (taken / base - 1):.0f} %)"
+    )
+
+
 def main() -> None:
     """Build both batches, serve them, time the thumbnails, print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--worker-cost-only", action="store_true")
     args = parser.parse_args()
+    photo = Image.effect_noise((4000, 3000), 40).convert("RGB").filter(ImageFilter.GaussianBlur(2))
+    buffer = io.BytesIO()
+    photo.save(buffer, format="JPEG", quality=90)
+    worker_cost("JPEG 4000x3000", buffer.getvalue(), args.rounds)
+    if args.worker_cost_only:
+        return
     with tempfile.TemporaryDirectory(prefix="batchcrop-preview-") as temp:
         work = Path(temp)
         sources = work / "sources"
@@ -110,9 +161,7 @@ def main() -> None:
         large_png(png)
         data = png.read_bytes()
         print(f"source: {SIZE_PX[0]}x{SIZE_PX[1]} PNG, {len(data) / 1e6:.1f} MB")
-        started = time.perf_counter()
-        thumbnail(data, PREVIEW_MAX_SIDE_PX)
-        print(f"preview made once (in process): {(time.perf_counter() - started) * 1000:.0f} ms")
+        worker_cost(f"PNG {SIZE_PX[0]}x{SIZE_PX[1]}", data, max(1, args.rounds // 2))
         del data
         env = {
             **os.environ,

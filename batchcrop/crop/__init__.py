@@ -18,7 +18,13 @@ if TYPE_CHECKING:
     from batchcrop.crop.encode import FORMATS, OutputFormat
     from batchcrop.crop.errors import CropError, ImageTooLarge, InvalidImage, UnsupportedImage
     from batchcrop.crop.limits import IMAGE_SUFFIXES, MAX_SOURCE_PIXELS
-    from batchcrop.crop.preview import PREVIEW_MAX_SIDE_PX, Thumbnail, thumbnail
+    from batchcrop.crop.preview import (
+        PREVIEW_MAX_SIDE_PX,
+        PreviewTaker,
+        Thumbnail,
+        source_preview,
+        thumbnail,
+    )
     from batchcrop.crop.render import render
     from batchcrop.crop.spec import RATIOS_DEFAULT, Ratio, RenderSpec, Rendition, SpecError
     from batchcrop.crop.variant import ALGORITHM_VERSION, preview_variant, variant_of
@@ -36,7 +42,9 @@ _HOMES = {
     "InvalidImage": "batchcrop.crop.errors",
     "UnsupportedImage": "batchcrop.crop.errors",
     "PREVIEW_MAX_SIDE_PX": "batchcrop.crop.preview",
+    "PreviewTaker": "batchcrop.crop.preview",
     "Thumbnail": "batchcrop.crop.preview",
+    "source_preview": "batchcrop.crop.preview",
     "thumbnail": "batchcrop.crop.preview",
     "render": "batchcrop.crop.render",
     "RATIOS_DEFAULT": "batchcrop.crop.spec",
@@ -63,6 +71,7 @@ __all__ = [
     "InvalidImage",
     "MemoryBudget",
     "OutputFormat",
+    "PreviewTaker",
     "Ratio",
     "RenderSpec",
     "Rendition",
@@ -71,6 +80,7 @@ __all__ = [
     "UnsupportedImage",
     "preview_variant",
     "render",
+    "source_preview",
     "thumbnail",
     "variant_of",
 ]

@@ -37,6 +37,12 @@ class Plan:
     cost_bytes: int
 
 
+def saliency_reduction(opened: OpenedImage, max_side: int) -> int:
+    """The DCT reduction of the decode a render at `max_side` places its windows on: the one a
+    whole-picture output would use."""
+    return reduction(opened, needed_scale(opened.size, max_side), 1.0)
+
+
 def plan(opened: OpenedImage, spec: RenderSpec) -> Plan:
     """The decodes `render` makes for `spec` on this (opened, not yet decoded) image."""
     width, height = opened.size
@@ -45,7 +51,7 @@ def plan(opened: OpenedImage, spec: RenderSpec) -> Plan:
     # picture, so every ratio decodes at this reduction or a finer one, and usually this one.
     # It needs no margin for detail: the saliency reads a copy of 192 px and the faces one of
     # 320 px.
-    saliency_factor = reduction(opened, needed_scale((width, height), spec.max_side), 1.0)
+    saliency_factor = saliency_reduction(opened, spec.max_side)
     # Each ratio at the largest reduction still covering its own output (1/4 and 1/8 with a
     # margin); `resample.restore_detail` then makes up the detail the reduction softened, for
     # a tenth of the cost of a finer decode (ADR 0003).

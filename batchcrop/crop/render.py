@@ -17,6 +17,7 @@ the GIL.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 
 from PIL import Image
 
@@ -40,6 +41,7 @@ def render(
     focus: Box | None = None,
     max_pixels: int = MAX_SOURCE_PIXELS,
     budget: MemoryBudget | None = None,
+    on_decode: DecodeHook | None = None,
 ) -> list[Rendition]:
     """Render every ratio of `spec` from the image `data` in every format of `spec.formats`:
     ratio by ratio in `spec.ratios` order, each ratio's formats in `spec.formats` order.
@@ -53,13 +55,24 @@ def render(
     `max_pixels` and, when given, against the whole memory `budget`) or `UnsupportedImage`.
     With a budget, the largest decode's estimated peak is reserved from it for the whole render
     (waiting while other renders hold it). No I/O beyond memory; safe from concurrent threads.
+
+    `on_decode(picture, factor, size)` is called with each upright sRGB (RGB) decode the render
+    makes, at DCT reduction `factor`, of the `size` source, before it is used: a caller can
+    derive another picture of the source from it (the stored preview) instead of decoding the
+    source again. It must leave `picture` unchanged.
     """
     opened = open_image(data, max_pixels)
     if focus is not None:
         focus = clipped_focus(focus, opened.size)
     decodes = plan(opened, spec)
     with reserved(budget, decodes.cost_bytes):
-        return _render(data, opened, spec, decodes, max_pixels=max_pixels, focus=focus)
+        return _render(
+            data, opened, spec, decodes, max_pixels=max_pixels, focus=focus, on_decode=on_decode
+        )
+
+
+DecodeHook = Callable[[Image.Image, int, tuple[int, int]], None]
+"""`render`'s `on_decode`: (picture, DCT reduction, upright source size)."""
 
 
 def _render(
@@ -70,6 +83,7 @@ def _render(
     *,
     max_pixels: int,
     focus: Box | None,
+    on_decode: DecodeHook | None,
 ) -> list[Rendition]:
     size = opened.size
     grey = opened.image.mode in GREY_MODES
@@ -83,7 +97,10 @@ def _render(
     def decode(factor: int, *, keep_alpha: bool = False) -> Image.Image:
         # An opened image decodes once: the first decode uses it, later ones open the bytes again.
         fresh = unused.pop() if unused else open_image(data, max_pixels)
-        return decode_rgb(fresh, factor, keep_alpha=keep_alpha)
+        picture = decode_rgb(fresh, factor, keep_alpha=keep_alpha)
+        if on_decode is not None and not keep_alpha:
+            on_decode(picture, factor, size)
+        return picture
 
     boxes = [(0, 0, *size)] * len(decodes.windows)
     kept: Image.Image | None = None  # the saliency decode, when some ratio uses it too

@@ -20,7 +20,7 @@ from batchcrop.crop.spec import RenderSpec
 from batchcrop.crop.window import Box
 
 ALGORITHM_VERSION = "4"
-PREVIEW_VERSION = "1"
+PREVIEW_VERSION = "2"
 """Bump when the stored preview's pipeline (`preview.thumbnail`) changes its bytes."""
 OUTPUT_FORMAT = "jpeg-baseline-420"
 VARIANT_HEX_CHARS = 12

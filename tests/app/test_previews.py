@@ -13,7 +13,7 @@ from PIL import Image
 
 from batchcrop.app import App
 from batchcrop.batches import BatchRequest, ItemRequest
-from batchcrop.crop import PREVIEW_MAX_SIDE_PX, Ratio, RenderSpec, preview_variant, thumbnail
+from batchcrop.crop import Ratio, RenderSpec, preview_variant, source_preview
 from batchcrop.facts import preview_facts
 from batchcrop.processing import preview_key
 from storage import ObjectStore
@@ -41,7 +41,7 @@ def test_every_batch_of_a_source_records_the_one_stored_preview(
 ) -> None:
     """Two batches of one source with different render requests record the same preview: the
     640 px JPEG of the upright source under `previews/{source sha256}/{variant}.jpg`, stored
-    once, with the source's size, byte for byte what `thumbnail` makes of the source."""
+    once, with the source's size, byte for byte what `source_preview` makes of the source."""
     (source,) = write_photos(tmp_path / "src", 1, size=SOURCE_SIZE)
     data = source.read_bytes()
     first, _ = app.batches.submit(_request([source]))
@@ -50,7 +50,7 @@ def test_every_batch_of_a_source_records_the_one_stored_preview(
         assert run_batch(app, store, batch["id"])["state"] == "succeeded"
 
     previews = [app.batches.items(b["id"])[0][0]["preview"] for b in (first, second)]
-    expected = thumbnail(data, PREVIEW_MAX_SIDE_PX)
+    expected = source_preview(data)
     key = preview_key(_sha256(data), preview_variant())
     assert previews[0] == previews[1]
     assert {
@@ -97,7 +97,7 @@ def test_a_preview_key_holding_this_preview_in_other_bytes_records_the_stored_on
     data = source.read_bytes()
     variant = preview_variant()
     key = preview_key(_sha256(data), variant)
-    ours = thumbnail(data, PREVIEW_MAX_SIDE_PX)
+    ours = source_preview(data)
     theirs_image = Image.open(io.BytesIO(ours.data))
     buffer = io.BytesIO()
     theirs_image.save(buffer, format="JPEG", quality=79)
@@ -116,4 +116,4 @@ def test_the_preview_bytes_are_deterministic(tmp_path: Path) -> None:
     """The same source gives the same preview bytes every time (the key promises it)."""
     (source,) = write_photos(tmp_path / "src", 1, size=SOURCE_SIZE)
     data = source.read_bytes()
-    assert len({thumbnail(data, PREVIEW_MAX_SIDE_PX).sha256 for _ in range(3)}) == 1
+    assert len({source_preview(data).sha256 for _ in range(3)}) == 1
