@@ -430,8 +430,10 @@ class BatchService:
                 continue
             with self.leases.reading() as conn:
                 own = [str(row.id) for row in conn.execute(queries.deliveries_of(batch_id))]
-            if any(delivery not in delivery_groups for delivery in own):
+            waiting = [delivery for delivery in own if delivery not in delivery_groups]
+            if waiting and self.leases.groups(waiting):
                 continue  # a callback still under way, or delivered too recently
+            # (An outbox row whose lease group is gone was left by an interrupted prune.)
             listed.append((batch_id, own))
         return listed
 
@@ -461,11 +463,13 @@ class BatchService:
                     deleted = conn.execute(delete(batch_id, PRUNE_BATCH_ROWS)).rowcount
                 rows += deleted
                 time.sleep(PRUNE_PAUSE_SECONDS)
-        for delivery in deliveries:
-            rows += self.leases.purge(delivery)
+        # The outbox rows before their lease groups: a prune interrupted in between leaves
+        # finished groups with no outbox row, which a later prune lists and purges like a batch.
         for chunk in queries.chunks(list(deliveries)):
             with self.leases.transaction() as conn:
                 rows += conn.execute(queries.delete_deliveries(batch_id, chunk)).rowcount
+        for delivery in deliveries:
+            rows += self.leases.purge(delivery)
         with self.leases.transaction() as conn:
             rows += conn.execute(queries.delete_recrops(batch_id)).rowcount
         return rows + self.leases.purge(batch_id)

@@ -323,6 +323,45 @@ def test_a_worker_killed_right_after_the_last_commit_still_notifies_once(
     assert all(f":{survivor.pid}:" in w for w in deliverers if w)
 
 
+@pytest.mark.parametrize("left", ["delivery groups", "outbox rows"])
+def test_a_later_prune_finishes_one_interrupted_between_outbox_and_delivery_groups(
+    notifying: App, processing: App, tmp_path: Path, left: str
+) -> None:
+    """A prune stopped after the batch row and before the last of its deliveries' rows (either
+    the outbox rows or their lease groups still there) is finished by the next one: nothing of
+    the batch or its delivery is left."""
+    app = notifying
+    with receiving() as receiver:
+        status, _ = app.batches.submit(_request(write_photos(tmp_path / "src", 1), receiver.url))
+        assert run_batch(processing, LocalStore(tmp_path / "store"), status["id"])["state"] == (
+            "succeeded"
+        )
+        (delivery,) = app.batches.status(status["id"])["deliveries"]
+        _deliver_until(app, receiver, 1)
+    with app.engine.begin() as conn:
+        conn.execute(sa.text("DELETE FROM batchcrop_batches WHERE id = :b"), {"b": status["id"]})
+        if left == "delivery groups":
+            conn.execute(
+                sa.text("DELETE FROM batchcrop_deliveries WHERE batch_id = :b"),
+                {"b": status["id"]},
+            )
+    if left == "outbox rows":
+        app.leases.purge(delivery["id"])
+    time.sleep(0.01)
+    assert app.batches.prune(0.001).batches >= 1
+    with app.engine.connect() as conn:
+        for table, column in (
+            ("batchcrop_deliveries", "batch_id"),
+            ("lease_groups", "id"),
+            ("lease_items", "group_id"),
+        ):
+            count = conn.execute(
+                sa.text(f"SELECT count(*) FROM {table} WHERE {column} IN (:b, :d)"),
+                {"b": status["id"], "d": delivery["id"]},
+            ).scalar_one()
+            assert count == 0, table
+
+
 def test_prune_takes_a_batchs_deliveries_with_it_once_they_are_done(
     notifying: App, processing: App, tmp_path: Path
 ) -> None:
