@@ -526,12 +526,27 @@ class BatchService:
 
     def status(self, batch_id: str) -> dict[str, Any]:
         """The status document (docs/design.md §7)."""
-        batch = self.batch(batch_id)
-        summary = self.summary(batch_id)
-        deliveries = self._deliveries(batch_id) if batch.notify_url is not None else []
+        return self.status_of(self.batch(batch_id))
+
+    def status_of(self, batch: Batch) -> dict[str, Any]:
+        """The status document of a batch whose row the caller has already read (a batch's row
+        never changes after submission): its counters, and its deliveries if it has a callback."""
+        summary = self.summary(batch.id)
+        deliveries = self._deliveries(batch.id) if batch.notify_url is not None else []
         return status_document(
             batch, summary, poll_margin_seconds=self.poll_margin_seconds, deliveries=deliveries
         )
+
+    def version(self, batch: Batch) -> str | None:
+        """A token that changes whenever `status_of(batch)` may change (docs/design.md §7,
+        polling): the lease version of the batch's group and of its callback deliveries' groups,
+        one read of a row per group. None when the batch is gone. Read it before the document."""
+        with self.leases.reading() as conn:
+            group_ids = [batch.id]
+            if batch.notify_url is not None:
+                rows = conn.execute(queries.deliveries_of(batch.id)).mappings()
+                group_ids += [str(row["id"]) for row in rows]
+            return self.leases.version(group_ids, conn=conn)
 
     def list_batches(
         self,

@@ -138,6 +138,21 @@ def counter_totals(group_id: str) -> sa.Select[Any]:
     )
 
 
+def versions(group_ids: Sequence[str]) -> sa.Select[Any]:
+    """Each sealed group among `group_ids` with what its status document is made of beside its
+    counters: (id, cancel_requested, deadline_at, version), the version being the sum of its
+    counter rows' versions, which every transition of its items raises (one range of the
+    counters' primary key per group)."""
+    version = (
+        sa.select(sa.func.coalesce(sa.func.sum(counters.c.version), 0))
+        .where(counters.c.group_id == groups.c.id)
+        .scalar_subquery()
+    )
+    return sa.select(
+        groups.c.id, groups.c.cancel_requested, groups.c.deadline_at, version.label("version")
+    ).where(groups.c.id.in_(list(group_ids)), groups.c.sealed)
+
+
 def oldest_unfinished(group_id: str) -> sa.Select[tuple[int]]:
     """The oldest `updated_at` among the group's unfinished items (one partial-index probe)."""
     return (
@@ -201,7 +216,11 @@ def add_to_counters(dialect_name: str, rows: Sequence[dict[str, Any]]) -> Insert
             counters.c.category,
             counters.c.shard,
         ],
-        set_={"n": counters.c.n + stmt.excluded.n, "updated_at": stmt.excluded.updated_at},
+        set_={
+            "n": counters.c.n + stmt.excluded.n,
+            "updated_at": stmt.excluded.updated_at,
+            "version": counters.c.version + 1,
+        },
     )
 
 

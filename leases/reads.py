@@ -107,6 +107,23 @@ class Reader:
             found = [self._summary(c, group_id) for group_id in group_ids]
         return [s for s in found if s is not None]
 
+    def version(self, group_ids: Sequence[str], *, conn: sa.Connection | None = None) -> str | None:
+        """A token that changes whenever the summary of any of `group_ids` may have changed:
+        every transition of their items, a cancel, a new deadline, a group among them appearing
+        or going (docs/design.md §3, group versions). None when the first group does not exist.
+
+        One statement returning a row per group, whatever their size: compare it with the token
+        read alongside an earlier summary before reading the summary again. Read it *before* the
+        summaries it stands for (never after), so that it is never newer than they are."""
+        with self._reading(conn) as c:
+            rows = {str(r.id): r for r in self._db.rows(c, group_queries.versions(group_ids))}
+        if not group_ids or group_ids[0] not in rows:
+            return None
+        return ";".join(
+            f"{r.id}:{int(r.version)}:{int(bool(r.cancel_requested))}:{int(r.deadline_at)}"
+            for r in (rows[g] for g in group_ids if g in rows)
+        )
+
     def _summary(self, c: sa.Connection, group_id: str) -> GroupSummary | None:
         group = self._db.one(c, group_queries.group_row(group_id))
         if group is None:
