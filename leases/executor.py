@@ -123,6 +123,18 @@ class Executor:
             yield own
 
     @contextmanager
+    def read_one(self) -> Iterator[sa.Connection]:
+        """A connection for ONE read statement, which sees one snapshot by itself: PostgreSQL
+        autocommit (no BEGIN/COMMIT round trips), SQLite a read transaction."""
+        if self.dialect_name != "postgresql":
+            with self.read() as c:
+                yield c
+            return
+        with self.translate_errors(), self.engine.connect() as own:
+            own.execution_options(isolation_level="AUTOCOMMIT")
+            yield own
+
+    @contextmanager
     def read(self) -> Iterator[sa.Connection]:
         """A read-only transaction (a plain deferred BEGIN on SQLite)."""
         with self.translate_errors(), self.engine.connect() as conn:

@@ -1,12 +1,13 @@
 """Statements about groups, creation, the event log, the counters and reads.
 
 Companion of `leases.queries` (the statements that move items); same conventions: built here,
-executed only by `leases.executor`.
+executed only by `leases.executor`; a builder run on every poll is cached like theirs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from functools import cache
 from typing import Any
 
 import sqlalchemy as sa
@@ -138,11 +139,12 @@ def counter_totals(group_id: str) -> sa.Select[Any]:
     )
 
 
-def versions(group_ids: Sequence[str]) -> sa.Select[Any]:
-    """Each sealed group among `group_ids` with what its status document is made of beside its
-    counters: (id, cancel_requested, deadline_at, version), the version being the sum of its
-    counter rows' versions, which every transition of its items raises (one range of the
-    counters' primary key per group)."""
+@cache
+def versions() -> sa.Select[Any]:
+    """Each sealed group among the expanding parameter `p_group_ids` with what its summary is
+    made of beside its counters: (id, cancel_requested, deadline_at, version), the version being
+    the sum of its counter rows' versions, which every transition of its items raises (one range
+    of the counters' primary key per group). Cached: it runs on every poll."""
     version = (
         sa.select(sa.func.coalesce(sa.func.sum(counters.c.version), 0))
         .where(counters.c.group_id == groups.c.id)
@@ -150,7 +152,7 @@ def versions(group_ids: Sequence[str]) -> sa.Select[Any]:
     )
     return sa.select(
         groups.c.id, groups.c.cancel_requested, groups.c.deadline_at, version.label("version")
-    ).where(groups.c.id.in_(list(group_ids)), groups.c.sealed)
+    ).where(groups.c.id.in_(sa.bindparam("p_group_ids", expanding=True)), groups.c.sealed)
 
 
 def oldest_unfinished(group_id: str) -> sa.Select[tuple[int]]:

@@ -115,8 +115,10 @@ class Reader:
         One statement returning a row per group, whatever their size: compare it with the token
         read alongside an earlier summary before reading the summary again. Read it *before* the
         summaries it stands for (never after), so that it is never newer than they are."""
-        with self._reading(conn) as c:
-            rows = {str(r.id): r for r in self._db.rows(c, group_queries.versions(group_ids))}
+        params = {"p_group_ids": list(group_ids)}
+        with self._reading(conn, single=True) as c:
+            found = self._db.rows(c, group_queries.versions(), params)
+        rows = {str(r.id): r for r in found}
         if not group_ids or group_ids[0] not in rows:
             return None
         return ";".join(
@@ -159,12 +161,16 @@ class Reader:
         return [str(r.id) for r in rows]
 
     @contextmanager
-    def _reading(self, conn: sa.Connection | None) -> Iterator[sa.Connection]:
+    def _reading(
+        self, conn: sa.Connection | None, *, single: bool = False
+    ) -> Iterator[sa.Connection]:
+        """The caller's transaction `conn`, else a read transaction of our own; `single`: the
+        caller runs one statement only (no transaction needed on PostgreSQL)."""
         if conn is not None:
             with self._db.translate_errors():
                 yield conn
             return
-        with self._db.read() as c:
+        with self._db.read_one() if single else self._db.read() as c:
             yield c
 
     def item(self, item_id: str, *, conn: sa.Connection | None = None) -> ItemRow | None:
