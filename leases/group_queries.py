@@ -142,17 +142,23 @@ def counter_totals(group_id: str) -> sa.Select[Any]:
 @cache
 def versions() -> sa.Select[Any]:
     """Each sealed group among the expanding parameter `p_group_ids` with what its summary is
-    made of beside its counters: (id, cancel_requested, deadline_at, version), the version being
-    the sum of its counter rows' versions, which every transition of its items raises (one range
-    of the counters' primary key per group). Cached: it runs on every poll."""
-    version = (
-        sa.select(sa.func.coalesce(sa.func.sum(counters.c.version), 0))
-        .where(counters.c.group_id == groups.c.id)
-        .scalar_subquery()
+    made of beside its counters: (id, cancel_requested, deadline_at, version, changed_at), the
+    version being the sum of its counter rows' versions, which every transition of its items
+    raises, and `changed_at` their newest `updated_at` (which moves with the transitions of
+    processes older than versions too, unless within the same millisecond). One range of the
+    counters' primary key per group. Cached: it runs on every poll."""
+    return (
+        sa.select(
+            groups.c.id,
+            groups.c.cancel_requested,
+            groups.c.deadline_at,
+            sa.func.coalesce(sa.func.sum(counters.c.version), 0).label("version"),
+            sa.func.max(counters.c.updated_at).label("changed_at"),
+        )
+        .select_from(groups.outerjoin(counters, counters.c.group_id == groups.c.id))
+        .where(groups.c.id.in_(sa.bindparam("p_group_ids", expanding=True)), groups.c.sealed)
+        .group_by(groups.c.id, groups.c.cancel_requested, groups.c.deadline_at)
     )
-    return sa.select(
-        groups.c.id, groups.c.cancel_requested, groups.c.deadline_at, version.label("version")
-    ).where(groups.c.id.in_(sa.bindparam("p_group_ids", expanding=True)), groups.c.sealed)
 
 
 def oldest_unfinished(group_id: str) -> sa.Select[tuple[int]]:

@@ -122,7 +122,8 @@ class Reader:
         if not group_ids or group_ids[0] not in rows:
             return None
         return ";".join(
-            f"{r.id}:{int(r.version)}:{int(bool(r.cancel_requested))}:{int(r.deadline_at)}"
+            f"{r.id}:{int(r.version)}:{r.changed_at}:{int(bool(r.cancel_requested))}"
+            f":{int(r.deadline_at)}"
             for r in (rows[g] for g in group_ids if g in rows)
         )
 
