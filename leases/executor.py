@@ -182,8 +182,8 @@ class Executor:
         JSON columns as Python values) in `conn`'s transaction, on the driver's own connection:
         no per-row work but the row's own text.
 
-        PostgreSQL with psycopg 3: one COPY of a text-format buffer built here. SQLite: one
-        executemany of the table's INSERT with the JSON columns serialised here.
+        PostgreSQL with psycopg 3: one COPY (rows formatted by psycopg's own row writer). SQLite:
+        one executemany of the table's INSERT. JSON columns are serialised here.
         """
         if not rows:
             return
@@ -197,7 +197,8 @@ class Executor:
             ):
                 sql = f"COPY {table.name} ({', '.join(names)}) FROM STDIN"
                 with raw.cursor() as cursor, cursor.copy(sql) as copy:
-                    copy.write(copy_text(rows, json_at))
+                    for row in rows:
+                        copy.write_row(_json_columns(row, json_at))
                 return
             if self.dialect_name == "sqlite":
                 # Every column, positional (`?`) in the table's column order.
@@ -215,27 +216,6 @@ class Executor:
         """Execute a statement whose result is not needed."""
         with self.translate_errors():
             conn.execute(stmt)
-
-
-_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
-"""PostgreSQL's COPY text format: backslash, the tab delimiter and line ends are escaped."""
-
-
-def _copy_field(value: Any) -> str:
-    if value is None:
-        return "\\N"
-    if isinstance(value, bool):
-        return "t" if value else "f"
-    return str(value).translate(_COPY_ESCAPES)
-
-
-def copy_text(rows: Sequence[Sequence[Any]], json_at: Sequence[int]) -> str:
-    """`rows` as PostgreSQL COPY text (tab-separated, `\\N` for NULL, one line per row), the
-    columns at positions `json_at` serialised as JSON first."""
-    field = _copy_field
-    return "".join(
-        "\t".join([field(value) for value in _json_columns(row, json_at)]) + "\n" for row in rows
-    )
 
 
 def _json_columns(row: Sequence[Any], json_at: Sequence[int]) -> Sequence[Any]:
