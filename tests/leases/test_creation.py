@@ -219,7 +219,7 @@ def test_a_creation_waits_its_turn_then_gives_up_writing_nothing(
 AWKWARD_PAYLOADS = [
     {"source": "/a\tb/c\nd\re.jpg", "ref": "back\\slash \\N \\t"},
     {"source": "/ünï/çødé/🖼.jpg", "ref": None, "nested": {"list": [1, 2.5, True, None]}},
-    {"source": "/plain.jpg", "ref": '"quoted" \'single\''},
+    {"source": "/plain.jpg", "ref": "\"quoted\" 'single'"},
 ]
 
 
