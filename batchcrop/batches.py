@@ -562,11 +562,11 @@ class BatchService:
         """A token that changes whenever `status_of(batch)` may change (docs/design.md §7,
         polling): the lease version of the batch's group and of its callback deliveries' groups,
         one read of a row per group. None when the batch is gone. Read it before the document."""
+        if batch.notify_url is None:
+            return self.leases.version([batch.id])  # one statement, no transaction around it
         with self.leases.reading() as conn:
-            group_ids = [batch.id]
-            if batch.notify_url is not None:
-                rows = conn.execute(queries.deliveries_of(batch.id)).mappings()
-                group_ids += [str(row["id"]) for row in rows]
+            rows = conn.execute(queries.deliveries_of(batch.id)).mappings()
+            group_ids = [batch.id, *(str(row["id"]) for row in rows)]
             return self.leases.version(group_ids, conn=conn)
 
     def list_batches(
