@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 import unicodedata
 import uuid
@@ -240,6 +241,23 @@ class BatchRequest:
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
+UUIDS_PER_DRAW = 4096
+"""Item ids drawn from the OS's random source at once (one system call, not one per item)."""
+
+
+def random_uuids() -> Iterator[str]:
+    """Endless random (version 4) UUIDs in their canonical text form, the same as
+    `str(uuid.uuid4())`, drawn `UUIDS_PER_DRAW` at a time: a million-item batch needs a million."""
+    variant = "89ab"  # RFC 9562: the two top bits of the 17th hex digit are 10
+    while True:
+        block = os.urandom(16 * UUIDS_PER_DRAW).hex()
+        for at in range(0, len(block), 32):
+            h = block[at : at + 32]
+            yield (
+                f"{h[0:8]}-{h[8:12]}-4{h[13:16]}-{variant[int(h[16], 16) & 3]}{h[17:20]}-{h[20:32]}"
+            )
+
+
 def _cursor(text: str | None) -> int | None:
     if text is None or text == "":
         return None
@@ -290,7 +308,10 @@ class BatchService:
             if existing is not None:
                 return self.status(existing), False
         batch_id = str(uuid.uuid4())
-        items = (NewItem(id=str(uuid.uuid4()), payload=i.payload()) for i in request.items)
+        items = (
+            NewItem(id=item_id, payload=i.payload())
+            for item_id, i in zip(random_uuids(), request.items, strict=False)
+        )
         row = queries.insert_batch(
             batch_id=batch_id,
             spec=request.spec.to_record(),
@@ -600,12 +621,27 @@ class BatchService:
 
     def status(self, batch_id: str) -> dict[str, Any]:
         """The status document (docs/design.md §7)."""
-        batch = self.batch(batch_id)
-        summary = self.summary(batch_id)
-        deliveries = self.deliveries(batch_id) if batch.notify_url is not None else []
+        return self.status_of(self.batch(batch_id))
+
+    def status_of(self, batch: Batch) -> dict[str, Any]:
+        """The status document of a batch whose row the caller has already read (a batch's row
+        never changes after submission): its counters, and its deliveries if it has a callback."""
+        summary = self.summary(batch.id)
+        deliveries = self.deliveries(batch.id) if batch.notify_url is not None else []
         return status_document(
             batch, summary, poll_margin_seconds=self.poll_margin_seconds, deliveries=deliveries
         )
+
+    def version(self, batch: Batch) -> str | None:
+        """A token that changes whenever `status_of(batch)` may change (docs/design.md §7,
+        polling): the lease version of the batch's group and of its callback deliveries' groups,
+        one read of a row per group. None when the batch is gone. Read it before the document."""
+        if batch.notify_url is None:
+            return self.leases.version([batch.id])  # one statement, no transaction around it
+        with self.leases.reading() as conn:
+            rows = conn.execute(queries.deliveries_of(batch.id)).mappings()
+            group_ids = [batch.id, *(str(row["id"]) for row in rows)]
+            return self.leases.version(group_ids, conn=conn)
 
     def list_batches(
         self,

@@ -149,10 +149,11 @@ def _csv_items(csv_path: str, reader: SourceReader) -> list[ItemRequest]:
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise UsageError(f"{csv_path}: cannot read the items CSV: {exc}") from exc
     items = []
+    normalize = reader.normalizer()
     for line, row in rows:
         if not row.get("source"):
             raise UsageError(f"{csv_path}: every row needs a source column")
-        source = reader.normalize(row["source"])
+        source = normalize(row["source"])
         focus = _csv_focus(row, where=f"{csv_path}: row {line}")
         items.append(ItemRequest(source=source, ref=row.get("ref") or None, focus_box=focus))
     return items

@@ -3,6 +3,7 @@
 Run by hand (never by the test suite), on the local PostgreSQL of the test tooling:
 
     .venv/bin/python bench/status.py [--items 1000000] [--workers 4] [--requests 2000] [--reuse]
+        [--baseline /path/to/an/earlier/checkout]
 
 Setup: a fresh database, one batch of `--items` items (the polled batch) and a second batch that
 absorbs commits (`--reuse` keeps the previous run's database and batches, skipping setup).
@@ -18,6 +19,10 @@ Phases:
 The client is one keep-alive httpx connection, sequential requests; req/s = requests / wall time.
 The server's CPU time per request (from /proc) does not depend on how busy the machine is;
 latencies do.
+With `--baseline`, a second `batchcrop serve` runs the code of that checkout (an earlier version,
+say before 304s were answered from the batch's version) on the same database, and every phase is
+measured against both servers in the same run, one after the other under the same load: the
+before/after of a change.
 Peer, in the same run and under the same load: the status a server without counters computes,
 a `GROUP BY state` over the batch's item rows (`LeaseManager.recount`), timed in-process (no
 HTTP, which favours the peer).
@@ -131,12 +136,14 @@ class Load:
         self.commits_per_second = self.counter.value / (time.perf_counter() - self.started)
 
 
-def start_server(url: str) -> tuple[subprocess.Popen[bytes], str]:
-    """`batchcrop serve` on a free loopback port, once healthy."""
+def start_server(url: str, code: str | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    """`batchcrop serve` on a free loopback port, once healthy; `code`: run that checkout's
+    code instead of this one's."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     env = {**os.environ, "BATCHCROP_DATABASE_URL": url, "BATCHCROP_LOG_LEVEL": "WARNING"}
+    env["PYTHONPATH"] = code or str(Path(__file__).resolve().parents[1])
     env.pop("BATCHCROP_API_TOKEN", None)
     process = subprocess.Popen(
         [sys.executable, "-m", "batchcrop", "--log-level", "WARNING", "serve", "--port", str(port)],
@@ -202,6 +209,35 @@ def row(name: str, figures: dict[str, float], extra: str = "") -> str:
     )
 
 
+class Server:
+    """One running server and a keep-alive client polling one batch."""
+
+    def __init__(self, name: str, url: str, path: str, code: str | None = None) -> None:
+        self.name = name
+        self.process, base = start_server(url, code)
+        self.client = httpx.Client(base_url=base, timeout=30.0)
+        self.path = path
+        self.etag = ""
+
+    def get(self) -> int:
+        return self.client.get(self.path).status_code
+
+    def conditional(self) -> int:
+        return self.client.get(self.path, headers={"If-None-Match": self.etag}).status_code
+
+    def measure(self, requests: int, expect: int) -> dict[str, float]:
+        """Warm up, then time `requests` polls answered `expect` (a 304: with the current tag)."""
+        self.etag = self.client.get(self.path).headers["etag"]
+        call = self.get if expect == 200 else self.conditional
+        timed(call, WARMUP_REQUESTS, expect)
+        return timed(call, requests, expect, server_pid=self.process.pid)
+
+    def close(self) -> None:
+        self.client.close()
+        self.process.send_signal(signal.SIGTERM)
+        self.process.wait(30)
+
+
 def main() -> None:
     """Set up, run both phases and the peer, print a markdown table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -211,12 +247,16 @@ def main() -> None:
     parser.add_argument(
         "--reuse", action="store_true", help="reuse the batches of the previous run's database"
     )
+    parser.add_argument(
+        "--baseline", help="a checkout of an earlier version to serve beside this one (before)"
+    )
     args = parser.parse_args()
 
     admin_url = postgres.ensure()
     if args.reuse:
         url = sa.make_url(admin_url).set(database=DATABASE_NAME).render_as_string(False)
         app = build(Settings(database_url=url))
+        app.upgrade()
         page, _ = app.batches.list_batches()
         by_size = sorted(page, key=lambda d: d["total"])
         sink, polled = by_size[0]["id"], by_size[-1]["id"]
@@ -229,46 +269,43 @@ def main() -> None:
         sink = submit(app, SINK_ITEMS, "sink")
     with app.engine.begin() as conn:
         conn.execute(sa.text("ANALYZE"))
-    server, base = start_server(url)
+    path = f"/v1/batches/{polled}"
+    servers = [Server("ours", url, path)]
+    if args.baseline:
+        servers.append(Server("before", url, path, args.baseline))
     results: list[str] = []
+    load_averages = [os.getloadavg()[0]]
     try:
-        with httpx.Client(base_url=base, timeout=30.0) as client:
-            path = f"/v1/batches/{polled}"
+        for server in servers:
+            for expect in (200, 304):
+                figures = server.measure(args.requests, expect)
+                results.append(row(f"GET → {expect} ({server.name})", figures, "idle: no commits"))
 
-            def get() -> int:
-                return client.get(path).status_code
+        with Load(url, polled, args.workers) as load:
+            measured = [(s.name, s.measure(args.requests, 200)) for s in servers]
+            peer = timed(lambda: len(app.leases.recount(polled)) and 200, PEER_SAMPLES, 200)
+            load_averages.append(os.getloadavg()[0])
+        into_polled = f"{load.commits_per_second:.0f} commits/s into the polled batch"
+        for name, figures in measured:
+            results.append(row(f"**GET → 200 ({name})**", figures, into_polled))
+        results.append(row("status read, GROUP BY (peer, no HTTP)", peer, into_polled))
 
-            etag = client.get(path).headers["etag"]
-
-            def conditional() -> int:
-                return client.get(path, headers={"If-None-Match": etag}).status_code
-
-            timed(get, WARMUP_REQUESTS, 200)
-            idle_200 = timed(get, args.requests, 200, server_pid=server.pid)
-            idle_304 = timed(conditional, args.requests, 304, server_pid=server.pid)
-            results.append(row("GET status → 200 (ours, HTTP)", idle_200, "idle: no commits"))
-            results.append(row("GET status → 304 (ours, HTTP)", idle_304, "idle: no commits"))
-
-            with Load(url, polled, args.workers) as load:
-                timed(get, WARMUP_REQUESTS, 200)
-                ours_200 = timed(get, args.requests, 200, server_pid=server.pid)
-                peer = timed(lambda: len(app.leases.recount(polled)) and 200, PEER_SAMPLES, 200)
-            into_polled = f"{load.commits_per_second:.0f} commits/s into the polled batch"
-            results.append(row("GET status → 200 (ours, HTTP)", ours_200, into_polled))
-            results.append(row("status read, GROUP BY (peer, no HTTP)", peer, into_polled))
-
-            with Load(url, sink, args.workers) as load:
-                etag = client.get(path).headers["etag"]
-                timed(conditional, WARMUP_REQUESTS, 304)
-                ours_304 = timed(conditional, args.requests, 304, server_pid=server.pid)
-            into_other = f"{load.commits_per_second:.0f} commits/s into another batch"
-            results.append(row("GET status → 304 (ours, HTTP)", ours_304, into_other))
+        with Load(url, sink, args.workers) as load:
+            measured = [(s.name, s.measure(args.requests, 304)) for s in servers]
+            load_averages.append(os.getloadavg()[0])
+        into_other = f"{load.commits_per_second:.0f} commits/s into another batch"
+        for name, figures in measured:
+            results.append(row(f"**GET → 304 ({name})**", figures, into_other))
     finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(30)
+        for server in servers:
+            server.close()
         app.close()
     print(f"\nitems: {args.items:,}  workers: {args.workers}  requests per phase: {args.requests}")
-    print(f"load average: {os.getloadavg()[0]:.1f}\n")
+    print(
+        "load average (1 min) at start, 200 phase, 304 phase: "
+        + ", ".join(f"{value:.1f}" for value in load_averages)
+        + "\n"
+    )
     print("| what | p50 | p95 | p99 | req/s | server CPU/req | load |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for line in results:

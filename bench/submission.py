@@ -12,14 +12,31 @@ Each submitter is its own process creating a group of `--items` items. A probe p
 for a worker: it heartbeats one held lease every 20 ms and records how long each of those small
 write transactions took. Printed: the submissions' wall time, their longest transaction (from
 holding the lock to commit), and the probe's p50 / p99 / max write latency.
+
+End to end (`--end-to-end`), the way users submit, beside workers that keep claiming:
+
+    .venv/bin/python bench/submission.py --end-to-end [--baseline /path/to/earlier/checkout]
+        [--sqlite-items 100000] [--postgresql-items 1000000] [--dialects sqlite,postgresql]
+
+For each database: `batchcrop submit --items-csv` (the CLI, its own process) and
+`POST /v1/batches` to a `batchcrop serve` process (at most `ITEMS_PER_BATCH_MAX` items, the
+API's limit), each on a fresh database migrated by `batchcrop db upgrade`, while a fleet process
+(`FLEET_THREADS` threads) loops claim -> complete on another batch and records every write's
+latency (a claim or a complete; each thread works `FLEET_WORK_SECONDS` between them). With
+`--baseline`, the same runs with that checkout's code (CLI, server and fleet) in
+the same run: the before/after of a change. Sources are local paths that need not exist.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import json
 import multiprocessing
 import os
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -27,6 +44,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import httpx
 import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -137,13 +155,205 @@ def run(url: str, items: int, submitters: int, chunk: int) -> dict[str, float]:
     }
 
 
+FLEET_THREADS = 4
+FLEET_ITEMS = 20_000
+FLEET_WORK_SECONDS = 0.05
+"""Each fleet thread holds an item this long between claim and complete (a crop takes ~0.15 s)."""
+API_ITEMS_MAX = 100_000
+SERVER_START_SECONDS = 60.0
+THIS_CHECKOUT = str(Path(__file__).resolve().parents[1])
+SOURCE_ROOT = "/srv/catalogue"
+
+# The fleet, run as `python -c` with the code under test on PYTHONPATH (an earlier checkout
+# cannot run this file's imports against its own schema): claims and completes one item at a
+# time on its own batch until the stop file appears, then prints its commit latencies.
+FLEET_SCRIPT = """
+import json, os, sys, threading, time, uuid
+from leases import LeaseManager, NewItem, make_engine
+url, items, threads, stop = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+work = float(sys.argv[5])
+manager = LeaseManager(make_engine(url))
+group = str(uuid.uuid4())
+manager.create_group(group, deadline_seconds=3600, max_attempts=3,
+                     items=(NewItem(str(uuid.uuid4()), {}) for _ in range(items)))
+latencies = []
+print("ready", flush=True)
+def loop(n):
+    while not os.path.exists(stop):
+        started = time.perf_counter()
+        claims = manager.claim(f"fleet-{n}", 1, group_ids=[group])
+        latencies.append(time.perf_counter() - started)
+        time.sleep(work)
+        for claim in claims:
+            started = time.perf_counter()
+            manager.complete(claim)
+            latencies.append(time.perf_counter() - started)
+workers = [threading.Thread(target=loop, args=(n,)) for n in range(threads)]
+for w in workers: w.start()
+for w in workers: w.join()
+print(json.dumps(latencies))
+"""
+
+
+def _env(code: str, url: str) -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": code, "BATCHCROP_DATABASE_URL": url}
+    env["BATCHCROP_SOURCE_ROOTS"] = SOURCE_ROOT
+    env.pop("BATCHCROP_API_TOKEN", None)
+    return env
+
+
+def _batchcrop(code: str, url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "batchcrop", "--log-level", "WARNING", *args]
+    done = subprocess.run(command, check=False, env=_env(code, url), capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"batchcrop {args[0]} failed: {done.stderr[-2000:]}")
+    return done
+
+
+class Fleet:
+    """Workers claiming and completing on their own batch while a submission runs."""
+
+    def __init__(self, code: str, url: str, folder: str) -> None:
+        self.stop = os.path.join(folder, f"stop-{uuid.uuid4().hex}")
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                FLEET_SCRIPT,
+                url,
+                str(FLEET_ITEMS),
+                str(FLEET_THREADS),
+                self.stop,
+                str(FLEET_WORK_SECONDS),
+            ],
+            env=_env(code, url),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        if self.process.stdout.readline().strip() != "ready":
+            raise RuntimeError("the fleet did not start")
+        time.sleep(1.0)  # let both threads reach their steady loop
+
+    def finish(self) -> list[float]:
+        Path(self.stop).touch()
+        out, _ = self.process.communicate(timeout=120)
+        return sorted(json.loads(out.strip().splitlines()[-1]))
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def submit_by_cli(code: str, url: str, folder: str, items: int) -> float:
+    """`batchcrop submit --items-csv` of `items` rows; seconds, from start to exit."""
+    path = os.path.join(folder, f"items-{items}.csv")
+    if not os.path.exists(path):
+        with open(path, "w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["source", "ref"])
+            writer.writerows(
+                [f"{SOURCE_ROOT}/{i % 100:02d}/{i:07d}.jpg", f"sku-{i}"] for i in range(items)
+            )
+    started = time.perf_counter()
+    _batchcrop(code, url, "submit", "--items-csv", path, "--database-url", url)
+    return time.perf_counter() - started
+
+
+def submit_by_api(code: str, url: str, items: int) -> float:
+    """`POST /v1/batches` of `items` items to a `batchcrop serve` of `code`; seconds of the POST."""
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "batchcrop", "--log-level", "WARNING", "serve", "--port", str(port)],
+        env=_env(code, url),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    body = {
+        "items": [
+            {"source": f"{SOURCE_ROOT}/{i % 100:02d}/{i:07d}.jpg", "ref": f"sku-{i}"}
+            for i in range(items)
+        ]
+    }
+    try:
+        deadline = time.monotonic() + SERVER_START_SECONDS
+        while True:
+            try:
+                if httpx.get(base + "/healthz", timeout=1.0).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("batchcrop serve did not start")
+            time.sleep(0.2)
+        started = time.perf_counter()
+        response = httpx.post(base + "/v1/batches", json=body, timeout=600.0)
+        elapsed = time.perf_counter() - started
+        if response.status_code != 201:
+            raise RuntimeError(f"POST /v1/batches: {response.status_code} {response.text[:500]}")
+        return elapsed
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
+def end_to_end(args: argparse.Namespace) -> None:
+    """CLI and API submissions beside a claiming fleet, ours and the baseline's, one table."""
+    codes = [("ours", THIS_CHECKOUT)]
+    if args.baseline:
+        codes.append(("before", args.baseline))
+    sizes = {"sqlite": args.sqlite_items, "postgresql": args.postgresql_items}
+    print(f"load average at start: {os.getloadavg()[0]:.1f}\n")
+    print(
+        "| database | path | items | code | submission s | fleet writes during "
+        "| fleet write p99 / max ms | load |"
+    )
+    print("| --- | --- | ---: | --- | ---: | ---: | --- | ---: |")
+    with tempfile.TemporaryDirectory() as folder:
+        for dialect in args.dialects.split(","):
+            for path in ("cli", "api"):
+                items = sizes[dialect] if path == "cli" else min(sizes[dialect], API_ITEMS_MAX)
+                for name, code in codes:
+                    if dialect == "sqlite":
+                        url = f"sqlite:///{folder}/{uuid.uuid4().hex}.db"
+                    else:
+                        admin = os.environ.get("BATCHCROP_TEST_POSTGRES_URL") or postgres.ensure()
+                        url = fresh_database(admin, "bench_submission")
+                    _batchcrop(code, url, "db", "upgrade", "--database-url", url)
+                    fleet = Fleet(code, url, folder)
+                    try:
+                        if path == "cli":
+                            seconds = submit_by_cli(code, url, folder, items)
+                        else:
+                            seconds = submit_by_api(code, url, items)
+                    finally:
+                        latencies = fleet.finish()
+                    p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
+                    print(
+                        f"| {dialect} | {path} | {items:,} | {name} | {seconds:.1f} "
+                        f"| {len(latencies)} | {p99 * 1000:.0f} / {latencies[-1] * 1000:.0f} "
+                        f"| {os.getloadavg()[0]:.1f} |",
+                        flush=True,
+                    )
+
+
 def main() -> None:
     """Measure every (database, submitters, mode) and print a table."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--items", type=int, default=DEFAULT_ITEMS)
     parser.add_argument("--submitters", default="1,4")
     parser.add_argument("--dialects", default="sqlite,postgresql")
+    parser.add_argument("--end-to-end", action="store_true", help="CLI and API, beside a fleet")
+    parser.add_argument("--baseline", help="an earlier checkout, measured in the same run")
+    parser.add_argument("--sqlite-items", type=int, default=100_000)
+    parser.add_argument("--postgresql-items", type=int, default=1_000_000)
     args = parser.parse_args()
+    if args.end_to_end:
+        end_to_end(args)
+        return
     print(
         f"{args.items} items per submission, probe heartbeat every "
         f"{PROBE_INTERVAL_SECONDS * 1000:.0f} ms, {os.cpu_count()} cores"

@@ -123,6 +123,18 @@ class Executor:
             yield own
 
     @contextmanager
+    def read_one(self) -> Iterator[sa.Connection]:
+        """A connection for ONE read statement, which sees one snapshot by itself: PostgreSQL
+        autocommit (no BEGIN/COMMIT round trips), SQLite a read transaction."""
+        if self.dialect_name != "postgresql":
+            with self.read() as c:
+                yield c
+            return
+        with self.translate_errors(), self.engine.connect() as own:
+            own.execution_options(isolation_level="AUTOCOMMIT")
+            yield own
+
+    @contextmanager
     def read(self) -> Iterator[sa.Connection]:
         """A read-only transaction (a plain deferred BEGIN on SQLite)."""
         with self.translate_errors(), self.engine.connect() as conn:
@@ -164,34 +176,53 @@ class Executor:
             conn.execute(stmt, list(params))
 
     def insert_rows(
-        self, conn: sa.Connection, table: sa.Table, rows: Sequence[dict[str, Any]]
+        self, conn: sa.Connection, table: sa.Table, rows: Sequence[Sequence[Any]]
     ) -> None:
-        """Bulk-insert `rows` (dicts keyed by every column of `table`) in `conn`'s transaction.
+        """Bulk-insert `rows` (one value per column of `table`, in the table's column order;
+        JSON columns as Python values) in `conn`'s transaction, on the driver's own connection:
+        no per-row work but the row's own text.
 
-        PostgreSQL with psycopg 3: one COPY (ten times faster than INSERTs for large groups),
-        JSON columns serialised here. Otherwise: executemany of one INSERT.
+        PostgreSQL with psycopg 3: one COPY (rows formatted by psycopg's own row writer). SQLite:
+        one executemany of the table's INSERT. JSON columns are serialised here.
         """
         if not rows:
             return
+        names = [column.name for column in table.columns]
+        json_at = [i for i, c in enumerate(table.columns) if isinstance(c.type, sa.JSON)]
         with self.translate_errors():
-            # The raw driver connection is the one `conn` runs on: the COPY joins its transaction.
+            # The raw driver connection is the one `conn` runs on: the rows join its transaction.
             raw: Any = conn.connection.dbapi_connection
-            if self.dialect_name != "postgresql" or not hasattr(
+            if self.dialect_name == "postgresql" and hasattr(
                 getattr(raw, "cursor_factory", None), "copy"
             ):
-                # SQLite, or a PostgreSQL driver without psycopg 3's COPY API.
-                conn.execute(sa.insert(table), list(rows))
+                sql = f"COPY {table.name} ({', '.join(names)}) FROM STDIN"
+                with raw.cursor() as cursor, cursor.copy(sql) as copy:
+                    for row in rows:
+                        copy.write_row(_json_columns(row, json_at))
                 return
-            names = [column.name for column in table.columns]
-            json_columns = {c.name for c in table.columns if isinstance(c.type, sa.JSON)}
-            sql = f"COPY {table.name} ({', '.join(names)}) FROM STDIN"
-            with raw.cursor() as cursor, cursor.copy(sql) as copy:
-                for row in rows:
-                    copy.write_row(
-                        [json.dumps(row[n]) if n in json_columns else row[n] for n in names]
-                    )
+            if self.dialect_name == "sqlite":
+                # Every column, positional (`?`) in the table's column order.
+                insert = str(sa.insert(table).compile(dialect=conn.dialect))
+                cursor = raw.cursor()
+                try:
+                    cursor.executemany(insert, [_json_columns(row, json_at) for row in rows])
+                finally:
+                    cursor.close()
+                return
+            # Another driver: SQLAlchemy's executemany.
+            conn.execute(sa.insert(table), [dict(zip(names, row, strict=True)) for row in rows])
 
     def execute(self, conn: sa.Connection, stmt: Executable) -> None:
         """Execute a statement whose result is not needed."""
         with self.translate_errors():
             conn.execute(stmt)
+
+
+def _json_columns(row: Sequence[Any], json_at: Sequence[int]) -> Sequence[Any]:
+    """The row with the values at `json_at` serialised as JSON (the row itself when none)."""
+    if not json_at:
+        return row
+    values = list(row)
+    for i in json_at:
+        values[i] = json.dumps(values[i])
+    return values

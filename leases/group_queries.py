@@ -1,12 +1,13 @@
 """Statements about groups, creation, the event log, the counters and reads.
 
 Companion of `leases.queries` (the statements that move items); same conventions: built here,
-executed only by `leases.executor`.
+executed only by `leases.executor`; a builder run on every poll is cached like theirs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from functools import cache
 from typing import Any
 
 import sqlalchemy as sa
@@ -143,6 +144,28 @@ def counter_totals(group_id: str) -> sa.Select[Any]:
     )
 
 
+@cache
+def versions() -> sa.Select[Any]:
+    """Each sealed group among the expanding parameter `p_group_ids` with what its summary is
+    made of beside its counters: (id, cancel_requested, deadline_at, version, changed_at), the
+    version being the sum of its counter rows' versions, which every transition of its items
+    raises, and `changed_at` their newest `updated_at` (which moves with the transitions of
+    processes older than versions too, unless within the same millisecond). One range of the
+    counters' primary key per group. Cached: it runs on every poll."""
+    return (
+        sa.select(
+            groups.c.id,
+            groups.c.cancel_requested,
+            groups.c.deadline_at,
+            sa.func.coalesce(sa.func.sum(counters.c.version), 0).label("version"),
+            sa.func.max(counters.c.updated_at).label("changed_at"),
+        )
+        .select_from(groups.outerjoin(counters, counters.c.group_id == groups.c.id))
+        .where(groups.c.id.in_(sa.bindparam("p_group_ids", expanding=True)), groups.c.sealed)
+        .group_by(groups.c.id, groups.c.cancel_requested, groups.c.deadline_at)
+    )
+
+
 def oldest_unfinished(group_id: str) -> sa.Select[tuple[int]]:
     """The oldest `updated_at` among the group's unfinished items (one partial-index probe)."""
     return (
@@ -206,7 +229,11 @@ def add_to_counters(dialect_name: str, rows: Sequence[dict[str, Any]]) -> Insert
             counters.c.category,
             counters.c.shard,
         ],
-        set_={"n": counters.c.n + stmt.excluded.n, "updated_at": stmt.excluded.updated_at},
+        set_={
+            "n": counters.c.n + stmt.excluded.n,
+            "updated_at": stmt.excluded.updated_at,
+            "version": counters.c.version + 1,
+        },
     )
 
 

@@ -123,6 +123,7 @@ def logged(move: Update, spec: LogSpec) -> sa.Select[tuple[object, ...]]:
         set_={
             "n": counters.c.n + upsert.excluded.n,
             "updated_at": sa.func.greatest(counters.c.updated_at, upsert.excluded.updated_at),
+            "version": counters.c.version + 1,
         },
     ).cte("counted")
     return sa.select(moved).add_cte(log, counted)

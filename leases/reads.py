@@ -109,6 +109,26 @@ class Reader:
             found = [self._summary(c, group_id) for group_id in group_ids]
         return [s for s in found if s is not None]
 
+    def version(self, group_ids: Sequence[str], *, conn: sa.Connection | None = None) -> str | None:
+        """A token that changes whenever the summary of any of `group_ids` may have changed:
+        every transition of their items, a cancel, a new deadline, a group among them appearing
+        or going (docs/design.md §3, group versions). None when the first group does not exist.
+
+        One statement returning a row per group, whatever their size: compare it with the token
+        read alongside an earlier summary before reading the summary again. Read it *before* the
+        summaries it stands for (never after), so that it is never newer than they are."""
+        params = {"p_group_ids": list(group_ids)}
+        with self._reading(conn, single=True) as c:
+            found = self._db.rows(c, group_queries.versions(), params)
+        rows = {str(r.id): r for r in found}
+        if not group_ids or group_ids[0] not in rows:
+            return None
+        return ";".join(
+            f"{r.id}:{int(r.version)}:{r.changed_at}:{int(bool(r.cancel_requested))}"
+            f":{int(r.deadline_at)}"
+            for r in (rows[g] for g in group_ids if g in rows)
+        )
+
     def _summary(self, c: sa.Connection, group_id: str) -> GroupSummary | None:
         group = self._db.one(c, group_queries.group_row(group_id))
         if group is None:
@@ -144,12 +164,16 @@ class Reader:
         return [str(r.id) for r in rows]
 
     @contextmanager
-    def _reading(self, conn: sa.Connection | None) -> Iterator[sa.Connection]:
+    def _reading(
+        self, conn: sa.Connection | None, *, single: bool = False
+    ) -> Iterator[sa.Connection]:
+        """The caller's transaction `conn`, else a read transaction of our own; `single`: the
+        caller runs one statement only (no transaction needed on PostgreSQL)."""
         if conn is not None:
             with self._db.translate_errors():
                 yield conn
             return
-        with self._db.read() as c:
+        with self._db.read_one() if single else self._db.read() as c:
             yield c
 
     def item(self, item_id: str, *, conn: sa.Connection | None = None) -> ItemRow | None:

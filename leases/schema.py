@@ -79,6 +79,9 @@ counters = sa.Table(
     sa.Column("shard", sa.Integer, primary_key=True),
     sa.Column("n", sa.BigInteger, nullable=False),
     sa.Column("updated_at", sa.BigInteger, nullable=False),
+    # +1 on every change of the row: the sum over a group's rows is the group's version, which
+    # moves with every transition of its items (docs/design.md §3, group versions; ADR 0021).
+    sa.Column("version", sa.BigInteger, nullable=False, server_default=sa.text("1")),
 )
 
 # One row per live worker process (docs/design.md §3, worker registry): written at start,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from leases import pgqueries, queries
+from leases import group_queries, pgqueries, queries
 from tests.services import postgres
 
 pytest_plugins = ["tests.s3_fixtures"]  # moto_s3, rgw, rgw_bucket for every suite
@@ -73,7 +73,7 @@ def fresh_statement_caches() -> None:
     """Each test builds the lease engine's statements anew (their builders are cached per
     process): a test then exercises the builders' code itself, and mutation testing, which maps
     each function to the tests that run it, sees every test that depends on a builder."""
-    for module in (queries, pgqueries):
+    for module in (queries, pgqueries, group_queries):
         for value in vars(module).values():
             cache_clear = getattr(value, "cache_clear", None)
             if callable(cache_clear):

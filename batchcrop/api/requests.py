@@ -50,9 +50,10 @@ def batch_request(body: BatchBody, sources: SourceReader) -> BatchRequest:
     """The domain request for `POST /v1/batches`, every source normalised and confined."""
     spec = render_spec(body)
     items = []
+    normalize = sources.normalizer()
     for index, item in enumerate(body.items):
         try:
-            source = sources.normalize(item.source)
+            source = normalize(item.source)
         except (SourceNotAllowed, ValueError, OSError) as exc:
             # The reader's message may hold the resolved path (a symlink target): not echoed.
             raise field_problem(f"items[{index}].source", SOURCE_REFUSED) from exc

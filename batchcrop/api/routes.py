@@ -109,14 +109,13 @@ def batch_router(app: App) -> APIRouter:
         if_none_match: Annotated[str | None, Header()] = None,
     ) -> Response:
         """The status document with a strong ETag; `If-None-Match` ⇒ 304. Follow `Retry-After`."""
-        document = statuses.status(path_id(batch_id, what="batch"))
         # A longer list than any client sends names no current tag: answered in full, not 422.
         usable = (
             if_none_match
             if if_none_match and len(if_none_match) <= IF_NONE_MATCH_CHARS_MAX
             else None
         )
-        response = polling.status_response(document, if_none_match=usable)
+        response = statuses.respond(path_id(batch_id, what="batch"), if_none_match=usable)
         if response.status_code == 304:
             app.metrics.polls_not_modified.inc()
         return response

@@ -214,3 +214,38 @@ def test_a_creation_waits_its_turn_then_gives_up_writing_nothing(
     finally:
         os.close(holder)
     assert new_group(manager, 2)[1]
+
+
+AWKWARD_PAYLOADS = [
+    {"source": "/a\tb/c\nd\re.jpg", "ref": "back\\slash \\N \\t"},
+    {"source": "/ünï/çødé/🖼.jpg", "ref": None, "nested": {"list": [1, 2.5, True, None]}},
+    {"source": "/plain.jpg", "ref": "\"quoted\" 'single'"},
+]
+
+
+def test_payloads_are_stored_exactly(manager: LeaseManager) -> None:
+    """Whatever text a payload holds (tabs, line ends, backslashes, `\\N`, non-ASCII), the
+    bulk insert (COPY text on PostgreSQL) stores it as given, and the rows are well formed."""
+    group_id = str(uuid.uuid4())
+    ids = [str(uuid.uuid4()) for _ in AWKWARD_PAYLOADS]
+    manager.create_group(
+        group_id,
+        deadline_seconds=60,
+        max_attempts=1,
+        items=[NewItem(i, p) for i, p in zip(ids, AWKWARD_PAYLOADS, strict=True)],
+    )
+    items = manager.items(group_id)
+    assert [(i.id, i.seq, i.state, i.attempt) for i in items] == [
+        (item_id, seq, State.QUEUED, 0) for seq, item_id in enumerate(ids)
+    ]
+    assert [i.payload for i in items] == AWKWARD_PAYLOADS
+    claims = manager.claim("w", 3, group_ids=[group_id])
+    assert [c.payload for c in claims] == AWKWARD_PAYLOADS
+
+
+def test_queued_rows_name_every_item_column_in_order() -> None:
+    """The bulk insert writes positional rows: their order is the table's."""
+    from leases.manager import QUEUED_ITEM_COLUMNS  # noqa: PLC0415
+    from leases.schema import items  # noqa: PLC0415
+
+    assert tuple(c.name for c in items.columns) == QUEUED_ITEM_COLUMNS

@@ -26,7 +26,7 @@ def test_upgrade_twice_is_a_no_op(database_url: str) -> None:
                 {"f": False},
             )
         upgrade(engine)
-        assert current(engine) == revision == "0005"
+        assert current(engine) == revision == "0006"
         inspector = sa.inspect(engine)
         tables = set(inspector.get_table_names())
         assert LEASE_TABLES | {VERSION_TABLE} <= tables
@@ -188,5 +188,42 @@ def test_0005_adds_attempt_messages_null_for_existing_rows_and_downgrades(
         assert "error_message" not in item_columns
         assert "message" not in event_columns
         assert current(engine) == "0004"
+    finally:
+        engine.dispose()
+
+
+def test_0006_versions_existing_counters_and_moves_them_and_downgrades(
+    database_url: str,
+) -> None:
+    """0006 adds `lease_counters.version` (1 for rows written before), which the next move of a
+    row raises; its downgrade drops it."""
+    from alembic import command  # noqa: PLC0415
+
+    from leases.migrate import alembic_config  # noqa: PLC0415
+    from tests.leases.conftest import new_group  # noqa: PLC0415
+
+    engine = make_engine(database_url)
+    try:
+        upgrade(engine, "0004")
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO lease_counters (group_id, state, category, shard, n, updated_at) "
+                    "VALUES ('g', 'queued', '', 0, 5, 1)"
+                )
+            )
+        upgrade(engine)
+        with engine.connect() as conn:
+            version = conn.execute(sa.text("SELECT version FROM lease_counters")).scalar_one()
+        assert version == 1
+        manager = LeaseManager(engine)
+        group_id, _ = new_group(manager, 1)
+        before = manager.version([group_id])
+        manager.claim("w", 1, group_ids=[group_id])
+        assert manager.version([group_id]) != before
+        with engine.begin() as connection:
+            command.downgrade(alembic_config(connection), "0004")
+        columns = {c["name"] for c in sa.inspect(engine).get_columns("lease_counters")}
+        assert "version" not in columns
     finally:
         engine.dispose()

@@ -236,3 +236,54 @@ def test_a_fifo_is_refused_without_blocking(tree: Path) -> None:
     with pytest.raises(SourceNotAllowed, match="not a regular file"):
         reader.normalize(str(tree / "pipe.jpg"))
     assert not any(Path(s).name == "pipe.jpg" for s in reader.expand(str(tree)))
+
+
+def _answer(normalize: object, source: str) -> tuple[str, str]:
+    """What a normaliser says about `source`: ("ok", path) or ("refused", its message)."""
+    try:
+        return ("ok", normalize(source))  # type: ignore[operator]
+    except SourceNotAllowed as exc:
+        return ("refused", str(exc))
+
+
+def test_the_normalizer_of_a_request_answers_as_normalize(tree: Path, tmp_path: Path) -> None:
+    """Over links to folders and files (inside and outside the roots), `..`, missing files,
+    a FIFO, a symlink loop, relative paths and other schemes, the one-request normaliser (which
+    resolves each folder once) gives `normalize`'s every answer and error."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "o.jpg").write_bytes(b"o")
+    (tree / "to-outside").symlink_to(outside)
+    (tree / "sub" / "to-sub").symlink_to(tree / "sub" / "deeper")
+    (tree / "link.jpg").symlink_to(tree / "a.jpg")
+    (tree / "escape.jpg").symlink_to(outside / "o.jpg")
+    (tree / "loop").symlink_to(tree / "loop")
+    os.mkfifo(tree / "pipe.jpg")
+    sources = [
+        str(tree / "a.jpg"),
+        f"file://{tree / 'a.jpg'}",
+        str(tree / "sub" / ".." / "a.jpg"),
+        str(tree / "sub" / "to-sub" / "e.TIFF"),
+        str(tree / "to-outside" / "o.jpg"),
+        str(tree / "link.jpg"),
+        str(tree / "escape.jpg"),
+        str(tree / "missing.jpg"),
+        str(tree / "missing-folder" / "x.jpg"),
+        str(tree / "loop" / "x.jpg"),
+        str(tree / "pipe.jpg"),
+        str(tree / "sub"),
+        str(tree / "sub") + "/",
+        str(tree / "sub" / ".."),
+        str(outside / "o.jpg"),
+        "relative/a.jpg",
+        "",
+        "file://",
+        "s3://bucket/key.jpg",
+        "http://example.com/a.jpg",
+        "/nul\0.jpg",
+    ]
+    for roots in (None, [str(tree)], [str(tree / "sub")], [str(tree), str(outside)]):
+        reader = SourceReader(roots)
+        normalize = reader.normalizer()
+        for source in sources:
+            assert _answer(normalize, source) == _answer(reader.normalize, source), (roots, source)
