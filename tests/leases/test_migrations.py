@@ -169,8 +169,12 @@ def test_0005_adds_attempt_messages_null_for_existing_rows_and_downgrades(
                     "VALUES ('i', 'g', 0, 'queued', 0, 0, 1, 1, 1, '{}')"
                 )
             )
-        upgrade(engine)
+        upgrade(engine, "0005")
         assert current(engine) == "0005"
+        with engine.connect() as conn:
+            message = conn.execute(sa.text("SELECT error_message FROM lease_items")).scalar_one()
+        assert message is None
+        upgrade(engine)  # this version's claim needs the later revisions too
         manager = LeaseManager(engine)
         before = manager.item("i")
         assert before is not None
