@@ -609,8 +609,14 @@ def _past(iso_time: str) -> bool:
 def serve(args: argparse.Namespace) -> int:
     """`batchcrop serve`: the HTTP API with the reaper on a timer."""
     # Imported here so that commands other than `serve` never pay for the web stack.
+    from batchcrop.api.server import host_refusal  # noqa: PLC0415
     from batchcrop.api.server import serve as serve_api  # noqa: PLC0415
 
+    # A refused host is a usage error whatever the database: said before it is looked at.
+    refusal = host_refusal(args.host, settings_from(args).api_token)
+    if refusal is not None:
+        print(refusal, file=sys.stderr)
+        return int(Exit.USAGE)
     with opened(args, creates=args.migrate) as app:
         return serve_api(app, host=args.host, port=args.port, migrate=args.migrate)
 

@@ -110,6 +110,16 @@ class Pruner(threading.Thread):
         self._stopping.set()
 
 
+def host_refusal(host: str, api_token: str | None) -> str | None:
+    """The line refusing to listen on `host` (not loopback) without an API token, or None."""
+    if is_loopback(host) or api_token:
+        return None
+    return (
+        f"batchcrop serve: refusing to listen on {host} without BATCHCROP_API_TOKEN "
+        "(set a token, or use --host 127.0.0.1)"
+    )
+
+
 def serve(app: App, *, host: str, port: int, migrate: bool = False) -> int:
     """Run the API until SIGTERM/SIGINT; the exit code of `batchcrop serve`.
 
@@ -118,12 +128,9 @@ def serve(app: App, *, host: str, port: int, migrate: bool = False) -> int:
     `SHUTDOWN_GRACE_SECONDS`), then we stop the reaper. The schema is only checked (a schema
     behind this version: `SchemaBehind`, exit 3), unless `migrate`.
     """
-    if not is_loopback(host) and not app.settings.api_token:
-        print(
-            f"batchcrop serve: refusing to listen on {host} without BATCHCROP_API_TOKEN "
-            "(set a token, or use --host 127.0.0.1)",
-            file=sys.stderr,
-        )
+    refusal = host_refusal(host, app.settings.api_token)
+    if refusal is not None:
+        print(refusal, file=sys.stderr)
         return EXIT_USAGE
     # Only once the host is allowed: a refused `serve` touches nothing, not even the schema.
     if migrate:

@@ -195,7 +195,9 @@ def test_run_processes_a_folder_and_resumes_idempotently(cli: Cli, tmp_path: Pat
     assert [b["id"] for b in listed["batches"]] == [document["id"]]
     assert cli.json("batches", "--state", "failed")["batches"] == []
     items = cli.json("items", document["id"], "--state", "succeeded")["items"]
-    assert sorted(d["key"] for i in items for d in i["derivatives"]) == keys
+    derivatives = [k for k in keys if not k.startswith("previews/")]
+    assert sorted(d["key"] for i in items for d in i["derivatives"]) == derivatives
+    assert sorted(i["preview"]["key"] for i in items) == sorted(set(keys) - set(derivatives))
     human = cli("items", document["id"])
     assert human.returncode == 0
     assert "succeeded" in human.stdout
@@ -257,7 +259,12 @@ def _objects_match_manifest(app: App, batch_id: str, out: Path) -> None:
     manifest = app.batches.manifest(batch_id)
     store = LocalStore(out)
     stored = {i.key: hashlib.sha256(store.get(i.key)).hexdigest() for i in store.list()}
-    assert stored == {m["key"]: m["sha256"] for m in manifest}
+    previews = {k: v for k, v in stored.items() if k.startswith("previews/")}
+    assert {k: v for k, v in stored.items() if k not in previews} == {
+        m["key"]: m["sha256"] for m in manifest
+    }
+    items, _ = app.batches.items(batch_id, limit=1000)
+    assert previews == {i["preview"]["key"]: i["preview"]["sha256"] for i in items}
 
 
 def test_sigkilled_worker_is_recovered_by_the_reaper(

@@ -99,6 +99,8 @@ WORKERS = Run("workers", out=r"id .*status")
 STATUS_WATCH = Run("status {OK_BATCH} --watch", out=r"succeeded")
 NOTIFY = Run(f"submit {{SRC}} --notify-url https://{NOTIFY_HOST}/batchcrop", out=rf"^{UUID}$")
 REDELIVER = Run("redeliver {BATCH}", exit=2, err=r"^batchcrop: error: .*callback")
+# A box that holds no pixel: refused before the item is touched (the other examples read it).
+RECROP = Run("recrop {BATCH} {ITEM} --focus 5,5,5,5", exit=2, err=r"^batchcrop: error: .*focus")
 
 EXAMPLES: dict[str, Run | InBlock] = {
     "batchcrop --help": Run("--help", out=r"usage: batchcrop"),
@@ -126,6 +128,8 @@ EXAMPLES: dict[str, Run | InBlock] = {
     ),
     "batchcrop prune --finished-before D": PRUNE,
     "batchcrop reap": Run("reap", out=r"^retried \d+, failed \d+, abandoned \d+$"),
+    "batchcrop recrop": RECROP,
+    "batchcrop recrop BATCH ITEM --focus L,T,R,B": RECROP,
     "batchcrop redeliver BATCH": REDELIVER,
     "batchcrop requeue BATCH [--state failed,abandoned] [--item ID]... [--deadline 2h]": Run(
         "requeue {REQUEUE_BATCH} --state failed,abandoned --item {REQUEUE_ITEM} --deadline 2h",
@@ -169,6 +173,7 @@ EXAMPLES: dict[str, Run | InBlock] = {
     "batchcrop submit --idempotency-key": Run(
         "submit {SRC} --idempotency-key " + "k" * 201, exit=2, err=r"^batchcrop: error: .*200"
     ),
+    "batchcrop submit --items-csv": Run("submit --items-csv items.csv", out=rf"^{UUID}$"),
     "batchcrop submit --items-csv missing.csv": Run(
         "submit --items-csv missing.csv", exit=2, err=r"^batchcrop: error: .*missing\.csv"
     ),
@@ -474,6 +479,8 @@ NOT_RUN = {
     "scripts/mutation": DEVELOPMENT,
     ".venv/bin/pip": DEVELOPMENT,
     ".venv/bin/pytest": DEVELOPMENT,
+    "python3": "installs podman-compose for the container deployment; "
+    "tests/test_deploy_container.py keeps its files consistent",
 }
 """Shell blocks of the docs without a `batchcrop` command, by their first word: not run here,
 and why. (The curl lines beside `batchcrop serve` in a block are not run either.)"""
