@@ -170,3 +170,45 @@ def test_a_derivative_enlarges_and_highlights_its_crop_box(
     card.get_by_role("link", name="Re-crop sku-0").click()
     page.locator("img.recrop-image").wait_for()
     assert page.url.endswith(f"/items/{item['id']}#recrop-heading")
+
+
+def test_two_operators_re_cropping_one_item_the_second_is_told_why_not(
+    page: Any, browser: Any, processed: ProcessedBatch
+) -> None:
+    """Two operators have the same item's editor open; the first applies a box, then the
+    second (whose page still shows the item succeeded) applies another: the API refuses it
+    (409), the second page says why and keeps its box, and the item keeps the first box."""
+    item = _item(processed, "sku-2")
+    other_context = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        other = other_context.new_page()
+        other.set_default_timeout(15_000)
+        _open_editor(page, processed, item)
+        _open_editor(other, processed, item)
+        boxes = []
+        for tab, key in ((page, "ArrowRight"), (other, "ArrowDown")):
+            tab.locator("rect.focus-box").focus()
+            tab.keyboard.press(key)
+            boxes.append(tab.locator("rect.focus-box").get_attribute("data-box"))
+            _previewed(tab, boxes[-1])
+        assert boxes[0] != boxes[1]
+
+        page.get_by_role("button", name="Apply re-crop").click()
+        page.get_by_text("Re-crop pending").wait_for()
+        other.get_by_role("button", name="Apply re-crop").click()
+
+        refusal = other.locator("#recrop-message", has_text="Not re-cropped")
+        refusal.wait_for()
+        save_artifact(other, "recrop-refused.png")
+        assert boxes[1] == other.locator("rect.focus-box").get_attribute("data-box")
+        pending = processed.live.client.get(f"/v1/batches/{processed.id}/items/{item['id']}").json()
+        assert (pending["state"], ",".join(map(str, pending["focus_box"]))) == (
+            "queued",
+            boxes[0],
+        )
+        events = processed.live.client.get(
+            f"/v1/batches/{processed.id}/events", params={"item": item["id"]}
+        ).json()["events"]
+        assert sum(e["reason"] == "recrop" for e in events) == 1
+    finally:
+        other_context.close()
