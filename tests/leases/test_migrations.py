@@ -37,6 +37,25 @@ def test_upgrade_twice_is_a_no_op(database_url: str) -> None:
         engine.dispose()
 
 
+def _a_group_with_an_item(engine: sa.Engine, *, deadline_at: int) -> None:
+    """Group `g` with one queued item `i`, written in the columns every revision has."""
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO lease_groups (id, created_at, deadline_at, max_attempts, "
+                "cancel_requested) VALUES ('g', 1, :deadline, 3, :f)"
+            ),
+            {"deadline": deadline_at, "f": False},
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO lease_items (id, group_id, seq, state, attempt, attempt_base, "
+                "next_attempt_at, created_at, updated_at, payload) "
+                "VALUES ('i', 'g', 0, 'queued', 0, 0, 1, 1, 1, '{}')"
+            )
+        )
+
+
 def test_sqlite_engine_uses_wal_and_busy_timeout(sqlite_url: str) -> None:
     """make_engine puts SQLite in WAL mode with a busy timeout."""
     engine = make_engine(sqlite_url)
@@ -53,21 +72,7 @@ def test_0002_seals_the_groups_that_exist(database_url: str) -> None:
     engine = make_engine(database_url)
     try:
         upgrade(engine, "0001")
-        with engine.begin() as conn:
-            conn.execute(
-                sa.text(
-                    "INSERT INTO lease_groups (id, created_at, deadline_at, max_attempts, "
-                    "cancel_requested) VALUES ('g', 1, 32503680000000, 3, :f)"
-                ),
-                {"f": False},
-            )
-            conn.execute(
-                sa.text(
-                    "INSERT INTO lease_items (id, group_id, seq, state, attempt, attempt_base, "
-                    "next_attempt_at, created_at, updated_at, payload) "
-                    "VALUES ('i', 'g', 0, 'queued', 0, 0, 1, 1, 1, '{}')"
-                )
-            )
+        _a_group_with_an_item(engine, deadline_at=32503680000000)
         upgrade(engine, "0002")
         assert current(engine) == "0002"
         # Read directly: this version's claim needs the columns of later revisions.
@@ -112,21 +117,7 @@ def test_0004_adds_the_finish_flag_false_for_existing_groups_and_downgrades(
     engine = make_engine(database_url)
     try:
         upgrade(engine, "0003")
-        with engine.begin() as conn:
-            conn.execute(
-                sa.text(
-                    "INSERT INTO lease_groups (id, created_at, deadline_at, max_attempts, "
-                    "cancel_requested) VALUES ('g', 1, 2, 3, :f)"
-                ),
-                {"f": False},
-            )
-            conn.execute(
-                sa.text(
-                    "INSERT INTO lease_items (id, group_id, seq, state, attempt, attempt_base, "
-                    "next_attempt_at, created_at, updated_at, payload) "
-                    "VALUES ('i', 'g', 1, 'queued', 0, 0, 0, 1, 1, '{}')"
-                )
-            )
+        _a_group_with_an_item(engine, deadline_at=2)
         upgrade(engine, "0004")
         with engine.connect() as conn:
             flag = conn.execute(sa.text("SELECT notify_finish FROM lease_groups")).scalar_one()
@@ -154,21 +145,7 @@ def test_0005_adds_attempt_messages_null_for_existing_rows_and_downgrades(
     engine = make_engine(database_url)
     try:
         upgrade(engine, "0004")
-        with engine.begin() as conn:
-            conn.execute(
-                sa.text(
-                    "INSERT INTO lease_groups (id, created_at, deadline_at, max_attempts, "
-                    "cancel_requested) VALUES ('g', 1, 32503680000000, 3, :f)"
-                ),
-                {"f": False},
-            )
-            conn.execute(
-                sa.text(
-                    "INSERT INTO lease_items (id, group_id, seq, state, attempt, attempt_base, "
-                    "next_attempt_at, created_at, updated_at, payload) "
-                    "VALUES ('i', 'g', 0, 'queued', 0, 0, 1, 1, 1, '{}')"
-                )
-            )
+        _a_group_with_an_item(engine, deadline_at=32503680000000)
         upgrade(engine, "0005")
         assert current(engine) == "0005"
         with engine.connect() as conn:
