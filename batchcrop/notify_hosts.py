@@ -21,8 +21,10 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import httpx
+if TYPE_CHECKING:
+    import httpx
 
 HOST_NAME_CHARS_MAX = 253
 LABEL_CHARS_MAX = 63
@@ -82,6 +84,10 @@ def _ascii_name(name: str) -> str:
     """`name` in the ASCII (IDNA) form URLs are compared in; NotifyHostsError when none."""
     if name.isascii():
         return name.lower()
+    # Imported here: settings (and so every command's start-up) parse the allowlist, and a
+    # non-ASCII name, the only one needing httpx's IDNA, is rare.
+    import httpx  # noqa: PLC0415
+
     try:
         return httpx.URL(f"http://{name}/").raw_host.decode("ascii").lower()
     except (httpx.InvalidURL, ValueError):

@@ -1,0 +1,52 @@
+"""Start-up stays light: `batchcrop --help` and `--version` import none of the heavy libraries
+(the web stack, the database driver and migrations, boto3, Pillow, OpenCV, httpx), which cost a
+second or more before anything happens (docs/operations.md, start-up; `bench/startup.py`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = (
+    "alembic",
+    "boto3",
+    "cv2",
+    "fastapi",
+    "httpx",
+    "numpy",
+    "PIL",
+    "prometheus_client",
+    "psycopg",
+    "sqlalchemy",
+    "uvicorn",
+)
+
+PROBE = """
+import json, os, runpy, sys
+sys.argv = ["batchcrop", *json.loads(os.environ["PROBE_ARGS"])]
+try:
+    runpy.run_module("batchcrop", run_name="__main__")
+except SystemExit:
+    pass
+heavy = json.loads(os.environ["PROBE_HEAVY"])
+print(json.dumps(sorted(m for m in heavy if m in sys.modules)), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--version"]])
+def test_help_and_version_import_no_heavy_library(args: list[str]) -> None:
+    """Each of these commands answers without importing any of `HEAVY`."""
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        env={**os.environ, "PROBE_ARGS": json.dumps(args), "PROBE_HEAVY": json.dumps(HEAVY)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stderr.strip().splitlines()[-1]) == []
