@@ -91,13 +91,12 @@ class SourceReader:
             roots = [str(root) for root in self._local_roots]
 
         def normalize(source: str) -> str:
-            local = source.removeprefix(FILE_SCHEME)
-            parent, name = os.path.split(local)
+            parent, name = os.path.split(source)
             if (
-                "://" in local
-                or local.startswith(S3_SCHEME)
-                or "\0" in local
-                or not os.path.isabs(local)
+                "://" in source
+                or source.startswith(S3_SCHEME)
+                or "\0" in source
+                or not os.path.isabs(source)
                 or name in ("", ".", "..")
             ):
                 return self.normalize(source)

@@ -37,7 +37,7 @@ def test_a_delivered_callback_is_listed_and_can_be_redelivered(
         assert button.is_enabled()
         page.once("dialog", lambda dialog: dialog.accept())
         button.click()
-        page.wait_for_function("document.querySelectorAll('#deliveries tbody tr').length === 2")
+        page.locator("#deliveries tbody tr").nth(1).wait_for()
         assert button.is_disabled()  # the new delivery is under way
     deliveries = app.batches.status(batch["id"])["deliveries"]
     assert len({d["notification_id"] for d in deliveries}) == 1
