@@ -9,12 +9,13 @@ All times come from the database clock. Methods are thread-safe; share one manag
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.sql.dml import Update
@@ -23,6 +24,7 @@ from leases import group_queries, pgqueries, queries, registry, schema, transiti
 from leases.defaults import LEASE_SECONDS, MAX_ATTEMPT_SECONDS, WORKER_TIMEOUT_SECONDS
 from leases.engine import creation_turn
 from leases.errors import (
+    DatabaseUnavailable,
     GroupCancelled,
     GroupExists,
     LeaseLost,
@@ -81,6 +83,7 @@ WORKER_SOURCE = Source(State.IN_PROGRESS)
 WATCHED_CACHE_GROUPS = 10_000
 
 GroupFinished = Callable[[sa.Connection, str], object]
+_T = TypeVar("_T")
 """The finish hook: called with the transaction's connection and the group's id, inside the
 transaction that ended the last unfinished item of a group created with `notify_finish`."""
 
@@ -563,11 +566,13 @@ class LeaseManager(Reader):
 
         The lock comes after the moved items' row locks, in every mover; the lock holders that
         move items afterwards (requeue, the closed-group abandons) never wait for an item a
-        mover holds (they take failed/abandoned rows, or skip locked ones), so this order cannot
-        deadlock. It serialises the last movers of a group: whoever takes it last sees the
-        others' moves committed (PostgreSQL reads a fresh snapshot per statement), so two items
-        ending at once cannot both miss the group's end, and only the last one sees it. SQLite
-        has one writer at a time.
+        mover holds (they take failed/abandoned rows, or skip locked ones). They can wait for a
+        counter row a mover wrote, though, while the mover waits here for the group: PostgreSQL
+        then ends one of them as deadlocked, and the abandons retry (`_retrying_deadlocks`); a
+        mover's failed commit is an outage its worker rides out. The lock serialises the last
+        movers of a group: whoever takes it last sees the others' moves committed (PostgreSQL
+        reads a fresh snapshot per statement), so two items ending at once cannot both miss the
+        group's end, and only the last one sees it. SQLite has one writer at a time.
         """
         hook = self.on_group_finished
         if hook is None or not rows:
@@ -732,7 +737,9 @@ class LeaseManager(Reader):
         moved: Counter[str] = Counter()
         for from_state in from_states:
             while True:
-                rows = self._abandon_batch(group_id, from_state, cid)
+                rows = _retrying_deadlocks(
+                    functools.partial(self._abandon_batch, group_id, from_state, cid)
+                )
                 if rows is None:
                     return moved
                 moved.update(row.state for row in rows)
@@ -914,3 +921,25 @@ def _chunks(items: Iterable[NewItem], size: int) -> Iterator[list[NewItem]]:
     iterator = iter(items)
     while chunk := list(itertools.islice(iterator, size)):
         yield chunk
+
+
+DEADLOCK_RETRIES = 3
+"""Times a closed group's abandon batch is tried again after PostgreSQL ended it as deadlocked."""
+_DEADLOCK_SQLSTATE = "40P01"
+
+
+def _retrying_deadlocks(attempt: Callable[[], _T]) -> _T:
+    """`attempt()`, again (up to `DEADLOCK_RETRIES` times) when PostgreSQL chose its transaction
+    as a deadlock's victim: rolled back whole, it is safe to run again, and the other side has
+    gone on by then."""
+    retried = 0
+    while True:
+        try:
+            return attempt()
+        except DatabaseUnavailable as exc:
+            driver = getattr(exc.__cause__, "orig", None)
+            if retried == DEADLOCK_RETRIES or getattr(driver, "sqlstate", None) != (
+                _DEADLOCK_SQLSTATE
+            ):
+                raise
+            retried += 1

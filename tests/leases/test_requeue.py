@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -204,3 +207,45 @@ def test_a_requeue_of_one_state_leaves_the_other_alone(manager: LeaseManager) ->
     assert manager.requeue(group_id, states=[State.ABANDONED]) == 1
     states = {i: getattr(manager.item(i), "state", None) for i in ids}
     assert {first.item_id: State.FAILED, second.item_id: State.QUEUED} == states
+
+
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+def test_a_cancel_chosen_as_a_deadlock_victim_is_tried_again(
+    engine: sa.Engine, manager: LeaseManager
+) -> None:
+    """A mover holding a counter row waits for the group's lock (the finish hook's order) while
+    a cancel's abandon batch holds that lock and waits for the counter row: PostgreSQL ends the
+    cancel's transaction as deadlocked, and the cancel runs the batch again and finishes."""
+    group_id, ids = new_group(manager, 2)  # seq 1, the queued one, counts in shard 1
+    errors: list[BaseException] = []
+    mover = engine.connect()
+    try:
+        mover.begin()
+        mover.execute(
+            sa.text(
+                "SELECT n FROM lease_counters WHERE group_id = :g AND state = 'queued' "
+                "AND shard = 1 FOR UPDATE"
+            ),
+            {"g": group_id},
+        )
+
+        def cancel() -> None:
+            try:
+                manager.cancel(group_id)
+            except BaseException as exc:
+                errors.append(exc)
+
+        canceller = threading.Thread(target=cancel)
+        canceller.start()
+        time.sleep(0.3)  # the cancel now holds the group's lock and waits for the counter
+        with contextlib.suppress(sa.exc.DBAPIError):  # the mover may be the victim instead
+            mover.execute(
+                sa.text("SELECT id FROM lease_groups WHERE id = :g FOR UPDATE"), {"g": group_id}
+            )
+        mover.rollback()
+        canceller.join(30)
+    finally:
+        mover.close()
+    assert errors == []
+    assert [getattr(manager.item(i), "state", None) for i in ids] == [State.ABANDONED] * 2
+    assert manager.recount(group_id) == manager.counted(group_id)
