@@ -432,21 +432,27 @@ def redo(item_id: str, state: State, payload: dict[str, Any]) -> Update:
     A compare-and-set on the state: zero rows means the item moved on (another redo or a
     requeue took it first); the caller holds the group's row lock, as requeue does.
     """
-    now = db_now_ms()
     return (
         sa.update(items)
         .where(items.c.id == item_id, state_is(state))
-        .values(
-            state=State.QUEUED.value,
-            attempt_base=items.c.attempt,
-            error_category=None,
-            lease_expires_at=None,
-            next_attempt_at=now,
-            updated_at=now,
-            payload=payload,
-        )
+        .values(**_back_to_queued(), payload=payload)
         .returning(*MOVED)
     )
+
+
+def _back_to_queued() -> dict[str, Any]:
+    """The values of an item moved back to queued with a fresh attempt budget (requeue, redo):
+    `attempt_base = attempt` gives the budget; the attempt number itself keeps growing."""
+    now = db_now_ms()
+    return {
+        "state": State.QUEUED.value,
+        "attempt_base": items.c.attempt,
+        "error_category": None,
+        "error_message": None,
+        "lease_expires_at": None,
+        "next_attempt_at": now,
+        "updated_at": now,
+    }
 
 
 def requeue_sources(
@@ -468,23 +474,14 @@ def requeue(
 ) -> Update:
     """Move the group's items in (`state`, `category`) back to queued with a fresh budget.
 
-    `attempt_base = attempt` gives the fresh budget; the attempt number itself keeps growing.
+    The fresh budget and the cleared error are `_back_to_queued`'s.
     """
-    now = db_now_ms()
     same_category = (
         items.c.error_category.is_(None) if category is None else items.c.error_category == category
     )
     return (
         sa.update(items)
         .where(*_item_filter(group_id, item_ids), state_is(state), same_category)
-        .values(
-            state=State.QUEUED.value,
-            attempt_base=items.c.attempt,
-            error_category=None,
-            error_message=None,
-            lease_expires_at=None,
-            next_attempt_at=now,
-            updated_at=now,
-        )
+        .values(**_back_to_queued())
         .returning(*MOVED)
     )
