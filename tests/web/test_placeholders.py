@@ -39,7 +39,7 @@ def all_settled(page: Any) -> None:
 def test_pictures_are_sized_neutral_boxes_until_they_arrive(
     page: Any, processed: ProcessedBatch
 ) -> None:
-    """With the thumbnails held back, each source is a neutral box with its source's aspect
+    """With the pictures held back, each source is a neutral box with its source's aspect
     ratio fitted into 240 px and each waiting derivative a neutral box of its own ratio, with no
     picture in them; once let through, each picture fills its box exactly."""
     held: list[Any] = []
@@ -51,7 +51,9 @@ def test_pictures_are_sized_neutral_boxes_until_they_arrive(
         else:
             held.append(route)
 
-    page.route(re.compile(r"/source-thumbnail"), hold)
+    # Derivatives are held too: one arriving while the boxes are measured would leave the
+    # "loading" set under the loop's feet.
+    page.route(re.compile(r"/source-thumbnail|/derivatives/"), hold)
     open_sheet(page, f"{processed.live.url}/batches/{processed.id}")
     page.wait_for_function("() => document.querySelectorAll('figure.source').length === 7")
     before: dict[str, dict[str, float]] = {}
