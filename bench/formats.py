@@ -33,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import itertools
 
 from batchcrop.crop import RenderSpec, render
-from batchcrop.crop.decode import MAX_SOURCE_PIXELS, decode_rgb, open_image
+from batchcrop.crop.decode import decode_rgb, open_image
+from batchcrop.crop.limits import MAX_SOURCE_PIXELS
 from batchcrop.crop.encode import FORMATS, encode, encoder_quality
 from bench.crop import SPEC, generate
 
