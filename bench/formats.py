@@ -34,8 +34,8 @@ import itertools
 
 from batchcrop.crop import RenderSpec, render
 from batchcrop.crop.decode import decode_rgb, open_image
-from batchcrop.crop.limits import MAX_SOURCE_PIXELS
 from batchcrop.crop.encode import FORMATS, encode, encoder_quality
+from batchcrop.crop.limits import MAX_SOURCE_PIXELS
 from bench.crop import SPEC, generate
 
 CALIBRATION_JPEG = (50, 70, 85, 95)

@@ -46,6 +46,7 @@ _SWAPS_AXES = frozenset({5, 6, 7, 8})
 _DCT_FORMATS = frozenset({"JPEG", "MPO"})
 _BYTES_PER_PIXEL = {"1": 1, "L": 1, "P": 1, "I;16": 2, "I;16L": 2, "I;16B": 2, "I;16N": 2}
 _WEBP_DECODER_BYTES_PER_PIXEL = 12
+_RESAMPLER_COPY_BYTES_PER_PIXEL = 3
 # Encoder buffers, the saliency copy and libjpeg's working memory (outputs and canvases are
 # counted by the render's plan).
 _COST_OVERHEAD_BYTES = 16 << 20
@@ -115,8 +116,9 @@ def decode_cost(opened: OpenedImage, factor: int) -> int:
     Pillow keeps 1 byte per pixel for 1/L/P, 2 for 16-bit grey and 4 for every other mode (RGB
     included). Alive together: the decoded image, its RGB conversion unless it is RGB already
     (the strip-wise conversions add only a few MiB), the upright copy when EXIF turns it, one
-    byte per pixel for the resampling's intermediates, and a progressive JPEG's or WebP's own
-    decoder buffers.
+    byte per pixel for the resampling's intermediates, and the larger of a progressive JPEG's
+    or WebP's own decoder buffers (freed once the pixels are decoded) and the packed copy of
+    the pixels libvips resamples afterwards (three bytes per pixel, `resample.resize_canvas`).
     """
     image = opened.image
     pixels = -(-image.width // factor) * -(-image.height // factor)
@@ -131,7 +133,8 @@ def decode_cost(opened: OpenedImage, factor: int) -> int:
     elif image.format == "WEBP":
         # libwebp decodes into its own full-size buffers before Pillow copies the pixels.
         decoder = image.width * image.height * _WEBP_DECODER_BYTES_PER_PIXEL
-    return pixels * (stored + converted + turned + 1) + decoder + _COST_OVERHEAD_BYTES
+    later = max(decoder, pixels * _RESAMPLER_COPY_BYTES_PER_PIXEL)
+    return pixels * (stored + converted + turned + 1) + later + _COST_OVERHEAD_BYTES
 
 
 def decoded_size(opened: OpenedImage, factor: int) -> tuple[int, int]:

@@ -7,14 +7,21 @@ resamples do the work of four. That canvas depends only on the source, its decod
 never on which other outputs share it, so an output is the same pixels whatever else was asked
 for (docs/design.md §6, determinism). Each output is an integer crop of its canvas; its window
 moves by less than one output pixel to land on the canvas grid, and the returned crop box says
-where it landed. Pure functions; the Pillow calls release the GIL.
+where it landed.
+
+A canvas of an RGB picture is resampled by libvips' Lanczos-3 reduce, three to four times faster
+than Pillow's on the same picture (vectorised; ADR 0022); everything else (a cut resampled alone,
+a picture with transparency) by Pillow's Lanczos. Pure functions; both libraries release the GIL.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 from fractions import Fraction
+from types import ModuleType
+from typing import Any
 
 import cv2
 import numpy as np
@@ -52,6 +59,7 @@ def resample_all(
     """
     decoded = (picture.width / source_size[0], picture.height / source_size[1])
     canvases: dict[Fraction, Image.Image] = {}
+    packed = _Packed(picture)
     results = []
     for cut in cuts:
         landing = _on_canvas(cut, source_size)
@@ -62,7 +70,7 @@ def resample_all(
         if scale not in canvases:
             canvas_size = _canvas_size(scale, source_size)
             covered = (0.0, 0.0, float(canvas_size[0] / scale), float(canvas_size[1] / scale))
-            canvases[scale] = resize(picture, covered, canvas_size, decoded)
+            canvases[scale] = resize_canvas(picture, covered, canvas_size, decoded, packed)
         crop = (offset[0], offset[1], offset[0] + cut.size[0], offset[1] + cut.size[1])
         canvas = canvases[scale]
         results.append((canvas if crop == (0, 0, *canvas.size) else canvas.crop(crop), box))
@@ -117,6 +125,72 @@ def _on_grid(cut: Cut, scale: Fraction, source: tuple[int, int]) -> tuple[tuple[
     return (offset_x, offset_y), (left, top, left + width, top + height)
 
 
+class _Packed:
+    """A picture's pixels as libvips reads them (three bytes per pixel), packed on first use
+    and shared by the canvases cut from that picture: packing costs about as much as one
+    reduce."""
+
+    def __init__(self, picture: Image.Image) -> None:
+        self._picture = picture
+        self._image: Any = None
+
+    def image(self) -> Any:
+        """The picture as a pyvips image over the packed pixels."""
+        if self._image is None:
+            picture = self._picture
+            self._image = _pyvips().Image.new_from_memory(
+                picture.tobytes(), picture.width, picture.height, 3, "uchar"
+            )
+        return self._image
+
+
+def resize_canvas(
+    picture: Image.Image,
+    box: tuple[float, float, float, float],
+    size: tuple[int, int],
+    decoded: tuple[float, float],
+    packed: _Packed | None = None,
+) -> Image.Image:
+    """`resize` of a `box` that starts at the picture's top-left corner (a canvas): by libvips'
+    Lanczos-3 reduce for an RGB picture, with the same sampling positions as Pillow's (output
+    pixel x's centre at (x + 1/2) * shrink) and its kernel likewise reading the picture beyond
+    the box's far edges; `packed` is the picture's `_Packed`, when other canvases share it."""
+    if picture.mode != "RGB" or box[0] != 0 or box[1] != 0:
+        return resize(picture, box, size, decoded)
+    width, height = box[2] * decoded[0], box[3] * decoded[1]
+    source = (packed or _Packed(picture)).image()
+    reduced = source.reduce(width / size[0], height / size[1], kernel="lanczos3")
+    if (reduced.width, reduced.height) != size:  # its size rounds up to at least `size`
+        reduced = reduced.crop(0, 0, *size)
+    pixels = np.frombuffer(reduced.write_to_memory(), dtype=np.uint8).reshape(size[1], size[0], 3)
+    factor = round(1 / decoded[0])
+    return Image.fromarray(_sharpened(pixels, factor, width / size[0]), mode="RGB")
+
+
+_VIPS_LOCK = threading.Lock()
+_VIPS: list[ModuleType] = []
+
+
+def _pyvips() -> ModuleType:
+    """pyvips, imported on first use (it loads libvips: ~0.1 s, not for commands that never
+    render) and set up once: no operation cache (it would keep source pictures alive) and one
+    thread per call (a render is already one of the worker's slots)."""
+    with _VIPS_LOCK:
+        if not _VIPS:
+            import pyvips  # noqa: PLC0415 - loads libvips; only when a render resamples
+
+            pyvips.cache_set_max(0)
+            pyvips.concurrency_set(1)
+            _VIPS.append(pyvips)
+        return _VIPS[0]
+
+
+def vips_version() -> str:
+    """libvips' version, e.g. "8.18.7": part of every derivative's variant."""
+    vips = _pyvips()
+    return ".".join(str(vips.version(part)) for part in range(3))
+
+
 def resize(
     picture: Image.Image,
     box: tuple[float, float, float, float],
@@ -160,15 +234,22 @@ def detail_weight(factor: int, remaining: float) -> Fraction:
 
 
 def restore_detail(image: Image.Image, factor: int, remaining: float) -> Image.Image:
-    """Sharpen `image` by the separable kernel of `detail_weight` (nothing for a full decode).
+    """Sharpen `image` by the separable kernel of `detail_weight` (nothing for a full decode)."""
+    if detail_weight(factor, remaining) == 0 or image.width < 3 or image.height < 3:
+        return image
+    return Image.fromarray(_sharpened(np.asarray(image), factor, remaining), mode=image.mode)
+
+
+def _sharpened(pixels: np.ndarray, factor: int, remaining: float) -> np.ndarray:
+    """`restore_detail` on an array of pixels (height, width[, bands]), the same array when
+    there is nothing to do.
 
     OpenCV's separable filter (one thread, edges replicated) costs about a tenth of Pillow's
     3x3 kernel; the weights are multiples of 1/1024, exact in float32.
     """
     a = detail_weight(factor, remaining)
-    if a == 0 or image.width < 3 or image.height < 3:
-        return image
+    if a == 0 or pixels.shape[0] < 3 or pixels.shape[1] < 3:
+        return pixels
     side = np.array([-a, 1 + 2 * a, -a], dtype=np.float32)
-    pixels = np.asarray(image)
-    sharpened = cv2.sepFilter2D(pixels, -1, side, side, borderType=cv2.BORDER_REPLICATE)
-    return Image.fromarray(sharpened, mode=image.mode)
+    sharpened: np.ndarray = cv2.sepFilter2D(pixels, -1, side, side, borderType=cv2.BORDER_REPLICATE)
+    return sharpened

@@ -16,10 +16,11 @@ from PIL import features
 
 from batchcrop.crop.encode import encoder_settings
 from batchcrop.crop.preview import PREVIEW_MAX_SIDE_PX, THUMBNAIL_QUALITY
+from batchcrop.crop.resample import vips_version
 from batchcrop.crop.spec import RenderSpec
 from batchcrop.crop.window import Box
 
-ALGORITHM_VERSION = "4"
+ALGORITHM_VERSION = "5"
 PREVIEW_VERSION = "2"
 """Bump when the stored preview's pipeline (`preview.thumbnail`) changes its bytes."""
 OUTPUT_FORMAT = "jpeg-baseline-420"
@@ -30,15 +31,15 @@ VARIANT_HEX_CHARS = 12
 def _library_versions() -> str:
     """Versions of the libraries whose output reaches the bytes.
 
-    Pillow, libjpeg(-turbo) and LittleCMS make the pixels and bytes; numpy computes the saliency
-    and OpenCV finds the faces that place the windows.
+    Pillow, libjpeg(-turbo), LittleCMS and libvips (the canvases' resampling) make the pixels
+    and bytes; numpy computes the saliency and OpenCV finds the faces that place the windows.
     """
     libjpeg = features.version("jpg") or "none"
     turbo = features.version("libjpeg_turbo") or "none"
     lcms = features.version("littlecms2") or "none"
     return (
         f"pillow={PIL.__version__};libjpeg={libjpeg};turbo={turbo};lcms={lcms};"
-        f"numpy={np.__version__};opencv={cv2.__version__}"
+        f"numpy={np.__version__};opencv={cv2.__version__};vips={vips_version()}"
     )
 
 

@@ -19,6 +19,7 @@ HEAVY = (
     "httpx",
     "numpy",
     "PIL",
+    "pyvips",
     "prometheus_client",
     "psycopg",
     "sqlalchemy",

@@ -1,0 +1,182 @@
+"""Benchmark: `batchcrop run` on all cores beside the plain libvips script a user would write.
+
+Generates `--images` 12 MP JPEGs (bench/crop.py's scenes), then in one run, `--rounds` times in
+turn (each system's fastest round is kept, which lessens other load on a shared machine):
+
+- **vips script**: the script a user would write instead, `--processes` worker processes (one
+  per core, `VIPS_CONCURRENCY=1` each), every image cropped into 1:1, 4:3, 16:9 and 3:4 at
+  1200 px with `pyvips.Image.thumbnail(..., crop="attention")` (shrink-on-load, attention
+  smartcrop, Lanczos resize) and saved as JPEG at quality 85 into a folder; the pool's start-up
+  is inside the time;
+- **engine, threads**: `batchcrop.crop.render` alone (no queue, no store) over the same files
+  in `--processes` threads of one process, each output written to a folder, so that the next
+  line's difference is the queue, store and bookkeeping;
+- **batchcrop run**: `batchcrop run --workers N DIR --out OUT` as a user starts it (its own
+  process: start-up, a fresh SQLite database, submission, leases, put-if-absent into a folder,
+  manifests, no progress bar);
+- **engine, one thread**: the per-image render time, for the per-item overhead.
+
+Printed: wall seconds, images/s, and each system's time over the vips script's; then the per-item
+overhead of `run` over the engine in threads, as a share of one render.
+
+    .venv/bin/python bench/throughput.py [--images 32] [--processes 2] [--rounds 2]
+
+Needs the `bench` extra (pyvips for the script is a dependency of batchcrop itself).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent))
+
+from crop import SOURCE_QUALITY, make_photo  # bench/crop.py's generated scenes
+
+RATIOS = ((1, 1), (4, 3), (16, 9), (3, 4))
+MAX_SIDE_PX = 1200
+QUALITY = 85
+
+
+def generate(directory: Path, count: int) -> list[Path]:
+    """`count` 12 MP JPEGs (odd ones progressive), as bench/crop.py writes them."""
+    paths = []
+    for index in range(count):
+        photo, _subject = make_photo(index)
+        path = directory / f"photo-{index:02d}.jpg"
+        photo.save(path, "JPEG", quality=SOURCE_QUALITY, progressive=index % 2 == 1)
+        paths.append(path)
+    return paths
+
+
+def output_size(ratio: tuple[int, int]) -> tuple[int, int]:
+    """The output size of `ratio` with its longer side at MAX_SIDE_PX."""
+    width, height = ratio
+    if width >= height:
+        return MAX_SIDE_PX, round(MAX_SIDE_PX * height / width)
+    return round(MAX_SIDE_PX * width / height), MAX_SIDE_PX
+
+
+def _vips_init() -> None:
+    os.environ["VIPS_CONCURRENCY"] = "1"
+
+
+def _vips_one(job: tuple[Path, Path]) -> None:
+    import pyvips  # noqa: PLC0415 - in the pool's processes only
+
+    path, out = job
+    for ratio in RATIOS:
+        width, height = output_size(ratio)
+        image = pyvips.Image.thumbnail(str(path), width, height=height, crop="attention")
+        image.write_to_file(str(out / f"{path.stem}-{ratio[0]}x{ratio[1]}.jpg"), Q=QUALITY)
+
+
+def vips_script(paths: list[Path], out: Path, processes: int) -> float:
+    """Wall seconds of the vips script over `paths`, its pool's start-up included."""
+    started = time.perf_counter()
+    with get_context("spawn").Pool(processes, initializer=_vips_init) as pool:
+        pool.map(_vips_one, [(path, out) for path in paths], chunksize=1)
+    return time.perf_counter() - started
+
+
+def engine(paths: list[Path], out: Path, threads: int) -> float:
+    """Wall seconds of `render` alone over `paths` in `threads` threads, outputs written."""
+    from batchcrop.crop import RATIOS_DEFAULT, Ratio, RenderSpec, render  # noqa: PLC0415
+
+    spec = RenderSpec(
+        tuple(Ratio.parse(text) for text in RATIOS_DEFAULT), max_side=MAX_SIDE_PX, quality=QUALITY
+    )
+
+    def one(path: Path) -> None:
+        for rendition in render(path.read_bytes(), spec):
+            name = f"{path.stem}-{rendition.ratio.w}x{rendition.ratio.h}.jpg"
+            (out / name).write_bytes(rendition.data)
+
+    render(paths[0].read_bytes(), spec)  # libraries loaded, as in a running worker
+    started = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(one, paths))
+    return time.perf_counter() - started
+
+
+def batchcrop_run(source: Path, out: Path, workers: int) -> float:
+    """Wall seconds of `batchcrop run` as a user starts it, in its own process."""
+    database = out / "batchcrop.db"
+    command = [
+        sys.executable,
+        "-m",
+        "batchcrop",
+        "run",
+        "--workers",
+        str(workers),
+        "--no-progress",
+        "--database-url",
+        f"sqlite:///{database}",
+        "--out",
+        str(out / "derivatives"),
+        str(source),
+    ]
+    started = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"batchcrop run failed ({done.returncode}): {done.stderr[-2000:]}")
+    return elapsed
+
+
+def main() -> None:
+    """Generate the images, run every system `--rounds` times in turn, print the comparison."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--images", type=int, default=32)
+    parser.add_argument("--processes", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-throughput-") as temp:
+        root = Path(temp)
+        source = root / "sources"
+        source.mkdir()
+        print(f"generating {args.images} 4000x3000 JPEGs ...", flush=True)
+        paths = generate(source, args.images)
+        best: dict[str, float] = {}
+
+        def timed(name: str, run: object) -> None:
+            out = root / "out"
+            shutil.rmtree(out, ignore_errors=True)
+            out.mkdir()
+            seconds = run(out)  # type: ignore[operator]
+            best[name] = min(best.get(name, seconds), seconds)
+            print(f"  {name:<22} {seconds:7.2f} s", flush=True)
+
+        for round_number in range(args.rounds):
+            print(f"round {round_number + 1}", flush=True)
+            timed("vips script", lambda out: vips_script(paths, out, args.processes))
+            timed("engine, threads", lambda out: engine(paths, out, args.processes))
+            timed("batchcrop run", lambda out: batchcrop_run(source, out, args.processes))
+        single = engine(paths, root / "out", 1) / len(paths)
+        base = best["vips script"]
+        print(
+            f"\n{args.images} images, 4 ratios at {MAX_SIDE_PX} px, quality {QUALITY}, "
+            f"{args.processes} processes/threads/workers, fastest of {args.rounds} rounds"
+        )
+        print(f"{'system':<22} {'wall s':>8} {'images/s':>9} {'vs vips script':>15}")
+        for name, seconds in best.items():
+            print(f"{name:<22} {seconds:8.2f} {args.images / seconds:9.2f} {seconds / base:14.2f}x")
+        overhead = (best["batchcrop run"] - best["engine, threads"]) * args.processes / args.images
+        print(
+            f"\none render, one thread: {single * 1000:.0f} ms; `run` over the engine in "
+            f"threads: {overhead * 1000:+.0f} ms per item per worker "
+            f"({overhead / single:+.1%} of a render, start-up included)"
+        )
+
+
+if __name__ == "__main__":
+    main()
