@@ -12,6 +12,7 @@ import hashlib
 import logging
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from batchcrop.batches import payload_focus
@@ -87,6 +88,8 @@ def derivative_key(source_sha256: str, rendition: Rendition, variant: str) -> st
 
 
 PREVIEW_KEY_PREFIX = "previews/"
+WRITE_THREADS_MAX = 8
+"""At most this many of one item's objects are written at once."""
 
 
 def preview_key(source_sha256: str, variant: str) -> str:
@@ -262,51 +265,70 @@ class Attempt:
             ratios=len(renditions),
         )
         variants = {name: variant_of(self.spec, focus, name) for name in self.spec.formats}
-        manifest: list[Derivative] = []
-        for rendition in renditions:
-            self.checkpoint(heartbeat)
-            variant = variants[rendition.format]
-            key = derivative_key(source_sha256, rendition, variant)
-            derivative = store_rendition(
+        self.checkpoint(heartbeat)
+        # One item's objects are written at once: a write mostly waits on the store (a folder's
+        # fsyncs, an S3 round trip), so the item waits for the slowest rather than for the sum.
+        # Every write is put-if-absent of a deterministic key, so the order does not matter; a
+        # failure is raised as before, the first in rendition order, once the others are done.
+        with ThreadPoolExecutor(
+            max_workers=min(WRITE_THREADS_MAX, len(renditions) + 1), thread_name_prefix="write"
+        ) as writes:
+            stored_preview = writes.submit(
+                store_preview,
                 self.store,
-                key,
-                rendition,
+                preview,
                 source_sha256=source_sha256,
-                variant=variant,
-                on_put_hit=self.on_put_hit,
+                on_taken=self._preview_taken,
             )
+            written = [
+                writes.submit(
+                    store_rendition,
+                    self.store,
+                    derivative_key(source_sha256, rendition, variants[rendition.format]),
+                    rendition,
+                    source_sha256=source_sha256,
+                    variant=variants[rendition.format],
+                    on_put_hit=self.on_put_hit,
+                )
+                for rendition in renditions
+            ]
+            manifest = [
+                self._written(rendition, future.result())
+                for rendition, future in zip(renditions, written, strict=True)
+            ]
+            stored = stored_preview.result()
+        self.checkpoint(heartbeat)
+        return Output(manifest, stored)
+
+    def _written(self, rendition: Rendition, derivative: Derivative) -> Derivative:
+        """Log the write of `rendition` (and a stored object of other bytes); its manifest row."""
+        claim = self.claim
+        log_event(
+            "write",
+            level=logging.DEBUG,
+            item=claim.item_id,
+            attempt=claim.attempt,
+            corr=claim.correlation_id,
+            ratio=str(rendition.ratio),
+            format=rendition.format,
+            bytes=len(rendition.data),
+        )
+        if derivative.sha256 != rendition.sha256:
+            self.on_write_differs()
             log_event(
-                "write",
-                level=logging.DEBUG,
+                "write_differs",
+                level=logging.WARNING,
                 item=claim.item_id,
                 attempt=claim.attempt,
                 corr=claim.correlation_id,
                 ratio=str(rendition.ratio),
                 format=rendition.format,
-                bytes=len(rendition.data),
+                key=derivative.key,
+                ours=rendition.sha256,
+                stored=derivative.sha256,
+                stored_bytes=derivative.bytes,
             )
-            if derivative.sha256 != rendition.sha256:
-                self.on_write_differs()
-                log_event(
-                    "write_differs",
-                    level=logging.WARNING,
-                    item=claim.item_id,
-                    attempt=claim.attempt,
-                    corr=claim.correlation_id,
-                    ratio=str(rendition.ratio),
-                    format=rendition.format,
-                    key=key,
-                    ours=rendition.sha256,
-                    stored=derivative.sha256,
-                    stored_bytes=derivative.bytes,
-                )
-            manifest.append(derivative)
-        self.checkpoint(heartbeat)
-        stored = store_preview(
-            self.store, preview, source_sha256=source_sha256, on_taken=self._preview_taken
-        )
-        self.checkpoint(heartbeat)
-        return Output(manifest, stored)
+        return derivative
 
     def _preview_taken(self, key: str) -> None:
         claim = self.claim

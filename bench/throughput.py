@@ -4,20 +4,22 @@ Generates `--images` 12 MP JPEGs (bench/crop.py's scenes), then in one run, `--r
 turn (each system's fastest round is kept, which lessens other load on a shared machine):
 
 - **vips script**: the script a user would write instead, `--processes` worker processes (one
-  per core, `VIPS_CONCURRENCY=1` each), every image cropped into 1:1, 4:3, 16:9 and 3:4 at
-  1200 px with `pyvips.Image.thumbnail(..., crop="attention")` (shrink-on-load, attention
-  smartcrop, Lanczos resize) and saved as JPEG at quality 85 into a folder; the pool's start-up
-  is inside the time;
+  per core, `VIPS_CONCURRENCY=1` each); per image: decode once with shrink-on-load (the
+  largest JPEG shrink that still covers every output, as bench/crop.py's libvips engine), then
+  per ratio (1:1, 4:3, 16:9, 3:4 at 1200 px) attention `smartcrop`, Lanczos-3 resize and a JPEG
+  at quality 85 saved into a folder; the pool's start-up is inside the time;
 - **engine, threads**: `batchcrop.crop.render` alone (no queue, no store) over the same files
   in `--processes` threads of one process, each output written to a folder, so that the next
   line's difference is the queue, store and bookkeeping;
 - **batchcrop run**: `batchcrop run --workers N DIR --out OUT` as a user starts it (its own
   process: start-up, a fresh SQLite database, submission, leases, put-if-absent into a folder,
   manifests, no progress bar);
-- **engine, one thread**: the per-image render time, for the per-item overhead.
+- **engine, one thread**: the per-image render time, for the per-item overhead;
+- **batchcrop run, one tiny image**: the fixed cost of a `run` (imports, database creation and
+  migration, submission, the worker's start and stop), for the per-item overhead.
 
 Printed: wall seconds, images/s, and each system's time over the vips script's; then the per-item
-overhead of `run` over the engine in threads, as a share of one render.
+overhead of `run` over the engine in threads, start-up taken out, as a share of one render.
 
     .venv/bin/python bench/throughput.py [--images 32] [--processes 2] [--rounds 2]
 
@@ -40,7 +42,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent))
 
-from crop import SOURCE_QUALITY, make_photo  # bench/crop.py's generated scenes
+from crop import SOURCE_QUALITY, make_photo, shrink_for  # bench/crop.py's scenes and shrink
 
 RATIOS = ((1, 1), (4, 3), (16, 9), (3, 4))
 MAX_SIDE_PX = 1200
@@ -74,10 +76,22 @@ def _vips_one(job: tuple[Path, Path]) -> None:
     import pyvips  # noqa: PLC0415 - in the pool's processes only
 
     path, out = job
+    probe = pyvips.Image.new_from_file(str(path))
+    shrink = shrink_for(probe.width, probe.height)
+    image = pyvips.Image.new_from_file(str(path), shrink=shrink).autorot().copy_memory()
     for ratio in RATIOS:
         width, height = output_size(ratio)
-        image = pyvips.Image.thumbnail(str(path), width, height=height, crop="attention")
-        image.write_to_file(str(out / f"{path.stem}-{ratio[0]}x{ratio[1]}.jpg"), Q=QUALITY)
+        # The largest window of the ratio inside the picture, cropped where attention says.
+        fit = min(image.width / ratio[0], image.height / ratio[1])
+        window = (max(1, round(fit * ratio[0])), max(1, round(fit * ratio[1])))
+        crop = image.smartcrop(*window, interesting="attention")
+        resized = crop.resize(width / window[0], kernel="lanczos3")
+        resized.jpegsave(
+            str(out / f"{path.stem}-{ratio[0]}x{ratio[1]}.jpg"),
+            Q=QUALITY,
+            optimize_coding=True,
+            interlace=False,
+        )
 
 
 def vips_script(paths: list[Path], out: Path, processes: int) -> float:
@@ -110,6 +124,7 @@ def engine(paths: list[Path], out: Path, threads: int) -> float:
 
 def batchcrop_run(source: Path, out: Path, workers: int) -> float:
     """Wall seconds of `batchcrop run` as a user starts it, in its own process."""
+    out.mkdir(parents=True, exist_ok=True)
     database = out / "batchcrop.db"
     command = [
         sys.executable,
@@ -162,6 +177,10 @@ def main() -> None:
             timed("engine, threads", lambda out: engine(paths, out, args.processes))
             timed("batchcrop run", lambda out: batchcrop_run(source, out, args.processes))
         single = engine(paths, root / "out", 1) / len(paths)
+        tiny = root / "tiny"
+        tiny.mkdir()
+        make_photo(0)[0].resize((64, 48)).save(tiny / "tiny.jpg", "JPEG")
+        fixed = min(batchcrop_run(tiny, root / f"tiny-out-{n}", 1) for n in range(args.rounds))
         base = best["vips script"]
         print(
             f"\n{args.images} images, 4 ratios at {MAX_SIDE_PX} px, quality {QUALITY}, "
@@ -170,11 +189,12 @@ def main() -> None:
         print(f"{'system':<22} {'wall s':>8} {'images/s':>9} {'vs vips script':>15}")
         for name, seconds in best.items():
             print(f"{name:<22} {seconds:8.2f} {args.images / seconds:9.2f} {seconds / base:14.2f}x")
-        overhead = (best["batchcrop run"] - best["engine, threads"]) * args.processes / args.images
+        spent = best["batchcrop run"] - fixed - best["engine, threads"]
+        overhead = spent * args.processes / args.images
         print(
-            f"\none render, one thread: {single * 1000:.0f} ms; `run` over the engine in "
-            f"threads: {overhead * 1000:+.0f} ms per item per worker "
-            f"({overhead / single:+.1%} of a render, start-up included)"
+            f"\none render, one thread: {single * 1000:.0f} ms; a run's fixed cost (one tiny "
+            f"image): {fixed:.2f} s; `run` over the engine in threads, fixed cost taken out: "
+            f"{overhead * 1000:+.0f} ms per item per worker ({overhead / single:+.1%} of a render)"
         )
 
 
