@@ -80,7 +80,7 @@ def _vips_one(job: tuple[Path, Path]) -> None:
     shrink = shrink_for(probe.width, probe.height)
     image = pyvips.Image.new_from_file(str(path), shrink=shrink).autorot().copy_memory()
     for ratio in RATIOS:
-        width, height = output_size(ratio)
+        width, _height = output_size(ratio)
         # The largest window of the ratio inside the picture, cropped where attention says.
         fit = min(image.width / ratio[0], image.height / ratio[1])
         window = (max(1, round(fit * ratio[0])), max(1, round(fit * ratio[1])))
