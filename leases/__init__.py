@@ -30,7 +30,7 @@ if TYPE_CHECKING:
         RequeueNeedsDeadline,
         SchemaMissing,
     )
-    from leases.heartbeat import Heartbeater
+    from leases.heartbeat import Heartbeater, Heartbeats, HeldLease
     from leases.manager import LeaseManager
     from leases.migrate import upgrade
     from leases.models import (
@@ -71,6 +71,8 @@ _HOMES = {
     "RequeueNeedsDeadline": "leases.errors",
     "SchemaMissing": "leases.errors",
     "Heartbeater": "leases.heartbeat",
+    "Heartbeats": "leases.heartbeat",
+    "HeldLease": "leases.heartbeat",
     "LEASE_SECONDS": "leases.defaults",
     "MAX_ATTEMPT_SECONDS": "leases.defaults",
     "WORKER_TIMEOUT_SECONDS": "leases.defaults",
@@ -118,6 +120,8 @@ __all__ = [
     "GroupSummary",
     "HeartbeatReply",
     "Heartbeater",
+    "Heartbeats",
+    "HeldLease",
     "ItemRow",
     "LeaseError",
     "LeaseLost",

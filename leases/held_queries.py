@@ -26,7 +26,7 @@ from sqlalchemy.sql.dml import Update
 from sqlalchemy.sql.expression import FromClause
 
 from leases.models import State
-from leases.queries import MOVED, state_is, stop_reason
+from leases.queries import MOVED, inline, state_is, stop_reason
 from leases.schema import items
 from leases.sqlfuncs import db_now_ms
 
@@ -37,25 +37,25 @@ ENDING_COLUMNS = (*HELD_COLUMNS, "held_state", "held_category", "held_message")
 
 
 def _held_set(dialect_name: str, columns: tuple[str, ...]) -> FromClause:
-    """The bound set as a table named `held` with `columns` (all text)."""
+    """The bound set (parameter `p_held`, a JSON array of arrays) as a table named `held` with
+    `columns` (all text)."""
+    held = sa.bindparam("p_held", type_=sa.String)
     if dialect_name == "postgresql":
-        arrays = [sa.bindparam(f"p_{name}", type_=postgresql.ARRAY(sa.String)) for name in columns]
-        return sa.func.unnest(*arrays).table_valued(*columns).render_derived(name="held")
-    each = sa.func.json_each(sa.bindparam("p_held", type_=sa.String)).table_valued("value")
-    fields = [
-        sa.func.json_extract(each.c.value, sa.literal_column(f"'$[{i}]'")).label(name)
-        for i, name in enumerate(columns)
-    ]
+        rows = sa.func.json_array_elements(sa.cast(held, postgresql.JSON))
+        each = rows.table_valued("value")
+        fields = [each.c.value.op("->>")(inline(i)).label(name) for i, name in enumerate(columns)]
+    else:
+        each = sa.func.json_each(held).table_valued("value")
+        fields = [
+            sa.func.json_extract(each.c.value, inline(f"$[{i}]")).label(name)
+            for i, name in enumerate(columns)
+        ]
     return sa.select(*fields).subquery("held")
 
 
-def held_params(
-    dialect_name: str, columns: tuple[str, ...], rows: Sequence[tuple[str | None, ...]]
-) -> dict[str, Any]:
-    """The bound values of a set of `rows`, tuples in the order of `columns` (`HELD_COLUMNS` or
-    `ENDING_COLUMNS`)."""
-    if dialect_name == "postgresql":
-        return {f"p_{name}": [row[i] for row in rows] for i, name in enumerate(columns)}
+def held_params(rows: Sequence[tuple[str | None, ...]]) -> dict[str, Any]:
+    """The bound value of a set of `rows`, tuples in the order of its columns (`HELD_COLUMNS`
+    or `ENDING_COLUMNS`)."""
     return {"p_held": json.dumps(rows)}
 
 
@@ -83,7 +83,7 @@ def heartbeat_held(dialect_name: str, *, lease_ms: int, max_attempt_ms: int) -> 
         .where(*_fenced_by_held(held))
         .values(
             lease_expires_at=sa.case(
-                (reason.is_(None), db_now_ms() + lease_ms), else_=items.c.lease_expires_at
+                (reason.is_(None), db_now_ms() + inline(lease_ms)), else_=items.c.lease_expires_at
             )
         )
         .returning(
@@ -105,7 +105,7 @@ def finish_held(dialect_name: str) -> Update:
             state=held.c.held_state,
             error_category=held.c.held_category,
             error_message=held.c.held_message,
-            lease_expires_at=None,
+            lease_expires_at=sa.null(),
             updated_at=db_now_ms(),
         )
         .returning(*MOVED)
