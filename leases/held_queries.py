@@ -8,9 +8,13 @@ fenced by its own token exactly as the one-item statements of `leases.queries` a
 token is stale matches nothing, is not written and is missing from RETURNING; the caller
 reports it lost while the others go through.
 
-Concurrency: every row is a compare-and-set of its own; the caller passes the set sorted by
-item id, which is the order PostgreSQL's nested loop over `unnest` takes the rows' locks in, so
-two multi-item writers of one holder cannot lock a pair of rows in opposite orders.
+Concurrency: every row is a compare-and-set of its own, and only the holder of a set's tokens
+can match its rows, so two holders never wait on each other here. PostgreSQL finds the rows by
+primary key (the planner takes an `unnest` of a bound array as 10 rows) or, while few leases
+are held, among the in-progress items; never by scanning the table. The caller passes the set
+sorted by item id. Two set statements of ONE holder over the same rows at once could still lock
+them in opposite orders: PostgreSQL then fails one as deadlocked (`DatabaseUnavailable`), as it
+would any transition.
 """
 
 from __future__ import annotations
@@ -37,25 +41,29 @@ ENDING_COLUMNS = (*HELD_COLUMNS, "held_state", "held_category", "held_message")
 
 
 def _held_set(dialect_name: str, columns: tuple[str, ...]) -> FromClause:
-    """The bound set (parameter `p_held`, a JSON array of arrays) as a table named `held` with
-    `columns` (all text)."""
-    held = sa.bindparam("p_held", type_=sa.String)
+    """The bound set as a table named `held` with `columns` (all text): on PostgreSQL one
+    array parameter per column (`p_held_id`, ...) read by `unnest`, which the planner takes as
+    10 rows in a generic plan (a JSON set read by a function would be taken as 100, and joined
+    against every in-progress item however many there are); on SQLite one JSON array of rows
+    (`p_held`) read by `json_each`."""
     if dialect_name == "postgresql":
-        rows = sa.func.json_array_elements(sa.cast(held, postgresql.JSON))
-        each = rows.table_valued("value")
-        fields = [each.c.value.op("->>")(inline(i)).label(name) for i, name in enumerate(columns)]
-    else:
-        each = sa.func.json_each(held).table_valued("value")
-        fields = [
-            sa.func.json_extract(each.c.value, inline(f"$[{i}]")).label(name)
-            for i, name in enumerate(columns)
-        ]
+        arrays = [sa.bindparam(f"p_{name}", type_=postgresql.ARRAY(sa.String)) for name in columns]
+        return sa.func.unnest(*arrays).table_valued(*columns).render_derived(name="held")
+    each = sa.func.json_each(sa.bindparam("p_held", type_=sa.String)).table_valued("value")
+    fields = [
+        sa.func.json_extract(each.c.value, inline(f"$[{i}]")).label(name)
+        for i, name in enumerate(columns)
+    ]
     return sa.select(*fields).subquery("held")
 
 
-def held_params(rows: Sequence[tuple[str | None, ...]]) -> dict[str, Any]:
-    """The bound value of a set of `rows`, tuples in the order of its columns (`HELD_COLUMNS`
-    or `ENDING_COLUMNS`)."""
+def held_params(
+    dialect_name: str, columns: tuple[str, ...], rows: Sequence[tuple[str | None, ...]]
+) -> dict[str, Any]:
+    """The bound values of a set of `rows`, tuples in the order of `columns` (`HELD_COLUMNS` or
+    `ENDING_COLUMNS`)."""
+    if dialect_name == "postgresql":
+        return {f"p_{name}": [row[i] for row in rows] for i, name in enumerate(columns)}
     return {"p_held": json.dumps(rows)}
 
 

@@ -513,7 +513,7 @@ class LeaseManager(Reader):
             max_attempt_ms=to_ms(self.max_attempt_seconds),
         )
         leases = sorted({(c.item_id, c.lease_token) for c in claims})
-        params = held_queries.held_params(leases)
+        params = held_queries.held_params(dialect, held_queries.HELD_COLUMNS, leases)
         with self._db.single() as c:
             rows = self._db.rows(c, stmt, params)
         held = {(row.id, row.lease_token): row for row in rows}
@@ -558,7 +558,7 @@ class LeaseManager(Reader):
             raise ValueError("each claim can be ended once")
         dialect = self._db.dialect_name
         stmt = held_queries.finish_held(dialect)
-        params = held_queries.held_params(rows)
+        params = held_queries.held_params(dialect, held_queries.ENDING_COLUMNS, rows)
         groups = sorted({e.claim.group_id for e in endings})
         if any(self._watches(group_id) for group_id in groups):
             # The moves, the groups' locks and the finished checks in one transaction.
