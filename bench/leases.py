@@ -13,9 +13,10 @@ processes, and processes the same number of no-op items:
   still fenced by its own token, with its event row and counters;
 - procrastinate: `app.run_worker(wait=False)` per process, one no-op task per job;
 - pgqueuer: `QueueManager.run(mode=drain)` per process, one no-op entrypoint, batch size 10.
-With `--runs N` every system is measured N times (the order rotating between runs) and the
-table gives medians with min-max; the ratio to pgqueuer is taken within each run. Client CPU is
-what the worker processes spent after the start, per item (the database server's is not in it).
+Each system first runs once untimed on 2,000 items (a warm-up). With `--runs N` every system
+is measured N times (the order rotating between runs) and the table gives medians with min-max;
+the ratio to pgqueuer is taken within each run. Client CPU is what the worker processes spent
+after the start, per item (the database server's is not in it).
 Then a 1,000,000-item group with 1% of its leases expired, and one timed `reap()`.
 """
 
@@ -45,6 +46,7 @@ DEFAULT_WORKERS = 4
 DEFAULT_REAP_ITEMS = 1_000_000
 EXPIRED_FRACTION = 0.01
 START_TIMEOUT_SECONDS = 60.0
+WARMUP_ITEMS = 2000
 
 
 def fresh_database(admin_url: str, name: str) -> str:
@@ -346,9 +348,13 @@ def _spread(values: list[float], digits: int = 0) -> str:
 
 def run_throughput(admin_url: str, systems: list[str], items: int, workers: int, runs: int) -> None:
     """Measure every system `runs` times (each run starting one system later, so that no
-    system always goes first) and print each run, then medians and spreads; each run's ratio
-    to pgqueuer is taken within that run."""
+    system always goes first), after one untimed warm-up of each, and print each run, then
+    medians and spreads; each run's ratio to pgqueuer is taken within that run."""
     results: dict[str, list[Measured]] = {system: [] for system in systems}
+    for system in systems:
+        # Untimed: the first measurement of a session ran up to 2x slower, whichever system
+        # it was (a fresh server's caches, first imports and connections).
+        _measure(system, admin_url, min(items, WARMUP_ITEMS), workers)
     for run in range(runs):
         order = systems[run % len(systems) :] + systems[: run % len(systems)]
         measured = {system: _measure(system, admin_url, items, workers) for system in order}

@@ -446,9 +446,10 @@ class LeaseManager(Reader):
             lease_ms=to_ms(self.lease_seconds), max_attempt_ms=to_ms(self.max_attempt_seconds)
         )
         with self._db.single() as c:
-            status = self._db.one(c, stmt, _lease(claim))
-        if status is None:
+            replied = self._db.fetch(c, stmt, _lease(claim))
+        if not replied:
             raise LeaseLost(claim.item_id)
+        status = replied[0]
         return HeartbeatReply(from_ms(status.lease_expires_at), _reason(status.stop_reason))
 
     def check(self, claim: Claim) -> StopReason | None:
@@ -456,10 +457,10 @@ class LeaseManager(Reader):
         attempt must stop now, if any, so a holder can stop without waiting for a heartbeat."""
         stmt = queries.check_lease(max_attempt_ms=to_ms(self.max_attempt_seconds))
         with self._db.read() as c:
-            row = self._db.one(c, stmt, _lease(claim))
-        if row is None:
+            held = self._db.fetch(c, stmt, _lease(claim))
+        if not held:
             raise LeaseLost(claim.item_id)
-        return _reason(row.stop_reason)
+        return _reason(held[0].stop_reason)
 
     def complete(self, claim: Claim, *, conn: sa.Connection | None = None) -> None:
         """C: `succeeded`. With `conn`, in the caller's transaction (roll it back on LeaseLost)."""
@@ -515,7 +516,7 @@ class LeaseManager(Reader):
         leases = sorted({(c.item_id, c.lease_token) for c in claims})
         params = held_queries.held_params(dialect, held_queries.HELD_COLUMNS, leases)
         with self._db.single() as c:
-            rows = self._db.rows(c, stmt, params)
+            rows = self._db.fetch(c, stmt, params)
         held = {(row.id, row.lease_token): row for row in rows}
         replies: list[HeartbeatReply | None] = []
         for claim in claims:
@@ -613,7 +614,7 @@ class LeaseManager(Reader):
             if source.correlation_id is not None:
                 params = {**params, "log_correlation_id": source.correlation_id}
             with self._db.single(conn) as c:
-                return self._db.rows(c, stmt_logged, params)
+                return self._db.fetch(c, stmt_logged, params)
         with self._db.write(conn) as c:
             rows = self._db.rows(c, stmt, params)
             transitions.record(self._db, c, [(rows, source)], self._shards)
