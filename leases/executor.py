@@ -8,13 +8,14 @@ from __future__ import annotations
 import json
 import threading
 from collections import namedtuple
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, cast
 
 import sqlalchemy as sa
-from sqlalchemy.sql import Executable
+from sqlalchemy.sql import ClauseElement, Executable
+from sqlalchemy.sql.compiler import SQLCompiler
 
 from leases.engine import READ_ONLY_OPTION, configure_sqlite
 from leases.errors import ConstraintViolation, DatabaseRefused, DatabaseUnavailable, SchemaMissing
@@ -85,7 +86,7 @@ class _DriverStatement:
 
     sql: str
     constants: dict[str, Any]
-    processors: dict[str, Callable[[Any], Any]]
+    processors: Mapping[str, Callable[[Any], Any]]
     row: Any = None
 
 
@@ -203,7 +204,7 @@ class Executor:
                     fetched = cursor.fetchall()
                     if compiled.row is None:
                         names = [column.name for column in cursor.description]
-                        compiled.row = namedtuple("Row", names)  # type: ignore[misc]  # noqa: PYI024
+                        compiled.row = namedtuple("Row", names)  # type: ignore[misc]
             except self.engine.dialect.loaded_dbapi.Error as exc:
                 raise self._driver_error(conn, raw, exc, compiled.sql, values) from exc
         make = compiled.row._make
@@ -230,29 +231,7 @@ class Executor:
             return cache[stmt]
         except KeyError:
             pass
-        dialect = self.engine.dialect
-        compiled = stmt.compile(dialect=dialect)
-        sql = str(compiled)
-        returned = getattr(stmt, "selected_columns", None) or getattr(stmt, "exported_columns", ())
-        converted = any(
-            c.type.dialect_impl(dialect).result_processor(dialect, None) is not None
-            for c in returned
-        )
-        prepared: _DriverStatement | None = None
-        if "POSTCOMPILE" not in sql and not converted:
-            binds = {compiled.bind_names[b]: b for b in compiled.binds.values()}
-            processors = {
-                name: process
-                for name, b in binds.items()
-                if (process := b.type.dialect_impl(dialect).bind_processor(dialect)) is not None
-            }
-            constants = {}
-            for name, b in binds.items():
-                if not b.required:
-                    process = processors.get(name)
-                    value = b.effective_value
-                    constants[name] = value if process is None else process(value)
-            prepared = _DriverStatement(sql, constants, processors)
+        prepared = _compiled_for_driver(stmt, self.engine.dialect)
         with self._driver_lock:
             if len(cache) >= DRIVER_STATEMENTS_MAX:
                 cache.clear()
@@ -260,8 +239,8 @@ class Executor:
         return prepared
 
     def _driver_error(
-        self, conn: sa.Connection, raw: Any, exc: Exception, sql: str, values: dict[str, Any]
-    ) -> sa.exc.DBAPIError:
+        self, conn: sa.Connection, raw: Any, exc: Any, sql: str, values: dict[str, Any]
+    ) -> sa.exc.StatementError:
         """A driver error as SQLAlchemy raises it; after a lost connection, that connection is
         invalidated and the idle ones are dropped with the pool (SQLAlchemy invalidates the
         whole pool then: they died with the server)."""
@@ -271,9 +250,10 @@ class Executor:
             conn.invalidate(exc)
             self.engine.dispose()
         dbapi_error = dialect.loaded_dbapi.Error
-        return sa.exc.DBAPIError.instance(
+        wrapped: sa.exc.StatementError = sa.exc.DBAPIError.instance(
             sql, values, exc, dbapi_error, connection_invalidated=lost, dialect=dialect
         )
+        return wrapped
 
     def one(
         self, conn: sa.Connection, stmt: Executable, params: dict[str, Any] | None = None
@@ -342,6 +322,37 @@ class Executor:
         """Execute a statement whose result is not needed."""
         with self.translate_errors():
             conn.execute(stmt)
+
+
+def _compiled_for_driver(stmt: Executable, dialect: sa.Dialect) -> _DriverStatement | None:
+    """`stmt` compiled once for the driver's cursor: None when a result column needs converting
+    or a list parameter is expanded at each execution (SQLAlchemy must run it then)."""
+    if not isinstance(stmt, ClauseElement):
+        return None
+    compiled = stmt.compile(dialect=dialect)
+    if not isinstance(compiled, SQLCompiler):
+        return None
+    sql = str(compiled)
+    returned: Iterable[Any] = (
+        getattr(stmt, "selected_columns", None) or getattr(stmt, "exported_columns", None) or ()
+    )
+    if "POSTCOMPILE" in sql or any(
+        c.type.dialect_impl(dialect).result_processor(dialect, None) is not None for c in returned
+    ):
+        return None
+    binds = {compiled.bind_names[b]: b for b in compiled.binds.values()}
+    processors = {
+        name: process
+        for name, b in binds.items()
+        if (process := b.type.dialect_impl(dialect).bind_processor(dialect)) is not None
+    }
+    constants = {}
+    for name, b in binds.items():
+        if not b.required:
+            process = processors.get(name)
+            value = b.effective_value
+            constants[name] = value if process is None else process(value)
+    return _DriverStatement(sql, constants, processors)
 
 
 def _json_columns(row: Sequence[Any], json_at: Sequence[int]) -> Sequence[Any]:

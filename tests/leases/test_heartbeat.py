@@ -130,7 +130,9 @@ def _statements_on_items(engine: sa.Engine) -> list[tuple[str, object]]:
     parameters."""
     seen: list[tuple[str, object]] = []
 
-    def record(conn: object, cursor: object, statement: str, parameters: object, *_: object) -> None:
+    def record(
+        conn: object, cursor: object, statement: str, parameters: object, *_: object
+    ) -> None:
         if statement.lstrip().upper().startswith(("UPDATE LEASE_ITEMS", "WITH")):
             seen.append((statement, parameters))
 
@@ -159,7 +161,7 @@ def test_heartbeats_renew_every_held_lease_in_one_statement(
         held = [stack.enter_context(beats.holding(claim)) for claim in claims]
         statements = _statements_on_items(engine)
         beats.beat()
-        assert [3] == [_leases_sent(parameters) for _, parameters in statements]
+        assert [_leases_sent(parameters) for _, parameters in statements] == [3]
         assert not any(h.lost.is_set() or h.stop_reason for h in held)
         assert manager.reap().total == 0
 
@@ -184,7 +186,7 @@ def test_heartbeats_signal_each_lease_on_its_own(manager: LeaseManager, engine: 
         assert held[lost.item_id].lost.is_set()
         statements = _statements_on_items(engine)
         beats.beat()
-        assert [1] == [_leases_sent(parameters) for _, parameters in statements]
+        assert [_leases_sent(parameters) for _, parameters in statements] == [1]
     beats.join()
 
 

@@ -104,7 +104,7 @@ def test_heartbeat_many_renews_every_held_lease_and_reports_the_stale_one(
 
     replies = manager.heartbeat_many(claims)
 
-    assert [True, False, True] == [reply is not None for reply in replies]
+    assert [reply is not None for reply in replies] == [True, False, True]
     for claim, reply in zip(claims, replies, strict=True):
         if reply is not None:
             assert reply.stop_reason is None
@@ -130,7 +130,7 @@ def test_heartbeat_many_says_why_each_attempt_must_stop(
     replies = manager.heartbeat_many(claims)
 
     reasons = [None if r is None else r.stop_reason for r in replies]
-    assert [StopReason.CANCELLED, StopReason.DEADLINE_EXCEEDED, None] == reasons
+    assert reasons == [StopReason.CANCELLED, StopReason.DEADLINE_EXCEEDED, None]
     for claim, reply in zip(claims[:2], replies[:2], strict=True):
         assert reply is not None
         assert claim.lease_expires_at == reply.lease_expires_at
@@ -166,11 +166,11 @@ def test_finish_many_ends_each_attempt_with_its_own_event_and_counts(
     }
     assert expected == _transitions(manager, group_id, since)
     states = [manager.item(item_id).state for item_id in ids]  # type: ignore[union-attr]
-    assert [State.SUCCEEDED, State.FAILED, State.ABANDONED, State.IN_PROGRESS] == states
+    assert states == [State.SUCCEEDED, State.FAILED, State.ABANDONED, State.IN_PROGRESS]
     assert manager.recount(group_id) == manager.counted(group_id)
     summary = manager.group(group_id)
-    assert {"invalid_image": 1, "cancelled": 1} == summary.failures
-    assert (1, 1) == (summary.counts[State.SUCCEEDED], summary.counts[State.IN_PROGRESS])
+    assert summary.failures == {"invalid_image": 1, "cancelled": 1}
+    assert (summary.counts[State.SUCCEEDED], summary.counts[State.IN_PROGRESS]) == (1, 1)
 
 
 def test_finish_many_with_every_token_stale_writes_nothing(
@@ -198,15 +198,23 @@ def test_finish_many_in_the_callers_transaction_rolls_back_with_it(
     claims = manager.claim("w", 2)
     events = _event_rows(engine, group_id)
 
-    with pytest.raises(RuntimeError), manager.transaction() as conn:
-        assert [] == manager.complete_many(claims, conn=conn)
-        raise RuntimeError("the caller's own write failed")
+    lost: list[Sequence[Claim]] = []
+
+    def end_then_fail() -> None:
+        with manager.transaction() as conn:
+            lost.append(manager.complete_many(claims, conn=conn))
+            raise RuntimeError("the caller's own write failed")
+
+    with pytest.raises(RuntimeError):
+        end_then_fail()
+
+    assert lost == [[]]
 
     assert {State.IN_PROGRESS} == {manager.item(i).state for i in ids}  # type: ignore[union-attr]
     assert events == _event_rows(engine, group_id)
     with manager.transaction() as conn:
-        assert [] == manager.complete_many(claims, conn=conn)
-    assert 2 == manager.group(group_id).counts[State.SUCCEEDED]
+        assert manager.complete_many(claims, conn=conn) == []
+    assert manager.group(group_id).counts[State.SUCCEEDED] == 2
 
 
 def test_finish_many_runs_the_finish_hook_once_per_group_it_finishes(
@@ -229,10 +237,10 @@ def test_finish_many_runs_the_finish_hook_once_per_group_it_finishes(
     claims = manager.claim("w", 6)
     left_alone = next(c for c in claims if c.group_id == groups[2])
 
-    assert [] == manager.complete_many([c for c in claims if c is not left_alone])
+    assert manager.complete_many([c for c in claims if c is not left_alone]) == []
 
     assert sorted(groups[:2]) == sorted(finished)
-    assert [] == manager.complete_many([left_alone])
+    assert manager.complete_many([left_alone]) == []
     assert sorted(groups) == sorted(finished)
 
 
@@ -244,7 +252,7 @@ def test_complete_many_writes_what_complete_writes_one_by_one(
     together, _ = new_group(manager, 3)
     for claim in manager.claim("w", 3, group_ids=[one_by_one]):
         manager.complete(claim)
-    assert [] == manager.complete_many(manager.claim("w", 3, group_ids=[together]))
+    assert manager.complete_many(manager.claim("w", 3, group_ids=[together])) == []
 
     def shape(group_id: str) -> list[tuple[object, ...]]:
         facts = [
@@ -279,8 +287,8 @@ def test_racing_finishers_end_each_item_once(
     for thread in threads:
         thread.join()
 
-    assert THREADS == len(lost)
-    assert RACED_ITEMS * (THREADS - 1) == sum(len(claims) for claims in lost)
+    assert len(lost) == THREADS
+    assert sum(len(claims) for claims in lost) == RACED_ITEMS * (THREADS - 1)
     with engine.connect() as conn:
         ended = conn.execute(
             sa.text(
@@ -306,9 +314,9 @@ def test_sets_refuse_what_the_single_calls_refuse(manager: LeaseManager) -> None
         (State.SUCCEEDED, "invalid_image", None),
         (State.ABANDONED, "cancelled", "why"),
     ):
-        with pytest.raises(ValueError, match="."):
+        with pytest.raises(ValueError, match=r"cannot be ended|category|message"):
             Ending(claim, state, category, message)
     with pytest.raises(ValueError, match="once"):
         manager.finish_many([Ending(claim), Ending(claim, State.FAILED, "invalid_image")])
-    assert ([], []) == (manager.heartbeat_many([]), manager.finish_many([]))
-    assert [] == manager.complete_many([claim])
+    assert (manager.heartbeat_many([]), manager.finish_many([])) == ([], [])
+    assert manager.complete_many([claim]) == []
