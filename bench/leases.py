@@ -3,7 +3,7 @@
 Run by hand (never by the test suite), on the local PostgreSQL of the test tooling:
 
     .venv/bin/python bench/leases.py [--items 10000] [--workers 4] [--runs 1] [--systems ...]
-        [--reap-items 1000000 | --skip-reap]
+        [--baseline /path/to/earlier/checkout] [--reap-items 1000000 | --skip-reap]
 
 Every system gets its own fresh database on the same server and the same number of worker
 processes, and processes the same number of no-op items:
@@ -12,7 +12,8 @@ processes, and processes the same number of no-op items:
   completed in one round trip (`complete_many`): three statements per 10 items, every item
   still fenced by its own token, with its event row and counters;
 - procrastinate: `app.run_worker(wait=False)` per process, one no-op task per job;
-- pgqueuer: `QueueManager.run(mode=drain)` per process, one no-op entrypoint, batch size 10.
+- pgqueuer: `QueueManager.run(mode=drain)` per process, one no-op entrypoint, batch size 10;
+- with `--baseline`, the claim-ten per-item loop of that earlier checkout's `leases`.
 Each system first runs once untimed on 2,000 items (a warm-up). With `--runs N` every system
 is measured N times (the order rotating between runs) and the table gives medians with min-max;
 the ratio to pgqueuer is taken within each run. Client CPU is what the worker processes spent
@@ -27,6 +28,7 @@ import asyncio
 import multiprocessing
 import os
 import statistics
+import subprocess
 import sys
 import time
 import uuid
@@ -135,10 +137,61 @@ def leases_worker(start: Start, url: str, claim_limit: int, batched: bool) -> No
     engine.dispose()
 
 
+# The per-item loop of an earlier checkout, run as `python -c` with that checkout on
+# PYTHONPATH: it says "ready", waits for a line on stdin, works, then prints its CPU seconds.
+BASELINE_WORKER = """
+import os, sys, time
+from leases import LeaseManager, make_engine
+manager = LeaseManager(make_engine(sys.argv[1]))
+worker, limit = f"bench-{os.getpid()}", int(sys.argv[2])
+print("ready", flush=True)
+sys.stdin.readline()
+cpu = time.process_time()
+while claims := manager.claim(worker, limit):
+    for claim in claims:
+        manager.heartbeat(claim)
+        manager.complete(claim)
+print(time.process_time() - cpu, flush=True)
+"""
+
+
+def run_baseline_workers(
+    code: str, url: str, claim_limit: int, workers: int
+) -> tuple[float, float]:
+    """`run_workers` for the per-item loop of the checkout at `code` (its `leases` package)."""
+    env = {**os.environ, "PYTHONPATH": code}
+    command = [sys.executable, "-c", BASELINE_WORKER, url, str(claim_limit)]
+    procs = [
+        subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        for _ in range(workers)
+    ]
+    for p in procs:
+        assert p.stdout is not None
+        assert p.stdout.readline().strip() == "ready"
+    started = time.perf_counter()
+    for p in procs:
+        assert p.stdin is not None
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    outputs = [p.communicate()[0] for p in procs]
+    seconds = time.perf_counter() - started
+    if any(p.returncode != 0 for p in procs):
+        raise RuntimeError("a baseline worker failed")
+    return seconds, sum(float(out.strip()) for out in outputs)
+
+
 def bench_leases(
-    admin_url: str, items: int, workers: int, claim_limit: int, *, batched: bool = False
+    admin_url: str,
+    items: int,
+    workers: int,
+    claim_limit: int,
+    *,
+    batched: bool = False,
+    baseline: str | None = None,
 ) -> Measured:
-    """Items per second through claim -> heartbeat -> complete, and client CPU per item."""
+    """Items per second through claim -> heartbeat -> complete, and client CPU per item; with
+    `baseline`, the per-item loop of that checkout (on a database made by this one: the lease
+    schema is the same)."""
     url = fresh_database(admin_url, "bench_leases")
     engine = make_engine(url)
     upgrade(engine)
@@ -150,7 +203,10 @@ def bench_leases(
         max_attempts=3,
         items=(NewItem(str(uuid.uuid4()), {"n": i}) for i in range(items)),
     )
-    seconds, cpu = run_workers(leases_worker, (url, claim_limit, batched), workers)
+    if baseline is None:
+        seconds, cpu = run_workers(leases_worker, (url, claim_limit, batched), workers)
+    else:
+        seconds, cpu = run_baseline_workers(baseline, url, claim_limit, workers)
     assert manager.group(group_id).counts[State.SUCCEEDED] == items
     assert manager.recount(group_id) == manager.counted(group_id)
     engine.dispose()
@@ -314,6 +370,7 @@ def bench_reap(admin_url: str, items: int) -> dict[str, float]:
 
 
 SYSTEMS = {
+    "baseline-10": "baseline checkout: claim 10, heartbeat, complete",
     "leases-1": "leases: claim 1, heartbeat, complete",
     "leases-10": "leases: claim 10, heartbeat, complete (per item)",
     "leases-batched": "leases: claim 10, heartbeat_many, complete_many",
@@ -323,8 +380,12 @@ SYSTEMS = {
 """What `--systems` names (`leases` stands for leases-1 and leases-10), in table order."""
 
 
-def _measure(system: str, admin_url: str, items: int, workers: int) -> Measured:
+def _measure(
+    system: str, admin_url: str, items: int, workers: int, baseline: str | None = None
+) -> Measured:
     match system:
+        case "baseline-10":
+            return bench_leases(admin_url, items, workers, 10, baseline=baseline)
         case "leases-1":
             return bench_leases(admin_url, items, workers, 1)
         case "leases-10":
@@ -346,7 +407,15 @@ def _spread(values: list[float], digits: int = 0) -> str:
     return f"{median:.{digits}f} ({ordered[0]:.{digits}f}-{ordered[-1]:.{digits}f})"
 
 
-def run_throughput(admin_url: str, systems: list[str], items: int, workers: int, runs: int) -> None:
+def run_throughput(
+    admin_url: str,
+    systems: list[str],
+    items: int,
+    workers: int,
+    *,
+    runs: int,
+    baseline: str | None = None,
+) -> None:
     """Measure every system `runs` times (each run starting one system later, so that no
     system always goes first), after one untimed warm-up of each, and print each run, then
     medians and spreads; each run's ratio to pgqueuer is taken within that run."""
@@ -354,10 +423,10 @@ def run_throughput(admin_url: str, systems: list[str], items: int, workers: int,
     for system in systems:
         # Untimed: the first measurement of a session ran up to 2x slower, whichever system
         # it was (a fresh server's caches, first imports and connections).
-        _measure(system, admin_url, min(items, WARMUP_ITEMS), workers)
+        _measure(system, admin_url, min(items, WARMUP_ITEMS), workers, baseline)
     for run in range(runs):
         order = systems[run % len(systems) :] + systems[: run % len(systems)]
-        measured = {system: _measure(system, admin_url, items, workers) for system in order}
+        measured = {s: _measure(s, admin_url, items, workers, baseline) for s in order}
         line = ", ".join(f"{s} {measured[s][0]:.0f}/s" for s in systems)
         print(f"run {run + 1}: {line}", flush=True)
         for system in systems:
@@ -381,6 +450,9 @@ def main() -> None:
     parser.add_argument("--reap-items", type=int, default=DEFAULT_REAP_ITEMS)
     parser.add_argument("--systems", default="leases,leases-batched,procrastinate,pgqueuer")
     parser.add_argument("--runs", type=int, default=1, help="repeat the throughput runs")
+    parser.add_argument(
+        "--baseline", help="an earlier checkout: its per-item claim-ten loop, in the same runs"
+    )
     parser.add_argument("--skip-reap", action="store_true")
     args = parser.parse_args()
     admin_url = os.environ.get("BATCHCROP_TEST_POSTGRES_URL") or postgres.ensure()
@@ -391,9 +463,13 @@ def main() -> None:
     unknown = named - set(SYSTEMS) - {"leases", "none"}
     if unknown:
         parser.error(f"unknown systems: {', '.join(sorted(unknown))}")
+    if args.baseline:
+        named.add("baseline-10")
     systems = [system for system in SYSTEMS if system in named]
     if systems:
-        run_throughput(admin_url, systems, args.items, args.workers, args.runs)
+        run_throughput(
+            admin_url, systems, args.items, args.workers, runs=args.runs, baseline=args.baseline
+        )
     if not args.skip_reap:
         reap = bench_reap(admin_url, args.reap_items)
         print(f"create_group of {args.reap_items} items: {reap['create_seconds']:.1f} s")
