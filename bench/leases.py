@@ -141,10 +141,11 @@ def leases_worker(start: Start, url: str, claim_limit: int, batched: bool) -> No
 # PYTHONPATH: it says "ready", waits for a line on stdin, works, then prints its CPU seconds.
 BASELINE_WORKER = """
 import os, sys, time
+import leases
 from leases import LeaseManager, make_engine
 manager = LeaseManager(make_engine(sys.argv[1]))
 worker, limit = f"bench-{os.getpid()}", int(sys.argv[2])
-print("ready", flush=True)
+print("ready", os.path.dirname(os.path.dirname(leases.__file__)), flush=True)
 sys.stdin.readline()
 cpu = time.process_time()
 while claims := manager.claim(worker, limit):
@@ -161,13 +162,24 @@ def run_baseline_workers(
     """`run_workers` for the per-item loop of the checkout at `code` (its `leases` package)."""
     env = {**os.environ, "PYTHONPATH": code}
     command = [sys.executable, "-c", BASELINE_WORKER, url, str(claim_limit)]
+    # In the checkout's folder: `python -c` puts the working folder first on sys.path, so
+    # anywhere else (this checkout's root) it would import this checkout's `leases`.
     procs = [
-        subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            command,
+            cwd=code,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         for _ in range(workers)
     ]
     for p in procs:
         assert p.stdout is not None
-        assert p.stdout.readline().strip() == "ready"
+        ready = p.stdout.readline().split()
+        if ready != ["ready", str(Path(code).resolve())]:
+            raise RuntimeError(f"a baseline worker did not load the baseline's leases: {ready}")
     started = time.perf_counter()
     for p in procs:
         assert p.stdin is not None
