@@ -17,7 +17,8 @@ processes, and processes the same number of no-op items:
 Each system first runs once untimed on 2,000 items (a warm-up). With `--runs N` every system
 is measured N times (the order rotating between runs) and the table gives medians with min-max;
 the ratio to pgqueuer is taken within each run. Client CPU is what the worker processes spent
-after the start, per item (the database server's is not in it).
+after the start, per item; server CPU is what their database backends spent (read from the
+local server's /proc; not for procrastinate, whose connections are its own).
 Then a 1,000,000-item group with 1% of its leases expired, and one timed `reap()`.
 """
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import multiprocessing
 import os
 import statistics
@@ -67,30 +69,47 @@ def libpq(url: str) -> str:
     return f"host={parsed.host} port={parsed.port} user={parsed.username} dbname={parsed.database}"
 
 
+def backend_seconds(pid: int | None) -> float:
+    """CPU seconds a PostgreSQL backend (of the local server) has run, from its scheduler
+    statistics; NaN when unknown."""
+    if pid is None:
+        return math.nan
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return math.nan
+
+
 class Start:
     """What every worker process of one measurement shares: a barrier that releases them
-    together, and a queue on which each reports the CPU seconds it spent after the release."""
+    together, and a queue on which each reports the CPU seconds it and its database backend
+    spent after the release."""
 
     def __init__(self, context: Any, workers: int) -> None:
         self.barrier = context.Barrier(workers + 1)
         self.spent = context.Queue()
         self._cpu_at = 0.0
+        self._backend: int | None = None
+        self._backend_at = 0.0
 
-    def go(self) -> None:
-        """Wait for the others (in a worker), then start counting this process's CPU."""
+    def go(self, backend_pid: int | None = None) -> None:
+        """Wait for the others (in a worker), then start counting this process's CPU and, given
+        its one connection's backend, that backend's."""
         self.barrier.wait(START_TIMEOUT_SECONDS)
+        self._backend, self._backend_at = backend_pid, backend_seconds(backend_pid)
         self._cpu_at = time.process_time()
 
     def done(self) -> None:
-        """Report the CPU seconds this worker spent since `go`."""
-        self.spent.put(time.process_time() - self._cpu_at)
+        """Report the CPU seconds this worker (and its backend) spent since `go`."""
+        client = time.process_time() - self._cpu_at
+        self.spent.put((client, backend_seconds(self._backend) - self._backend_at))
 
 
 def run_workers(
     target: Callable[..., None], args: tuple[Any, ...], workers: int
-) -> tuple[float, float]:
+) -> tuple[float, float, float]:
     """Start `workers` processes, release them together; return the seconds until all exited
-    and the CPU seconds the worker processes spent (client side only) meanwhile."""
+    and the CPU seconds the worker processes and their backends spent meanwhile."""
     context = multiprocessing.get_context("spawn")
     start = Start(context, workers)
     procs = [context.Process(target=target, args=(start, *args)) for _ in range(workers)]
@@ -103,15 +122,16 @@ def run_workers(
         if p.exitcode != 0:
             raise RuntimeError(f"worker exited with {p.exitcode}")
     seconds = time.perf_counter() - started
-    return seconds, sum(start.spent.get(timeout=START_TIMEOUT_SECONDS) for _ in procs)
+    spent = [start.spent.get(timeout=START_TIMEOUT_SECONDS) for _ in procs]
+    return seconds, sum(client for client, _ in spent), sum(server for _, server in spent)
 
 
-Measured = tuple[float, float]
-"""Items per second, and client CPU microseconds per item."""
+Measured = tuple[float, float, float]
+"""Items per second, and client and server (backend) CPU microseconds per item."""
 
 
-def _measured(items: int, seconds: float, cpu_seconds: float) -> Measured:
-    return items / seconds, cpu_seconds / items * 1e6
+def _measured(items: int, seconds: float, client: float, server: float) -> Measured:
+    return items / seconds, client / items * 1e6, server / items * 1e6
 
 
 # --- leases -------------------------------------------------------------------------------
@@ -123,7 +143,10 @@ def leases_worker(start: Start, url: str, claim_limit: int, batched: bool) -> No
     engine = make_engine(url)
     manager = LeaseManager(engine)
     worker = f"bench-{os.getpid()}"
-    start.go()
+    # The pool's one connection, which every statement of this single thread then reuses.
+    with engine.connect() as conn:
+        backend: int = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
+    start.go(backend)
     while claims := manager.claim(worker, claim_limit):
         if batched:
             manager.heartbeat_many(claims)
@@ -143,16 +166,20 @@ BASELINE_WORKER = """
 import os, sys, time
 import leases
 from leases import LeaseManager, make_engine
-manager = LeaseManager(make_engine(sys.argv[1]))
+engine = make_engine(sys.argv[1])
+manager = LeaseManager(engine)
 worker, limit = f"bench-{os.getpid()}", int(sys.argv[2])
+with engine.connect() as conn:
+    stat = f"/proc/{conn.exec_driver_sql('SELECT pg_backend_pid()').scalar_one()}/schedstat"
 print("ready", os.path.dirname(os.path.dirname(leases.__file__)), flush=True)
 sys.stdin.readline()
-cpu = time.process_time()
+cpu, backend = time.process_time(), int(open(stat).read().split()[0])
 while claims := manager.claim(worker, limit):
     for claim in claims:
         manager.heartbeat(claim)
         manager.complete(claim)
-print(time.process_time() - cpu, flush=True)
+backend = (int(open(stat).read().split()[0]) - backend) / 1e9
+print(time.process_time() - cpu, backend, flush=True)
 """
 
 
@@ -185,11 +212,11 @@ def run_baseline_workers(
         assert p.stdin is not None
         p.stdin.write("go\n")
         p.stdin.flush()
-    outputs = [p.communicate()[0] for p in procs]
+    outputs = [p.communicate()[0].split() for p in procs]
     seconds = time.perf_counter() - started
     if any(p.returncode != 0 for p in procs):
         raise RuntimeError("a baseline worker failed")
-    return seconds, sum(float(out.strip()) for out in outputs)
+    return seconds, sum(float(out[0]) for out in outputs), sum(float(out[1]) for out in outputs)
 
 
 def bench_leases(
@@ -216,13 +243,13 @@ def bench_leases(
         items=(NewItem(str(uuid.uuid4()), {"n": i}) for i in range(items)),
     )
     if baseline is None:
-        seconds, cpu = run_workers(leases_worker, (url, claim_limit, batched), workers)
+        spent = run_workers(leases_worker, (url, claim_limit, batched), workers)
     else:
-        seconds, cpu = run_baseline_workers(baseline, url, claim_limit, workers)
+        spent = run_baseline_workers(baseline, url, claim_limit, workers)
     assert manager.group(group_id).counts[State.SUCCEEDED] == items
     assert manager.recount(group_id) == manager.counted(group_id)
     engine.dispose()
-    return _measured(items, seconds, cpu)
+    return _measured(items, *spent)
 
 
 # --- procrastinate --------------------------------------------------------------------------
@@ -261,7 +288,7 @@ def bench_procrastinate(admin_url: str, items: int, workers: int) -> Measured:
         noop = app.tasks["noop"]
         for start in range(0, items, 1000):
             noop.batch_defer(*({} for _ in range(min(1000, items - start))))
-    seconds, cpu = run_workers(procrastinate_worker, (url,), workers)
+    spent = run_workers(procrastinate_worker, (url,), workers)
     engine = sa.create_engine(url)
     with engine.connect() as conn:
         done = conn.execute(
@@ -269,7 +296,7 @@ def bench_procrastinate(admin_url: str, items: int, workers: int) -> Measured:
         ).scalar_one()
     engine.dispose()
     assert done == items, done
-    return _measured(items, seconds, cpu)
+    return _measured(items, *spent)
 
 
 # --- pgqueuer -------------------------------------------------------------------------------
@@ -289,7 +316,7 @@ async def _pgqueuer_run(url: str, start: Start) -> None:
     async def noop(job: Any) -> None:
         return None
 
-    start.go()
+    start.go(conn.info.backend_pid)
     await qm.run(mode=QueueExecutionMode.drain, batch_size=10)
     start.done()
     await conn.close()
@@ -321,13 +348,13 @@ def bench_pgqueuer(admin_url: str, items: int, workers: int) -> Measured:
     """Jobs per second through pgqueuer queue managers."""
     url = fresh_database(admin_url, "bench_pgqueuer")
     asyncio.run(_pgqueuer_setup(url, items))
-    seconds, cpu = run_workers(pgqueuer_worker, (url,), workers)
+    spent = run_workers(pgqueuer_worker, (url,), workers)
     engine = sa.create_engine(url)
     with engine.connect() as conn:
         left = conn.execute(sa.text("SELECT count(*) FROM pgqueuer")).scalar_one()
     engine.dispose()
     assert left == 0, left
-    return _measured(items, seconds, cpu)
+    return _measured(items, *spent)
 
 
 # --- reaper at scale --------------------------------------------------------------------------
@@ -443,15 +470,22 @@ def run_throughput(
         print(f"run {run + 1}: {line}", flush=True)
         for system in systems:
             results[system].append(measured[system])
-    print(f"\n{'system':52s} {'items/s':>20s} {'client CPU us/item':>20s} {'x pgqueuer':>18s}")
+    print(
+        f"\n{'system':52s} {'items/s':>18s} {'client CPU us/item':>18s} "
+        f"{'server CPU us/item':>18s} {'x pgqueuer':>17s}"
+    )
     for system in systems:
-        rates = [rate for rate, _ in results[system]]
-        cpu = [us for _, us in results[system]]
+        rates = [rate for rate, _, _ in results[system]]
+        client = _spread([us for _, us, _ in results[system]])
+        server = [us for _, _, us in results[system]]
+        backend = "n/a" if any(math.isnan(us) for us in server) else _spread(server)
         ratio = ""
         if "pgqueuer" in results and system != "pgqueuer":
-            peers = [rate for rate, _ in results["pgqueuer"]]
+            peers = [rate for rate, _, _ in results["pgqueuer"]]
             ratio = _spread([ours / peer for ours, peer in zip(rates, peers, strict=True)], 2)
-        print(f"{SYSTEMS[system]:52s} {_spread(rates):>20s} {_spread(cpu):>20s} {ratio:>18s}")
+        print(
+            f"{SYSTEMS[system]:52s} {_spread(rates):>18s} {client:>18s} {backend:>18s} {ratio:>17s}"
+        )
 
 
 def main() -> None:
