@@ -31,7 +31,7 @@ from batchcrop.documents import Derivative, Preview
 from batchcrop.errors import Category, PermanentItemError, TransientItemError
 from batchcrop.facts import derivative_facts, preview_facts, stored_derivative, stored_preview
 from batchcrop.logs import log_event
-from leases import Claim, Heartbeater, LeaseManager, StopReason
+from leases import Claim, HeldLease, LeaseManager, StopReason
 from storage import (
     AccessDenied,
     ObjectConflict,
@@ -237,7 +237,7 @@ class Attempt:
     on_put_hit: Callable[[], None] = lambda: None
     """Called when a derivative's key already held the same bytes (a metric)."""
 
-    def run(self, heartbeat: Heartbeater) -> Output:
+    def run(self, heartbeat: HeldLease) -> Output:
         """Read, crop, store; return the manifest and preview to commit. Raises LeaseLost,
         Interruption or ItemError (and DatabaseUnavailable from a lease check)."""
         claim = self.claim
@@ -341,7 +341,7 @@ class Attempt:
             key=key,
         )
 
-    def checkpoint(self, heartbeat: Heartbeater) -> None:
+    def checkpoint(self, heartbeat: HeldLease) -> None:
         """Stop here if shutdown can't wait, the lease is lost or the attempt was told to stop."""
         if self.give_back_now.is_set():
             raise GiveBack

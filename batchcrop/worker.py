@@ -37,7 +37,8 @@ from batchcrop.settings import CONCURRENCY, MAX_SOURCE_BYTES, REAPER_INTERVAL_SE
 from leases import (
     Claim,
     DatabaseUnavailable,
-    Heartbeater,
+    Heartbeats,
+    HeldLease,
     LeaseLost,
     LeaseManager,
     ReapResult,
@@ -182,6 +183,8 @@ class Worker:
         self._batches_read_at = -float("inf")
         self._skipped: set[str] = set()
         self._presence: Presence | None = None
+        # One heartbeat thread for every item this worker holds: one statement per interval.
+        self._heartbeats = Heartbeats(leases)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -395,7 +398,7 @@ class Worker:
         message: str | None = None
         retried = False
         try:
-            with Heartbeater(self.leases, claim) as heartbeat:
+            with self._heartbeats.holding(claim) as heartbeat:
                 output = self._run(claim, heartbeat)
                 outcome = self.attempts.succeed(claim, output.derivatives, output.preview)
         except LeaseLost:
@@ -426,7 +429,7 @@ class Worker:
             message = None  # only a failed attempt's ending keeps its message
         return outcome, None if category is None else str(category), message
 
-    def _run(self, claim: Claim, heartbeat: Heartbeater) -> Output:
+    def _run(self, claim: Claim, heartbeat: HeldLease) -> Output:
         attempt = Attempt(
             claim=claim,
             leases=self.leases,

@@ -2,13 +2,23 @@
 
 Run by hand (never by the test suite), on the local PostgreSQL of the test tooling:
 
-    .venv/bin/python bench/leases.py [--items 10000] [--workers 4] [--reap-items 1000000]
+    .venv/bin/python bench/leases.py [--items 10000] [--workers 4] [--runs 1] [--systems ...]
+        [--baseline /path/to/earlier/checkout] [--reap-items 1000000 | --skip-reap]
 
 Every system gets its own fresh database on the same server and the same number of worker
 processes, and processes the same number of no-op items:
 - leases: claim -> heartbeat -> complete per item (three transactions), claiming 1 and 10 at once;
+- leases, batched: claim 10 -> one heartbeat of the 10 held leases (`heartbeat_many`) -> the 10
+  completed in one round trip (`complete_many`): three statements per 10 items, every item
+  still fenced by its own token, with its event row and counters;
 - procrastinate: `app.run_worker(wait=False)` per process, one no-op task per job;
-- pgqueuer: `QueueManager.run(mode=drain)` per process, one no-op entrypoint, batch size 10.
+- pgqueuer: `QueueManager.run(mode=drain)` per process, one no-op entrypoint, batch size 10;
+- with `--baseline`, the claim-ten per-item loop of that earlier checkout's `leases`.
+Each system first runs once untimed on 2,000 items (a warm-up). With `--runs N` every system
+is measured N times (the order rotating between runs) and the table gives medians with min-max;
+the ratio to pgqueuer is taken within each run. Client CPU is what the worker processes spent
+after the start, per item; server CPU is what their database backends spent (read from the
+local server's /proc; not for procrastinate, whose connections are its own).
 Then a 1,000,000-item group with 1% of its leases expired, and one timed `reap()`.
 """
 
@@ -16,8 +26,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import multiprocessing
 import os
+import statistics
+import subprocess
 import sys
 import time
 import uuid
@@ -37,6 +50,7 @@ DEFAULT_WORKERS = 4
 DEFAULT_REAP_ITEMS = 1_000_000
 EXPIRED_FRACTION = 0.01
 START_TIMEOUT_SECONDS = 60.0
+WARMUP_ITEMS = 2000
 
 
 def fresh_database(admin_url: str, name: str) -> str:
@@ -55,40 +69,168 @@ def libpq(url: str) -> str:
     return f"host={parsed.host} port={parsed.port} user={parsed.username} dbname={parsed.database}"
 
 
-def run_workers(target: Callable[..., None], args: tuple[Any, ...], workers: int) -> float:
-    """Start `workers` processes, release them together, return seconds until all exited."""
+def backend_seconds(pid: int | None) -> float:
+    """CPU seconds a PostgreSQL backend (of the local server) has run, from its scheduler
+    statistics; NaN when unknown."""
+    if pid is None:
+        return math.nan
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return math.nan
+
+
+class Start:
+    """What every worker process of one measurement shares: a barrier that releases them
+    together, and a queue on which each reports the CPU seconds it and its database backend
+    spent after the release."""
+
+    def __init__(self, context: Any, workers: int) -> None:
+        self.barrier = context.Barrier(workers + 1)
+        self.spent = context.Queue()
+        self._cpu_at = 0.0
+        self._backend: int | None = None
+        self._backend_at = 0.0
+
+    def go(self, backend_pid: int | None = None) -> None:
+        """Wait for the others (in a worker), then start counting this process's CPU and, given
+        its one connection's backend, that backend's."""
+        self.barrier.wait(START_TIMEOUT_SECONDS)
+        self._backend, self._backend_at = backend_pid, backend_seconds(backend_pid)
+        self._cpu_at = time.process_time()
+
+    def done(self) -> None:
+        """Report the CPU seconds this worker (and its backend) spent since `go`."""
+        client = time.process_time() - self._cpu_at
+        self.spent.put((client, backend_seconds(self._backend) - self._backend_at))
+
+
+def run_workers(
+    target: Callable[..., None], args: tuple[Any, ...], workers: int
+) -> tuple[float, float, float]:
+    """Start `workers` processes, release them together; return the seconds until all exited
+    and the CPU seconds the worker processes and their backends spent meanwhile."""
     context = multiprocessing.get_context("spawn")
-    ready = context.Barrier(workers + 1)
-    procs = [context.Process(target=target, args=(ready, *args)) for _ in range(workers)]
+    start = Start(context, workers)
+    procs = [context.Process(target=target, args=(start, *args)) for _ in range(workers)]
     for p in procs:
         p.start()
-    ready.wait(START_TIMEOUT_SECONDS)
+    start.barrier.wait(START_TIMEOUT_SECONDS)
     started = time.perf_counter()
     for p in procs:
         p.join()
         if p.exitcode != 0:
             raise RuntimeError(f"worker exited with {p.exitcode}")
-    return time.perf_counter() - started
+    seconds = time.perf_counter() - started
+    spent = [start.spent.get(timeout=START_TIMEOUT_SECONDS) for _ in procs]
+    return seconds, sum(client for client, _ in spent), sum(server for _, server in spent)
+
+
+Measured = tuple[float, float, float]
+"""Items per second, and client and server (backend) CPU microseconds per item."""
+
+
+def _measured(items: int, seconds: float, client: float, server: float) -> Measured:
+    return items / seconds, client / items * 1e6, server / items * 1e6
 
 
 # --- leases -------------------------------------------------------------------------------
 
 
-def leases_worker(ready: Any, url: str, claim_limit: int) -> None:
-    """Claim, heartbeat, complete until no work is left."""
+def leases_worker(start: Start, url: str, claim_limit: int, batched: bool) -> None:
+    """Claim, heartbeat, complete until no work is left: one item at a time, or (`batched`)
+    the claimed set in one heartbeat and one completion."""
     engine = make_engine(url)
     manager = LeaseManager(engine)
     worker = f"bench-{os.getpid()}"
-    ready.wait(START_TIMEOUT_SECONDS)
+    # The pool's one connection, which every statement of this single thread then reuses.
+    with engine.connect() as conn:
+        backend: int = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
+    start.go(backend)
     while claims := manager.claim(worker, claim_limit):
+        if batched:
+            manager.heartbeat_many(claims)
+            lost = manager.complete_many(claims)
+            assert not lost, lost
+            continue
         for claim in claims:
             manager.heartbeat(claim)
             manager.complete(claim)
+    start.done()
     engine.dispose()
 
 
-def bench_leases(admin_url: str, items: int, workers: int, claim_limit: int) -> float:
-    """Items per second through claim -> heartbeat -> complete."""
+# The per-item loop of an earlier checkout, run as `python -c` with that checkout on
+# PYTHONPATH: it says "ready", waits for a line on stdin, works, then prints its CPU seconds.
+BASELINE_WORKER = """
+import os, sys, time
+import leases
+from leases import LeaseManager, make_engine
+engine = make_engine(sys.argv[1])
+manager = LeaseManager(engine)
+worker, limit = f"bench-{os.getpid()}", int(sys.argv[2])
+with engine.connect() as conn:
+    stat = f"/proc/{conn.exec_driver_sql('SELECT pg_backend_pid()').scalar_one()}/schedstat"
+print("ready", os.path.dirname(os.path.dirname(leases.__file__)), flush=True)
+sys.stdin.readline()
+cpu, backend = time.process_time(), int(open(stat).read().split()[0])
+while claims := manager.claim(worker, limit):
+    for claim in claims:
+        manager.heartbeat(claim)
+        manager.complete(claim)
+backend = (int(open(stat).read().split()[0]) - backend) / 1e9
+print(time.process_time() - cpu, backend, flush=True)
+"""
+
+
+def run_baseline_workers(
+    code: str, url: str, claim_limit: int, workers: int
+) -> tuple[float, float]:
+    """`run_workers` for the per-item loop of the checkout at `code` (its `leases` package)."""
+    env = {**os.environ, "PYTHONPATH": code}
+    command = [sys.executable, "-c", BASELINE_WORKER, url, str(claim_limit)]
+    # In the checkout's folder: `python -c` puts the working folder first on sys.path, so
+    # anywhere else (this checkout's root) it would import this checkout's `leases`.
+    procs = [
+        subprocess.Popen(
+            command,
+            cwd=code,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(workers)
+    ]
+    for p in procs:
+        assert p.stdout is not None
+        ready = p.stdout.readline().split()
+        if ready != ["ready", str(Path(code).resolve())]:
+            raise RuntimeError(f"a baseline worker did not load the baseline's leases: {ready}")
+    started = time.perf_counter()
+    for p in procs:
+        assert p.stdin is not None
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    outputs = [p.communicate()[0].split() for p in procs]
+    seconds = time.perf_counter() - started
+    if any(p.returncode != 0 for p in procs):
+        raise RuntimeError("a baseline worker failed")
+    return seconds, sum(float(out[0]) for out in outputs), sum(float(out[1]) for out in outputs)
+
+
+def bench_leases(
+    admin_url: str,
+    items: int,
+    workers: int,
+    claim_limit: int,
+    *,
+    batched: bool = False,
+    baseline: str | None = None,
+) -> Measured:
+    """Items per second through claim -> heartbeat -> complete, and client CPU per item; with
+    `baseline`, the per-item loop of that checkout (on a database made by this one: the lease
+    schema is the same)."""
     url = fresh_database(admin_url, "bench_leases")
     engine = make_engine(url)
     upgrade(engine)
@@ -100,11 +242,14 @@ def bench_leases(admin_url: str, items: int, workers: int, claim_limit: int) -> 
         max_attempts=3,
         items=(NewItem(str(uuid.uuid4()), {"n": i}) for i in range(items)),
     )
-    seconds = run_workers(leases_worker, (url, claim_limit), workers)
+    if baseline is None:
+        spent = run_workers(leases_worker, (url, claim_limit, batched), workers)
+    else:
+        spent = run_baseline_workers(baseline, url, claim_limit, workers)
     assert manager.group(group_id).counts[State.SUCCEEDED] == items
     assert manager.recount(group_id) == manager.counted(group_id)
     engine.dispose()
-    return items / seconds
+    return _measured(items, *spent)
 
 
 # --- procrastinate --------------------------------------------------------------------------
@@ -122,18 +267,19 @@ def _procrastinate_app(url: str) -> Any:
     return app
 
 
-def procrastinate_worker(ready: Any, url: str) -> None:
+def procrastinate_worker(start: Start, url: str) -> None:
     """Run one procrastinate worker until the queue is empty."""
     import logging  # noqa: PLC0415
 
     logging.disable(logging.WARNING)
     app = _procrastinate_app(url)
     with app.open():
-        ready.wait(START_TIMEOUT_SECONDS)
+        start.go()
         app.run_worker(wait=False, concurrency=1, install_signal_handlers=False)
+        start.done()
 
 
-def bench_procrastinate(admin_url: str, items: int, workers: int) -> float:
+def bench_procrastinate(admin_url: str, items: int, workers: int) -> Measured:
     """Jobs per second through procrastinate workers."""
     url = fresh_database(admin_url, "bench_procrastinate")
     app = _procrastinate_app(url)
@@ -142,7 +288,7 @@ def bench_procrastinate(admin_url: str, items: int, workers: int) -> float:
         noop = app.tasks["noop"]
         for start in range(0, items, 1000):
             noop.batch_defer(*({} for _ in range(min(1000, items - start))))
-    seconds = run_workers(procrastinate_worker, (url,), workers)
+    spent = run_workers(procrastinate_worker, (url,), workers)
     engine = sa.create_engine(url)
     with engine.connect() as conn:
         done = conn.execute(
@@ -150,13 +296,13 @@ def bench_procrastinate(admin_url: str, items: int, workers: int) -> float:
         ).scalar_one()
     engine.dispose()
     assert done == items, done
-    return items / seconds
+    return _measured(items, *spent)
 
 
 # --- pgqueuer -------------------------------------------------------------------------------
 
 
-async def _pgqueuer_run(url: str, ready: Any) -> None:
+async def _pgqueuer_run(url: str, start: Start) -> None:
     import psycopg  # noqa: PLC0415
     from pgqueuer import QueueManager  # noqa: PLC0415
     from pgqueuer.db import PsycopgDriver  # noqa: PLC0415
@@ -170,17 +316,18 @@ async def _pgqueuer_run(url: str, ready: Any) -> None:
     async def noop(job: Any) -> None:
         return None
 
-    ready.wait(START_TIMEOUT_SECONDS)
+    start.go(conn.info.backend_pid)
     await qm.run(mode=QueueExecutionMode.drain, batch_size=10)
+    start.done()
     await conn.close()
 
 
-def pgqueuer_worker(ready: Any, url: str) -> None:
+def pgqueuer_worker(start: Start, url: str) -> None:
     """Run one pgqueuer queue manager until the queue is drained."""
     import logging  # noqa: PLC0415
 
     logging.disable(logging.WARNING)
-    asyncio.run(_pgqueuer_run(url, ready))
+    asyncio.run(_pgqueuer_run(url, start))
 
 
 async def _pgqueuer_setup(url: str, items: int) -> None:
@@ -197,17 +344,17 @@ async def _pgqueuer_setup(url: str, items: int) -> None:
     await conn.close()
 
 
-def bench_pgqueuer(admin_url: str, items: int, workers: int) -> float:
+def bench_pgqueuer(admin_url: str, items: int, workers: int) -> Measured:
     """Jobs per second through pgqueuer queue managers."""
     url = fresh_database(admin_url, "bench_pgqueuer")
     asyncio.run(_pgqueuer_setup(url, items))
-    seconds = run_workers(pgqueuer_worker, (url,), workers)
+    spent = run_workers(pgqueuer_worker, (url,), workers)
     engine = sa.create_engine(url)
     with engine.connect() as conn:
         left = conn.execute(sa.text("SELECT count(*) FROM pgqueuer")).scalar_one()
     engine.dispose()
     assert left == 0, left
-    return items / seconds
+    return _measured(items, *spent)
 
 
 # --- reaper at scale --------------------------------------------------------------------------
@@ -261,32 +408,114 @@ def bench_reap(admin_url: str, items: int) -> dict[str, float]:
     }
 
 
+SYSTEMS = {
+    "baseline-10": "baseline checkout: claim 10, heartbeat, complete",
+    "leases-1": "leases: claim 1, heartbeat, complete",
+    "leases-10": "leases: claim 10, heartbeat, complete (per item)",
+    "leases-batched": "leases: claim 10, heartbeat_many, complete_many",
+    "procrastinate": "procrastinate 3 (run_worker, concurrency 1)",
+    "pgqueuer": "pgqueuer 1 (drain, batch 10)",
+}
+"""What `--systems` names (`leases` stands for leases-1 and leases-10), in table order."""
+
+
+def _measure(
+    system: str, admin_url: str, items: int, workers: int, baseline: str | None = None
+) -> Measured:
+    match system:
+        case "baseline-10":
+            return bench_leases(admin_url, items, workers, 10, baseline=baseline)
+        case "leases-1":
+            return bench_leases(admin_url, items, workers, 1)
+        case "leases-10":
+            return bench_leases(admin_url, items, workers, 10)
+        case "leases-batched":
+            return bench_leases(admin_url, items, workers, 10, batched=True)
+        case "procrastinate":
+            return bench_procrastinate(admin_url, items, workers)
+        case _:
+            return bench_pgqueuer(admin_url, items, workers)
+
+
+def _spread(values: list[float], digits: int = 0) -> str:
+    """Median, and min-max when there are several values."""
+    ordered = sorted(values)
+    median = statistics.median(ordered)
+    if len(ordered) == 1:
+        return f"{median:.{digits}f}"
+    return f"{median:.{digits}f} ({ordered[0]:.{digits}f}-{ordered[-1]:.{digits}f})"
+
+
+def run_throughput(
+    admin_url: str,
+    systems: list[str],
+    items: int,
+    workers: int,
+    *,
+    runs: int,
+    baseline: str | None = None,
+) -> None:
+    """Measure every system `runs` times (each run starting one system later, so that no
+    system always goes first), after one untimed warm-up of each, and print each run, then
+    medians and spreads; each run's ratio to pgqueuer is taken within that run."""
+    results: dict[str, list[Measured]] = {system: [] for system in systems}
+    for system in systems:
+        # Untimed: the first measurement of a session ran up to 2x slower, whichever system
+        # it was (a fresh server's caches, first imports and connections).
+        _measure(system, admin_url, min(items, WARMUP_ITEMS), workers, baseline)
+    for run in range(runs):
+        order = systems[run % len(systems) :] + systems[: run % len(systems)]
+        measured = {s: _measure(s, admin_url, items, workers, baseline) for s in order}
+        line = ", ".join(f"{s} {measured[s][0]:.0f}/s" for s in systems)
+        print(f"run {run + 1}: {line}", flush=True)
+        for system in systems:
+            results[system].append(measured[system])
+    print(
+        f"\n{'system':52s} {'items/s':>18s} {'client CPU us/item':>18s} "
+        f"{'server CPU us/item':>18s} {'x pgqueuer':>17s}"
+    )
+    for system in systems:
+        rates = [rate for rate, _, _ in results[system]]
+        client = _spread([us for _, us, _ in results[system]])
+        server = [us for _, _, us in results[system]]
+        backend = "n/a" if any(math.isnan(us) for us in server) else _spread(server)
+        ratio = ""
+        if "pgqueuer" in results and system != "pgqueuer":
+            peers = [rate for rate, _, _ in results["pgqueuer"]]
+            ratio = _spread([ours / peer for ours, peer in zip(rates, peers, strict=True)], 2)
+        print(
+            f"{SYSTEMS[system]:52s} {_spread(rates):>18s} {client:>18s} {backend:>18s} {ratio:>17s}"
+        )
+
+
 def main() -> None:
-    """Run every measurement once and print a table."""
+    """Run every measurement and print a table."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--items", type=int, default=DEFAULT_ITEMS)
     parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS)
     parser.add_argument("--reap-items", type=int, default=DEFAULT_REAP_ITEMS)
-    parser.add_argument("--systems", default="leases,procrastinate,pgqueuer")
+    parser.add_argument("--systems", default="leases,leases-batched,procrastinate,pgqueuer")
+    parser.add_argument("--runs", type=int, default=1, help="repeat the throughput runs")
+    parser.add_argument(
+        "--baseline", help="an earlier checkout: its per-item claim-ten loop, in the same runs"
+    )
     parser.add_argument("--skip-reap", action="store_true")
     args = parser.parse_args()
     admin_url = os.environ.get("BATCHCROP_TEST_POSTGRES_URL") or postgres.ensure()
     print(f"{args.items} no-op items, {args.workers} worker processes, {os.cpu_count()} cores")
-    systems = set(args.systems.split(","))
-    rows = []
-    if "leases" in systems:
-        for limit in (1, 10):
-            rate = bench_leases(admin_url, args.items, args.workers, limit)
-            rows.append((f"leases (claim {limit}, heartbeat, complete)", rate))
-    if "procrastinate" in systems:
-        rate = bench_procrastinate(admin_url, args.items, args.workers)
-        rows.append(("procrastinate 3 (run_worker, concurrency 1)", rate))
-    if "pgqueuer" in systems:
-        rows.append(
-            ("pgqueuer 1 (drain, batch 10)", bench_pgqueuer(admin_url, args.items, args.workers))
+    named: set[str] = set()
+    for name in args.systems.split(","):
+        named |= {"leases-1", "leases-10"} if name == "leases" else {name}
+    unknown = named - set(SYSTEMS) - {"leases", "none"}
+    if unknown:
+        parser.error(f"unknown systems: {', '.join(sorted(unknown))}")
+    if args.baseline:
+        named.add("baseline-10")
+    systems = [system for system in SYSTEMS if system in named]
+    if systems:
+        run_throughput(
+            admin_url, systems, args.items, args.workers, runs=args.runs, baseline=args.baseline
         )
-    for name, rate in rows:
-        print(f"{name:48s} {rate:8.0f} items/s")
     if not args.skip_reap:
         reap = bench_reap(admin_url, args.reap_items)
         print(f"create_group of {args.reap_items} items: {reap['create_seconds']:.1f} s")

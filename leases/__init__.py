@@ -30,7 +30,7 @@ if TYPE_CHECKING:
         RequeueNeedsDeadline,
         SchemaMissing,
     )
-    from leases.heartbeat import Heartbeater
+    from leases.heartbeat import Heartbeater, Heartbeats, HeldLease
     from leases.manager import LeaseManager
     from leases.migrate import upgrade
     from leases.models import (
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         TERMINAL,
         UNFINISHED,
         Claim,
+        Ending,
         EventRow,
         GroupSummary,
         HeartbeatReply,
@@ -70,6 +71,8 @@ _HOMES = {
     "RequeueNeedsDeadline": "leases.errors",
     "SchemaMissing": "leases.errors",
     "Heartbeater": "leases.heartbeat",
+    "Heartbeats": "leases.heartbeat",
+    "HeldLease": "leases.heartbeat",
     "LEASE_SECONDS": "leases.defaults",
     "MAX_ATTEMPT_SECONDS": "leases.defaults",
     "WORKER_TIMEOUT_SECONDS": "leases.defaults",
@@ -81,6 +84,7 @@ _HOMES = {
     "TERMINAL": "leases.models",
     "UNFINISHED": "leases.models",
     "Claim": "leases.models",
+    "Ending": "leases.models",
     "EventRow": "leases.models",
     "GroupSummary": "leases.models",
     "HeartbeatReply": "leases.models",
@@ -109,12 +113,15 @@ __all__ = [
     "ConstraintViolation",
     "DatabaseRefused",
     "DatabaseUnavailable",
+    "Ending",
     "EventRow",
     "GroupCancelled",
     "GroupExists",
     "GroupSummary",
     "HeartbeatReply",
     "Heartbeater",
+    "Heartbeats",
+    "HeldLease",
     "ItemRow",
     "LeaseError",
     "LeaseLost",

@@ -6,12 +6,16 @@ Thread-safe as the engine is: each transaction uses its own pooled connection.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+import threading
+from collections import namedtuple
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, cast
 
 import sqlalchemy as sa
-from sqlalchemy.sql import Executable
+from sqlalchemy.sql import ClauseElement, Executable
+from sqlalchemy.sql.compiler import SQLCompiler
 
 from leases.engine import READ_ONLY_OPTION, configure_sqlite
 from leases.errors import ConstraintViolation, DatabaseRefused, DatabaseUnavailable, SchemaMissing
@@ -70,6 +74,22 @@ def _is_missing_table(exc: sa.exc.DBAPIError) -> bool:
     return str(exc.orig).lower().startswith("no such table")
 
 
+# Statements a manager remembers compiled for `Executor.fetch`; past this the memory is cleared
+# (the engine's statements are a few dozen: built once by cached builders).
+DRIVER_STATEMENTS_MAX = 1000
+
+
+@dataclass
+class _DriverStatement:
+    """A statement compiled once for the driver's own cursor: its text, its constant values,
+    the processors of its parameters, and (after its first run) the type of its rows."""
+
+    sql: str
+    constants: dict[str, Any]
+    processors: Mapping[str, Callable[[Any], Any]]
+    row: Any = None
+
+
 class Executor:
     """Executes `leases.queries` statements on an engine, translating transient failures."""
 
@@ -77,6 +97,11 @@ class Executor:
         configure_sqlite(engine)
         self.engine = engine
         self.dialect_name = engine.dialect.name
+        # `fetch` runs on psycopg's cursor directly; other drivers go through SQLAlchemy.
+        self._driver: dict[Executable, _DriverStatement | None] | None = (
+            {} if engine.dialect.driver == "psycopg" else None
+        )
+        self._driver_lock = threading.Lock()
 
     @contextmanager
     def translate_errors(self) -> Iterator[None]:
@@ -149,6 +174,87 @@ class Executor:
         with self.translate_errors():
             return conn.execute(stmt, params).all()
 
+    def fetch(
+        self, conn: sa.Connection, stmt: Executable, params: dict[str, Any] | None = None
+    ) -> Sequence[sa.Row[Any]]:
+        """`rows` for the statements run per item (a claim, a heartbeat, a move with its log),
+        on the driver's own cursor: the statement is compiled once, and an execution costs the
+        driver's work and little more (SQLAlchemy's execution and result machinery cost more
+        than the driver on these short statements). The rows are named tuples with the same
+        attributes. `stmt` must be built once (a cached builder's): it is remembered.
+
+        Only on psycopg, for a statement whose result columns need no conversion and with no
+        list parameter expanded at execution, and while nobody watches the engine's statements
+        (`echo`, cursor or error listeners); anything else goes through `rows`. Errors are
+        SQLAlchemy's (then translated as everywhere): a lost connection is invalidated and the
+        pool discarded, as SQLAlchemy does, so the next call reconnects.
+        """
+        compiled = self._for_driver(stmt)
+        if compiled is None or self._watched():
+            return self.rows(conn, stmt, params)
+        values = dict(compiled.constants)
+        for name, value in (params or {}).items():
+            process = compiled.processors.get(name)
+            values[name] = value if process is None else process(value)
+        with self.translate_errors():
+            raw: Any = conn.connection.dbapi_connection
+            try:
+                with raw.cursor() as cursor:
+                    cursor.execute(compiled.sql, values)
+                    fetched = cursor.fetchall()
+                    if compiled.row is None:
+                        names = [column.name for column in cursor.description]
+                        compiled.row = namedtuple("Row", names)  # type: ignore[misc]
+            except self.engine.dialect.loaded_dbapi.Error as exc:
+                raise self._driver_error(conn, raw, exc, compiled.sql, values) from exc
+        make = compiled.row._make
+        return cast(Sequence[sa.Row[Any]], [make(row) for row in fetched])
+
+    def _watched(self) -> bool:
+        """Whether someone watches this engine's statements (`echo`, or cursor listeners, as
+        a test or an application may install): then they all go through SQLAlchemy, which
+        reports them."""
+        dispatch = self.engine.dispatch
+        return bool(
+            self.engine.echo
+            or dispatch.before_cursor_execute
+            or dispatch.after_cursor_execute
+            or self.engine.dialect.dispatch.handle_error
+        )
+
+    def _for_driver(self, stmt: Executable) -> _DriverStatement | None:
+        """`stmt` compiled for `fetch`, or None when it must go through SQLAlchemy."""
+        cache = self._driver
+        if cache is None:
+            return None
+        try:
+            return cache[stmt]
+        except KeyError:
+            pass
+        prepared = _compiled_for_driver(stmt, self.engine.dialect)
+        with self._driver_lock:
+            if len(cache) >= DRIVER_STATEMENTS_MAX:
+                cache.clear()
+            cache[stmt] = prepared
+        return prepared
+
+    def _driver_error(
+        self, conn: sa.Connection, raw: Any, exc: Any, sql: str, values: dict[str, Any]
+    ) -> sa.exc.StatementError:
+        """A driver error as SQLAlchemy raises it; after a lost connection, that connection is
+        invalidated and the idle ones are dropped with the pool (SQLAlchemy invalidates the
+        whole pool then: they died with the server)."""
+        dialect = self.engine.dialect
+        lost = bool(dialect.is_disconnect(exc, raw, None))
+        if lost:
+            conn.invalidate(exc)
+            self.engine.dispose()
+        dbapi_error = dialect.loaded_dbapi.Error
+        wrapped: sa.exc.StatementError = sa.exc.DBAPIError.instance(
+            sql, values, exc, dbapi_error, connection_invalidated=lost, dialect=dialect
+        )
+        return wrapped
+
     def one(
         self, conn: sa.Connection, stmt: Executable, params: dict[str, Any] | None = None
     ) -> sa.Row[Any] | None:
@@ -216,6 +322,37 @@ class Executor:
         """Execute a statement whose result is not needed."""
         with self.translate_errors():
             conn.execute(stmt)
+
+
+def _compiled_for_driver(stmt: Executable, dialect: sa.Dialect) -> _DriverStatement | None:
+    """`stmt` compiled once for the driver's cursor: None when a result column needs converting
+    or a list parameter is expanded at each execution (SQLAlchemy must run it then)."""
+    if not isinstance(stmt, ClauseElement):
+        return None
+    compiled = stmt.compile(dialect=dialect)
+    if not isinstance(compiled, SQLCompiler):
+        return None
+    sql = str(compiled)
+    returned: Iterable[Any] = (
+        getattr(stmt, "selected_columns", None) or getattr(stmt, "exported_columns", None) or ()
+    )
+    if "POSTCOMPILE" in sql or any(
+        c.type.dialect_impl(dialect).result_processor(dialect, None) is not None for c in returned
+    ):
+        return None
+    binds = {compiled.bind_names[b]: b for b in compiled.binds.values()}
+    processors = {
+        name: process
+        for name, b in binds.items()
+        if (process := b.type.dialect_impl(dialect).bind_processor(dialect)) is not None
+    }
+    constants = {}
+    for name, b in binds.items():
+        if not b.required:
+            process = processors.get(name)
+            value = b.effective_value
+            constants[name] = value if process is None else process(value)
+    return _DriverStatement(sql, constants, processors)
 
 
 def _json_columns(row: Sequence[Any], json_at: Sequence[int]) -> Sequence[Any]:

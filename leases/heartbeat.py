@@ -1,12 +1,16 @@
-"""`Heartbeater`: a background thread that keeps one claim's lease alive while work runs."""
+"""Heartbeat threads: `Heartbeats` renews every lease one holder keeps in one statement per
+interval; `Heartbeater` keeps one claim alive (a `Heartbeats` of its own)."""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import TracebackType
 
-from leases.errors import DatabaseUnavailable, LeaseLost
+from leases.errors import DatabaseUnavailable
 from leases.manager import LeaseManager
 from leases.models import Claim, StopReason
 
@@ -17,34 +21,121 @@ JOIN_TIMEOUT_SECONDS = 10.0
 log = logging.getLogger(__name__)
 
 
-class Heartbeater:
-    """Context manager renewing `claim`'s lease every `interval_seconds` (default lease/3).
+class HeldLease:
+    """The signals a heartbeat thread gives the holder of one claim, checked between units of
+    work: `lost` (the lease is gone: stop and write nothing more) and `stop_reason` (a reply
+    refused to extend the lease and said why; this lease is no longer renewed)."""
 
-    Signals for the holder, checked between units of work: `lost` (the lease is gone: stop and
-    write nothing more) and `stop_reason` (the last reply refused to extend the lease and said
-    why; heartbeating has stopped).
-    A database outage is logged and retried at the next tick. Exit stops and joins the thread.
+    def __init__(self, claim: Claim) -> None:
+        self.claim = claim
+        self.lost = threading.Event()
+        self.stop_reason: StopReason | None = None
+
+
+class Heartbeats:
+    """Renews every lease held through `holding` every `interval_seconds` (default lease/3),
+    all of them in ONE statement per interval (`LeaseManager.heartbeat_many`), whatever their
+    number: one holder's heartbeat costs one round trip, not one per item.
+
+    Each lease is fenced by its own token: a lost one sets its own `lost` and a refused one its
+    own `stop_reason`, and the others are renewed as usual. A lease is first renewed at most
+    one interval after `holding` began. A database outage is logged and retried at the next
+    tick. The thread runs only while something is held (it starts with the first lease and
+    ends with the last), so an idle holder keeps no thread. Thread-safe.
     """
 
-    def __init__(
-        self, manager: LeaseManager, claim: Claim, *, interval_seconds: float | None = None
-    ) -> None:
+    def __init__(self, manager: LeaseManager, *, interval_seconds: float | None = None) -> None:
         self._manager = manager
-        self._claim = claim
         self.interval_seconds = (
             interval_seconds
             if interval_seconds is not None
             else manager.lease_seconds / HEARTBEATS_PER_LEASE
         )
-        self.lost = threading.Event()
-        self.stop_reason: StopReason | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name=f"heartbeat-{claim.item_id}", daemon=True
-        )
+        self._changed = threading.Condition()
+        # By lease token: unique per claim, and what a reply is matched on.
+        self._held: dict[str, HeldLease] = {}
+        self._thread: threading.Thread | None = None
+
+    @contextmanager
+    def holding(self, claim: Claim) -> Iterator[HeldLease]:
+        """Keep `claim`'s lease renewed until the block ends; yields its signals."""
+        held = HeldLease(claim)
+        self.hold(held)
+        try:
+            yield held
+        finally:
+            self.release(held)
+
+    def hold(self, held: HeldLease) -> None:
+        """Start renewing `held.claim`'s lease (until `release`, a loss or a refusal)."""
+        with self._changed:
+            self._held[held.claim.lease_token] = held
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="heartbeats", daemon=True)
+                self._thread.start()
+
+    def release(self, held: HeldLease) -> None:
+        """Stop renewing `held` (its holder is done, or the lease is gone or refused); the
+        thread ends once nothing is held."""
+        with self._changed:
+            if self._held.get(held.claim.lease_token) is held:
+                del self._held[held.claim.lease_token]
+            if not self._held:
+                self._changed.notify_all()
+
+    def beat(self) -> None:
+        """Renew every lease held now, in one statement; the thread calls this every interval."""
+        with self._changed:
+            held = list(self._held.values())
+        if not held:
+            return
+        try:
+            replies = self._manager.heartbeat_many([h.claim for h in held])
+        except DatabaseUnavailable:
+            log.warning("heartbeat of %d leases failed, database unavailable; retrying", len(held))
+            return
+        for lease, reply in zip(held, replies, strict=True):
+            if reply is None:
+                lease.lost.set()
+                self.release(lease)
+            elif reply.stop_reason is not None:
+                lease.stop_reason = reply.stop_reason
+                self.release(lease)
+
+    def join(self, timeout_seconds: float = JOIN_TIMEOUT_SECONDS) -> None:
+        """Wait for the thread to end (it does once nothing is held)."""
+        with self._changed:
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout_seconds)
+
+    def _run(self) -> None:
+        next_beat = time.monotonic() + self.interval_seconds
+        while True:
+            with self._changed:
+                while self._held and (wait := next_beat - time.monotonic()) > 0:
+                    self._changed.wait(wait)
+                if not self._held:
+                    # Under the lock: a `holding` that comes after this starts a new thread.
+                    self._thread = None
+                    return
+            self.beat()
+            next_beat = time.monotonic() + self.interval_seconds
+
+
+class Heartbeater(HeldLease):
+    """Context manager renewing one `claim`'s lease every `interval_seconds` (default lease/3)
+    in a thread of its own, with the signals of `HeldLease`. Exit stops and joins the thread."""
+
+    def __init__(
+        self, manager: LeaseManager, claim: Claim, *, interval_seconds: float | None = None
+    ) -> None:
+        super().__init__(claim)
+        self._beats = Heartbeats(manager, interval_seconds=interval_seconds)
+        self.interval_seconds = self._beats.interval_seconds
 
     def __enter__(self) -> Heartbeater:
-        self._thread.start()
+        self._beats.hold(self)
         return self
 
     def __exit__(
@@ -53,28 +144,5 @@ class Heartbeater:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._stop.set()
-        self._thread.join(JOIN_TIMEOUT_SECONDS)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_seconds):
-            if not self._beat():
-                return
-
-    def _beat(self) -> bool:
-        """One heartbeat; False when heartbeating should end."""
-        try:
-            reply = self._manager.heartbeat(self._claim)
-        except LeaseLost:
-            self.lost.set()
-            return False
-        except DatabaseUnavailable:
-            log.warning(
-                "heartbeat failed, database unavailable; retrying",
-                extra={"correlation_id": self._claim.correlation_id},
-            )
-            return True
-        if reply.stop_reason is not None:
-            self.stop_reason = reply.stop_reason
-            return False
-        return True
+        self._beats.release(self)
+        self._beats.join()

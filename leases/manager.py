@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.sql.dml import Update
 
-from leases import group_queries, pgqueries, queries, registry, schema, transitions
+from leases import group_queries, held_queries, pgqueries, queries, registry, schema, transitions
 from leases.defaults import LEASE_SECONDS, MAX_ATTEMPT_SECONDS, WORKER_TIMEOUT_SECONDS
 from leases.engine import creation_turn
 from leases.errors import (
@@ -40,6 +40,7 @@ from leases.models import (
     REQUEUEABLE,
     TERMINAL,
     Claim,
+    Ending,
     HeartbeatReply,
     NewItem,
     ReapResult,
@@ -445,9 +446,10 @@ class LeaseManager(Reader):
             lease_ms=to_ms(self.lease_seconds), max_attempt_ms=to_ms(self.max_attempt_seconds)
         )
         with self._db.single() as c:
-            status = self._db.one(c, stmt, _lease(claim))
-        if status is None:
+            replied = self._db.fetch(c, stmt, _lease(claim))
+        if not replied:
             raise LeaseLost(claim.item_id)
+        status = replied[0]
         return HeartbeatReply(from_ms(status.lease_expires_at), _reason(status.stop_reason))
 
     def check(self, claim: Claim) -> StopReason | None:
@@ -455,10 +457,10 @@ class LeaseManager(Reader):
         attempt must stop now, if any, so a holder can stop without waiting for a heartbeat."""
         stmt = queries.check_lease(max_attempt_ms=to_ms(self.max_attempt_seconds))
         with self._db.read() as c:
-            row = self._db.one(c, stmt, _lease(claim))
-        if row is None:
+            held = self._db.fetch(c, stmt, _lease(claim))
+        if not held:
             raise LeaseLost(claim.item_id)
-        return _reason(row.stop_reason)
+        return _reason(held[0].stop_reason)
 
     def complete(self, claim: Claim, *, conn: sa.Connection | None = None) -> None:
         """C: `succeeded`. With `conn`, in the caller's transaction (roll it back on LeaseLost)."""
@@ -497,6 +499,85 @@ class LeaseManager(Reader):
         """I: `abandoned` (the holder was told to stop: cancel or deadline). Raises `LeaseLost`."""
         self._fenced(queries.finish(State.ABANDONED), claim, category)
 
+    def heartbeat_many(self, claims: Sequence[Claim]) -> list[HeartbeatReply | None]:
+        """B for every lease one holder keeps, in ONE statement: each lease is extended by
+        `lease_seconds` from now unless its attempt should stop, exactly as `heartbeat` decides
+        for one. Returns a reply per claim, in order, None where the lease is lost (its token is
+        stale: that row is not touched), so one lost lease never keeps the others from being
+        renewed. Writes no event and leaves `updated_at` alone, as `heartbeat`."""
+        if not claims:
+            return []
+        dialect = self._db.dialect_name
+        stmt = held_queries.heartbeat_held(
+            dialect,
+            lease_ms=to_ms(self.lease_seconds),
+            max_attempt_ms=to_ms(self.max_attempt_seconds),
+        )
+        leases = sorted({(c.item_id, c.lease_token) for c in claims})
+        params = held_queries.held_params(dialect, held_queries.HELD_COLUMNS, leases)
+        with self._db.single() as c:
+            rows = self._db.fetch(c, stmt, params)
+        held = {(row.id, row.lease_token): row for row in rows}
+        replies: list[HeartbeatReply | None] = []
+        for claim in claims:
+            row = held.get((claim.item_id, claim.lease_token))
+            replies.append(
+                None
+                if row is None
+                else HeartbeatReply(from_ms(row.lease_expires_at), _reason(row.stop_reason))
+            )
+        return replies
+
+    def finish_many(
+        self, endings: Sequence[Ending], *, conn: sa.Connection | None = None
+    ) -> list[Claim]:
+        """C, D and I for several held attempts in one round trip: ONE statement on PostgreSQL
+        (autocommit unless `conn`), one write transaction on SQLite. Each attempt is fenced by
+        its own token and writes its own event row and counter deltas, as `complete`, `fail`
+        and `abandon` do one at a time; the finish hook runs for every group left finished.
+
+        Returns the claims whose lease was lost (stale token: nothing was written about them),
+        in order; every other attempt ended whatever happened to those. Raises ValueError when
+        one claim comes twice. With `conn`, in the caller's transaction.
+        """
+        if not endings:
+            return []
+        rows = sorted(
+            (
+                (
+                    e.claim.item_id,
+                    e.claim.lease_token,
+                    e.state.value,
+                    e.category,
+                    None if e.message is None else e.message[:MESSAGE_MAX_CHARS],
+                )
+                for e in endings
+            ),
+            key=lambda row: (row[0], row[1]),
+        )
+        if len({(row[0], row[1]) for row in rows}) != len(rows):
+            raise ValueError("each claim can be ended once")
+        dialect = self._db.dialect_name
+        stmt = held_queries.finish_held(dialect)
+        params = held_queries.held_params(dialect, held_queries.ENDING_COLUMNS, rows)
+        groups = sorted({e.claim.group_id for e in endings})
+        if any(self._watches(group_id) for group_id in groups):
+            # The moves, the groups' locks and the finished checks in one transaction.
+            with self._db.write(conn) as c:
+                moved = self._move(stmt, params, WORKER_SOURCE, c)
+                self._after_move(c, moved)
+        else:
+            moved = self._move(stmt, params, WORKER_SOURCE, conn)
+        ended = {(row.id, row.lease_token) for row in moved}
+        return [e.claim for e in endings if (e.claim.item_id, e.claim.lease_token) not in ended]
+
+    def complete_many(
+        self, claims: Sequence[Claim], *, conn: sa.Connection | None = None
+    ) -> list[Claim]:
+        """C for several held attempts in one round trip: `finish_many`, every one `succeeded`.
+        Returns the claims whose lease was lost."""
+        return self.finish_many([Ending(claim) for claim in claims], conn=conn)
+
     def _fenced(
         self,
         stmt: Update,
@@ -533,7 +614,7 @@ class LeaseManager(Reader):
             if source.correlation_id is not None:
                 params = {**params, "log_correlation_id": source.correlation_id}
             with self._db.single(conn) as c:
-                return self._db.rows(c, stmt_logged, params)
+                return self._db.fetch(c, stmt_logged, params)
         with self._db.write(conn) as c:
             rows = self._db.rows(c, stmt, params)
             transitions.record(self._db, c, [(rows, source)], self._shards)

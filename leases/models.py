@@ -89,6 +89,31 @@ class Claim:
     correlation_id: str
 
 
+ENDING_STATES: frozenset[State] = frozenset({State.SUCCEEDED, State.FAILED, State.ABANDONED})
+"""The states `LeaseManager.finish_many` ends held attempts in (C, D and I)."""
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How `LeaseManager.finish_many` ends one held attempt: C (`succeeded`, the default), D
+    (`failed`, with a permanent error `category` and optionally a `message`) or I
+    (`abandoned`, with `cancelled` or `deadline_exceeded`), as `complete`, `fail` and `abandon`
+    do. Raises ValueError for any other combination."""
+
+    claim: Claim
+    state: State = State.SUCCEEDED
+    category: str | None = None
+    message: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.state not in ENDING_STATES:
+            raise ValueError(f"an attempt cannot be ended {self.state.value} here")
+        if (self.category is None) != (self.state is State.SUCCEEDED):
+            raise ValueError("failed and abandoned take a category; succeeded takes none")
+        if self.message is not None and self.state is not State.FAILED:
+            raise ValueError("only a failed attempt keeps a message")
+
+
 @dataclass(frozen=True)
 class HeartbeatReply:
     """A heartbeat's answer; `stop_reason` set means the lease was NOT extended."""

@@ -17,7 +17,7 @@ from sqlalchemy.sql.dml import Update
 from sqlalchemy.sql.elements import ColumnElement
 
 from leases.models import CATEGORISED, State
-from leases.queries import MOVED, claimable, claimed_values, literal_limit, state_in
+from leases.queries import MOVED, claimable, claimed_values, inline, literal_limit, state_in
 from leases.schema import counters, events, items
 from leases.sqlfuncs import db_now_ms
 
@@ -46,7 +46,7 @@ def logged(move: Update, spec: LogSpec) -> sa.Select[tuple[object, ...]]:
     """
     moved = move.cte("moved")
     from_state: ColumnElement[str] = (
-        moved.c.from_state if spec.from_state is None else sa.literal(spec.from_state.value)
+        moved.c.from_state if spec.from_state is None else inline(spec.from_state.value)
     )
     null = sa.null()
     log = (
@@ -68,13 +68,15 @@ def logged(move: Update, spec: LogSpec) -> sa.Select[tuple[object, ...]]:
             sa.select(
                 moved.c.id,
                 moved.c.group_id,
-                moved.c.attempt + spec.attempt_offset,
+                moved.c.attempt + inline(spec.attempt_offset)
+                if spec.attempt_offset
+                else moved.c.attempt,
                 from_state,
                 moved.c.state,
                 moved.c.updated_at,
                 moved.c.worker_id if spec.attempt_fields else null,
                 moved.c.lease_token if spec.attempt_fields else null,
-                sa.literal(spec.reason) if spec.reason is not None else moved.c.error_category,
+                inline(spec.reason) if spec.reason is not None else moved.c.error_category,
                 sa.bindparam("log_correlation_id", type_=sa.String)
                 if spec.own_correlation_id
                 else moved.c.correlation_id,
@@ -83,31 +85,31 @@ def logged(move: Update, spec: LogSpec) -> sa.Select[tuple[object, ...]]:
         )
         .cte("logged")
     )
-    shard = moved.c.seq % spec.shards
+    shard = moved.c.seq % inline(spec.shards)
     to_category = sa.case(
         (
-            moved.c.state.in_([s.value for s in sorted(CATEGORISED)]),
-            sa.func.coalesce(moved.c.error_category, ""),
+            state_in(CATEGORISED, moved.c.state),
+            sa.func.coalesce(moved.c.error_category, inline("")),
         ),
-        else_="",
+        else_=inline(""),
     )
     out_of = sa.select(
         moved.c.group_id.label("group_id"),
         from_state.label("state"),
-        sa.literal(spec.from_category).label("category"),
+        inline(spec.from_category).label("category"),
         shard.label("shard"),
-        sa.literal(-1).label("n"),
+        inline(-1).label("n"),
         moved.c.updated_at.label("at"),
     )
     into = sa.select(
-        moved.c.group_id, moved.c.state, to_category, shard, sa.literal(1), moved.c.updated_at
+        moved.c.group_id, moved.c.state, to_category, shard, inline(1), moved.c.updated_at
     )
     d = sa.union_all(out_of, into).subquery("d")
     key = (d.c.group_id, d.c.state, d.c.category, d.c.shard)
     deltas = (
         sa.select(*key, sa.func.sum(d.c.n).label("n"), sa.func.max(d.c.at).label("updated_at"))
         .group_by(*key)
-        .having(sa.func.sum(d.c.n) != 0)
+        .having(sa.func.sum(d.c.n) != inline(0))
         .order_by(*key)
     )
     upsert = postgresql.insert(counters).from_select(
@@ -123,7 +125,7 @@ def logged(move: Update, spec: LogSpec) -> sa.Select[tuple[object, ...]]:
         set_={
             "n": counters.c.n + upsert.excluded.n,
             "updated_at": sa.func.greatest(counters.c.updated_at, upsert.excluded.updated_at),
-            "version": counters.c.version + 1,
+            "version": counters.c.version + inline(1),
         },
     ).cte("counted")
     return sa.select(moved).add_cte(log, counted)

@@ -53,10 +53,16 @@ def state_is(state: State) -> ColumnElement[bool]:
     return items.c.state == sa.literal_column(f"'{state.value}'")
 
 
-def state_in(states: Collection[State]) -> ColumnElement[bool]:
-    """`lease_items.state IN (...)` with literal values, in a stable order."""
+def state_in(
+    states: Collection[State], column: ColumnElement[str] = items.c.state
+) -> ColumnElement[bool]:
+    """`lease_items.state IN (...)` (or `column IN`) with literal values, in a stable order.
+
+    Literal, not a list of bound values: SQLAlchemy renders such a list anew on every execution
+    (an "expanding" parameter), which costs more than the rest of a small statement's client
+    side."""
     ordered = sorted(s.value for s in states)
-    return items.c.state.in_([sa.literal_column(f"'{value}'") for value in ordered])
+    return column.in_([sa.literal_column(f"'{value}'") for value in ordered])
 
 
 def _fenced() -> tuple[ColumnElement[bool], ...]:
@@ -95,6 +101,21 @@ def backoff_ms(base_ms: int, max_ms: int) -> ColumnElement[int]:
     return sa.cast(jittered, sa.BigInteger)
 
 
+def inline(value: str | int | None) -> ColumnElement[Any]:
+    """A constant written into the statement's text rather than bound at every execution.
+
+    For the statements run per item: each bound constant is one more parameter the driver
+    adapts on every execution, and it lengthens the text (psycopg caches the parsing of a
+    statement only up to 4,096 bytes). Only the engine's own constants go through here.
+    """
+    if value is None:
+        return sa.null()
+    if isinstance(value, int):
+        return sa.literal_column(str(value), sa.Integer)
+    quoted = value.replace("'", "''")
+    return sa.literal_column(f"'{quoted}'", sa.String)
+
+
 def literal_limit(limit: int) -> ColumnElement[int]:
     """A LIMIT value inlined into the SQL text."""
     # Inlined, not bound: PostgreSQL's generic plans (psycopg prepares repeated statements)
@@ -122,14 +143,14 @@ def claimed_values(now: ColumnElement[int], lease_ms: int) -> dict[str, Any]:
     `p_worker_id` is bound at execution; the correlation id is drawn per row.
     """
     return {
-        "state": State.IN_PROGRESS.value,
-        "attempt": items.c.attempt + 1,
+        "state": inline(State.IN_PROGRESS.value),
+        "attempt": items.c.attempt + inline(1),
         "lease_token": random_token(),
-        "lease_expires_at": now + lease_ms,
+        "lease_expires_at": now + inline(lease_ms),
         "attempt_started_at": now,
         "worker_id": sa.bindparam("p_worker_id", type_=sa.String),
-        "error_category": None,
-        "error_message": None,
+        "error_category": sa.null(),
+        "error_message": sa.null(),
         "correlation_id": random_short_id(),
         "updated_at": now,
     }
@@ -211,11 +232,11 @@ def stop_reason(max_attempt_ms: int) -> ColumnElement[str | None]:
     cancelled = group.with_only_columns(groups.c.cancel_requested).scalar_subquery()
     deadline_at = group.with_only_columns(groups.c.deadline_at).scalar_subquery()
     return sa.case(
-        (cancelled, sa.literal(StopReason.CANCELLED.value)),
-        (deadline_at <= now, sa.literal(StopReason.DEADLINE_EXCEEDED.value)),
+        (cancelled, inline(StopReason.CANCELLED.value)),
+        (deadline_at <= now, inline(StopReason.DEADLINE_EXCEEDED.value)),
         (
-            items.c.attempt_started_at + max_attempt_ms <= now,
-            sa.literal(StopReason.MAX_ATTEMPT_SECONDS.value),
+            items.c.attempt_started_at + inline(max_attempt_ms) <= now,
+            inline(StopReason.MAX_ATTEMPT_SECONDS.value),
         ),
         else_=sa.null(),
     )
@@ -236,7 +257,7 @@ def heartbeat(*, lease_ms: int, max_attempt_ms: int) -> Update:
         .where(*_fenced())
         .values(
             lease_expires_at=sa.case(
-                (reason.is_(None), now + lease_ms), else_=items.c.lease_expires_at
+                (reason.is_(None), now + inline(lease_ms)), else_=items.c.lease_expires_at
             )
         )
         .returning(items.c.lease_expires_at, reason.label("stop_reason"))
@@ -251,10 +272,10 @@ def finish(to_state: State) -> Update:
         sa.update(items)
         .where(*_fenced())
         .values(
-            state=to_state.value,
+            state=inline(to_state.value),
             error_category=sa.bindparam("p_category", type_=sa.String),
             error_message=sa.bindparam("p_message", type_=sa.String),
-            lease_expires_at=None,
+            lease_expires_at=sa.null(),
             updated_at=db_now_ms(),
         )
         .returning(*MOVED)

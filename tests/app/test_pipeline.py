@@ -8,6 +8,7 @@ import io
 import json
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -581,3 +582,61 @@ def test_a_metadata_sha256_that_is_not_the_bytes_is_not_trusted(
     assert final["failures"] == {"derivative_conflict": 1}
     assert app.batches.manifest(status["id"]) == []
     assert hashlib.sha256(moto_s3.get(key)).hexdigest() == theirs.sha256
+
+
+class _HeldReads:
+    """A source reader whose reads wait until the test lets them go (at most 30 s): items stay
+    held, with nothing else happening, for as long as the test needs."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.go = threading.Event()
+
+    def read(self, source: str, *, max_bytes: int) -> bytes:
+        self.go.wait(30)
+        return bytes(self.inner.read(source, max_bytes=max_bytes))
+
+
+def test_a_worker_renews_all_its_held_items_in_one_statement(
+    make_app: Callable[..., App], tmp_path: Path
+) -> None:
+    """Three items held at once by one worker are renewed together, one statement per beat
+    carrying all three leases, never one statement per item; then they all succeed."""
+    app = make_app(lease_seconds=0.3)
+    status, _ = app.batches.submit(_request(write_photos(tmp_path / "src", 3)))
+    worker = app.worker(LocalStore(tmp_path / "store"), WorkerOptions(batch_ids=[status["id"]]))
+    reads = _HeldReads(worker.sources)
+    worker.sources = reads  # type: ignore[assignment]
+    claims = app.leases.claim("test-worker", 3, group_ids=[status["id"]])
+    beats: list[tuple[str, Any]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        if statement.lstrip().upper().startswith("UPDATE LEASE_ITEMS SET LEASE_EXPIRES_AT"):
+            beats.append((statement, parameters))
+
+    def leases_in(parameters: Any) -> int:
+        if isinstance(parameters, dict):
+            return len(parameters["p_held_id"])
+        (held,) = [p for p in parameters if isinstance(p, str) and p.startswith("[")]
+        return len(json.loads(held))
+
+    sa.event.listen(app.engine, "before_cursor_execute", record)
+    outcomes: list[str] = []
+    threads = [
+        threading.Thread(target=lambda c=c: outcomes.append(worker.process(c))) for c in claims
+    ]
+    try:
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 20
+        while not any(leases_in(p) == 3 for _, p in list(beats)):
+            assert time.monotonic() < deadline, beats
+            time.sleep(0.02)
+    finally:
+        reads.go.set()
+        for thread in threads:
+            thread.join(60)
+        sa.event.remove(app.engine, "before_cursor_execute", record)
+
+    assert all("held" in statement for statement, _ in beats)
+    assert outcomes == ["succeeded"] * 3

@@ -66,3 +66,34 @@ def test_programming_errors_are_not_outages(sqlite_url: str) -> None:
     assert isinstance(caught.value.__cause__, sa.exc.OperationalError)
     assert "no such table" in str(caught.value.__cause__)
     engine.dispose()
+
+
+@pytest.mark.postgres
+def test_lost_connections_fail_one_call_and_the_next_reconnects(postgres_url: str) -> None:
+    """After the server dropped every connection (a restart), one call raises
+    DatabaseUnavailable, the pool's other dead connections are discarded with it, and the next
+    call reconnects: on the statements run per item too, which go to the driver directly."""
+    engine = make_engine(postgres_url)
+    upgrade(engine)
+    manager = LeaseManager(engine)
+    new_group(manager, 2)
+    claims = manager.claim("w", 2)
+    with engine.connect() as first, engine.connect() as second:
+        for conn in (first, second):
+            conn.exec_driver_sql("SELECT 1")
+    admin = sa.create_engine(postgres_url, poolclass=sa.NullPool)
+    with admin.connect() as conn:
+        dropped = conn.exec_driver_sql(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).scalar_one()
+    admin.dispose()
+    assert dropped >= 2
+
+    with pytest.raises(DatabaseUnavailable) as caught:
+        manager.heartbeat_many(claims)
+
+    assert isinstance(caught.value.__cause__, sa.exc.OperationalError)
+    assert [reply is not None for reply in manager.heartbeat_many(claims)] == [True, True]
+    assert manager.complete_many(claims) == []
+    engine.dispose()

@@ -6,6 +6,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg.sql
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.sql.dml import Update
@@ -15,6 +16,7 @@ from leases import (
     NewItem,
     State,
     group_queries,
+    held_queries,
     make_engine,
     pgqueries,
     queries,
@@ -91,6 +93,48 @@ def test_claim_uses_the_queue_indexes(loaded: tuple[sa.Engine, str, str]) -> Non
         "ix_lease_items_group_state_seq",
         "ix_lease_items_queued_seq",
     )
+
+
+def _prepared_plan(
+    engine: sa.Engine, stmt: sa.Select[Any], params: dict[str, Any], mode: str
+) -> str:
+    """The plan of `stmt` prepared, as psycopg prepares a statement run a few times:
+    `plan_cache_mode` `force_custom_plan` (made for these values) or `force_generic_plan` (made
+    without them, and kept)."""
+    compiled = stmt.compile(dialect=engine.dialect)
+    sql, values = str(compiled), []
+    for n, name in enumerate(compiled.params, start=1):
+        sql = sql.replace(f"%({name})s", f"${n}")
+        values.append(params[name])
+    with engine.connect() as conn:
+        raw: Any = conn.connection.dbapi_connection
+        conn.exec_driver_sql(f"SET plan_cache_mode = {mode}")
+        conn.exec_driver_sql(f"PREPARE plan_test AS {sql}")
+        arguments = ", ".join(psycopg.sql.Literal(v).as_string(raw) for v in values)
+        lines = conn.exec_driver_sql(f"EXPLAIN EXECUTE plan_test({arguments})").scalars().all()
+        conn.exec_driver_sql("DEALLOCATE plan_test")
+        conn.exec_driver_sql("RESET plan_cache_mode")
+    return "\n".join(lines)
+
+
+def test_set_statements_probe_the_primary_key(loaded: tuple[sa.Engine, str, str]) -> None:
+    """A heartbeat or an ending of a set of held leases finds each item by its id, or among the
+    in-progress items (an index of the leases held at once), never by scanning the items: in
+    the plan made for the values and in the generic one a prepared statement keeps."""
+    engine, big, _ = loaded
+    claims = LeaseManager(engine).claim("w", 10, group_ids=[big])
+    leases = [(c.item_id, c.lease_token) for c in claims]
+    held = held_queries.held_params("postgresql", held_queries.HELD_COLUMNS, leases)
+    beat = held_queries.heartbeat_held("postgresql", lease_ms=1000, max_attempt_ms=2000)
+    # As a CTE of a SELECT, as `_plan` takes it: the UPDATE's plan is the same.
+    beat_select = sa.select(beat.cte("beat"))
+    endings = [(*lease, "succeeded", None, None) for lease in leases]
+    ended = held_queries.held_params("postgresql", held_queries.ENDING_COLUMNS, endings)
+    finish = _logged(held_queries.finish_held("postgresql"), Source(State.IN_PROGRESS))
+    indexes = ("lease_items_pkey", "ix_lease_items_in_progress")
+    for stmt, params in ((beat_select, held), (finish, ended)):
+        for mode in ("force_custom_plan", "force_generic_plan"):
+            _assert_uses(_prepared_plan(engine, stmt, params, mode), *indexes)
 
 
 def test_reap_uses_the_expiry_and_group_indexes(loaded: tuple[sa.Engine, str, str]) -> None:
