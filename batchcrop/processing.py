@@ -303,26 +303,20 @@ class Attempt:
     def _written(self, rendition: Rendition, derivative: Derivative) -> Derivative:
         """Log the write of `rendition` (and a stored object of other bytes); its manifest row."""
         claim = self.claim
-        log_event(
-            "write",
-            level=logging.DEBUG,
-            item=claim.item_id,
-            attempt=claim.attempt,
-            corr=claim.correlation_id,
-            ratio=str(rendition.ratio),
-            format=rendition.format,
-            bytes=len(rendition.data),
-        )
+        which = {
+            "item": claim.item_id,
+            "attempt": claim.attempt,
+            "corr": claim.correlation_id,
+            "ratio": str(rendition.ratio),
+            "format": rendition.format,
+        }
+        log_event("write", level=logging.DEBUG, **which, bytes=len(rendition.data))
         if derivative.sha256 != rendition.sha256:
             self.on_write_differs()
             log_event(
                 "write_differs",
                 level=logging.WARNING,
-                item=claim.item_id,
-                attempt=claim.attempt,
-                corr=claim.correlation_id,
-                ratio=str(rendition.ratio),
-                format=rendition.format,
+                **which,
                 key=derivative.key,
                 ours=rendition.sha256,
                 stored=derivative.sha256,
