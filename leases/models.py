@@ -9,7 +9,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 MILLISECONDS_PER_SECOND = 1000
 MESSAGE_MAX_CHARS = 200
@@ -68,12 +68,15 @@ def to_ms(seconds: float) -> int:
     return round(seconds * MILLISECONDS_PER_SECOND)
 
 
-@dataclass(frozen=True)
-class NewItem:
-    """An item to create: its caller-chosen id and an opaque JSON object."""
+class NewItem(NamedTuple):
+    """An item to create: its caller-chosen id and an opaque JSON object, given as a mapping or
+    as the JSON text of one (stored as given: a caller creating many items encodes each payload
+    once, in whatever way is fastest for it, and is answerable for the text being an object).
+
+    A named tuple, not a dataclass: a million-item group builds a million of them."""
 
     id: str
-    payload: Mapping[str, Any]
+    payload: Mapping[str, Any] | str
 
 
 @dataclass(frozen=True)

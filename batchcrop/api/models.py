@@ -14,7 +14,7 @@ from typing import Annotated, Literal, cast
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, WithJsonSchema
 
-from batchcrop.batches import FOCUS_PX_MAX, LABEL_CHARS_MAX, focus_box, label_text
+from batchcrop.batches import LABEL_CHARS_MAX, label_text
 from batchcrop.crop.spec import (
     FORMAT_NAMES,
     FORMATS_DEFAULT,
@@ -28,6 +28,7 @@ from batchcrop.crop.spec import (
     RATIOS_MAX_COUNT,
 )
 from batchcrop.documents import DerivativeDocument, PreviewDocument
+from batchcrop.items import FOCUS_PX_MAX, focus_box
 from batchcrop.notify import NOTIFY_URL_CHARS_MAX
 from batchcrop.settings import (
     DEADLINE_SECONDS,
