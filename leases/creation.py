@@ -122,15 +122,13 @@ def write_items(
         params = {"p_rows": rows, "p_group_id": group_id, "p_first_seq": first_seq, "p_now": now}
         db.execute(conn, group_queries.insert_items_from_json(), params)
     elif db.dialect_name == "postgresql" and db.can_copy(conn):
-        blocks = _copy_blocks(group_id, items, first_seq, now)
+        blocks = copy_blocks(group_id, items, first_seq, now)
         db.copy_text(conn, pgqueries.copy_new_items(), blocks)
     else:
         db.execute_many(conn, sa.insert(schema.items), _item_dicts(group_id, items, first_seq, now))
 
 
-def _copy_blocks(
-    group_id: str, items: Sequence[NewItem], first_seq: int, now: int
-) -> Iterator[str]:
+def copy_blocks(group_id: str, items: Sequence[NewItem], first_seq: int, now: int) -> Iterator[str]:
     """COPY text of the items, `COPY_BLOCK_ROWS` lines a block, in the columns of
     `pgqueries.NEW_ITEM_COPY_COLUMNS`: id, seq, payload, then the values every new item shares."""
     shared = f"\t{_copy_escaped(group_id)}\t{State.QUEUED.value}\t0\t0\t{now}\t{now}\t{now}\n"

@@ -55,10 +55,11 @@ from leases.transitions import Source
 RETRY_BACKOFF_SECONDS = 5.0
 RETRY_BACKOFF_MAX_SECONDS = 300.0
 COUNTER_SHARDS = 8
-# Rows per reaper/cancel UPDATE or DELETE (each its own transaction): this bounds how long any one
-# of them holds SQLite's write lock and the memory used on million-item groups. Creation chunks
-# are sized by their own pace (`leases.creation`); `add_group` takes at most `CREATE_BATCH_ROWS`.
+# The most items `add_group` writes in its caller's transaction (creation chunks are sized by
+# their own pace: `leases.creation`).
 CREATE_BATCH_ROWS = 2000
+# Rows per reaper/cancel UPDATE or DELETE (each its own transaction): this bounds how long any one
+# of them holds SQLite's write lock and the memory used on million-item groups.
 MOVE_BATCH_ROWS = 5000
 # Rows per purge DELETE (each its own transaction, a pause after each on SQLite): a purge must
 # never hold SQLite's write lock, or PostgreSQL's locks, long enough to delay a claim.
@@ -142,7 +143,8 @@ class LeaseManager(Reader):
         """Create a group and its items (all `queued`, in iteration order); returns the count.
 
         Atomic for readers and claimers, yet no transaction is long however many items there are:
-        the group is written unsealed, its items in transactions of `CREATE_BATCH_ROWS`, and one
+        the group is written unsealed, its items in chunks paced to a fraction of a second each
+        (`leases.creation`; no events: an item's creation is its row), and one
         short last transaction seals it and runs `on_seal(conn)` (the caller's own rows that must
         appear with the group). Until sealed a group takes no claims and is not found by any read,
         cancel, requeue or reaper pass; its deadline counts from the seal. When creation fails
