@@ -210,6 +210,9 @@ print(json.dumps(latencies))
 
 
 def _env(code: str, url: str) -> dict[str, str]:
+    """The environment of a process of `code`. Such processes also run in `code` (cwd): `python
+    -m` and `-c` put the working folder first on `sys.path`, ahead of PYTHONPATH, so a process
+    started from this checkout would run this checkout's code whatever PYTHONPATH says."""
     env = {**os.environ, "PYTHONPATH": code, "BATCHCROP_DATABASE_URL": url}
     env["BATCHCROP_SOURCE_ROOTS"] = SOURCE_ROOT
     env.pop("BATCHCROP_API_TOKEN", None)
@@ -218,7 +221,9 @@ def _env(code: str, url: str) -> dict[str, str]:
 
 def _batchcrop(code: str, url: str, *args: str) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "batchcrop", "--log-level", "WARNING", *args]
-    done = subprocess.run(command, check=False, env=_env(code, url), capture_output=True, text=True)
+    done = subprocess.run(
+        command, check=False, env=_env(code, url), cwd=code, capture_output=True, text=True
+    )
     if done.returncode != 0:
         raise RuntimeError(f"batchcrop {args[0]} failed: {done.stderr[-2000:]}")
     return done
@@ -241,6 +246,7 @@ class Fleet:
                 str(FLEET_WORK_SECONDS),
             ],
             env=_env(code, url),
+            cwd=code,
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -293,6 +299,7 @@ def submit_by_api(code: str, url: str, items: int) -> tuple[float, float | None]
     server = subprocess.Popen(
         [sys.executable, "-m", "batchcrop", "--log-level", "WARNING", "serve", "--port", str(port)],
         env=_env(code, url),
+        cwd=code,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
