@@ -217,8 +217,8 @@ class BatchService:
             if existing is not None:
                 return self.status(existing), False
         batch_id = str(uuid.uuid4())
-        # Payloads as JSON text, made as the lease engine reads them (chunk by chunk).
-        items = map(NewItem, time_ordered_uuids(), request.item_list.payload_texts())
+        # (id, payload text) pairs, made as the lease engine reads them (chunk by chunk).
+        items = zip(time_ordered_uuids(), request.item_list.payload_texts(), strict=False)
         row = queries.insert_batch(
             batch_id=batch_id,
             spec=request.spec.to_record(),

@@ -153,17 +153,19 @@ def _csv_items(csv_path: str, reader: SourceReader) -> ItemList:
             table = csv.reader(handle)
             header = next(table, None) or []
             column = {name: i for i, name in enumerate(header)}
-            source_at, ref_at = column.get("source"), column.get("ref")
+            # A missing column reads as past the end of every row.
+            source_at, ref_at = column.get("source", len(header)), column.get("ref", len(header))
             focus_at = [column.get(name) for name in FOCUS_COLUMNS]
             with_focus = any(at is not None for at in focus_at)
             for row in table:
                 if not row:
                     continue
-                source = _cell(row, source_at)
+                width = len(row)
+                source = row[source_at] if source_at < width else None
                 if not source:
                     raise UsageError(f"{csv_path}: every row needs a source column")
                 sources.append(normalize(source))
-                refs.append(_cell(row, ref_at) or None)
+                refs.append((row[ref_at] if ref_at < width else None) or None)
                 if with_focus:
                     # The line a row ends on (a quoted field may span lines): what an editor
                     # shows.

@@ -11,7 +11,6 @@ and no event rows: an item's creation is its row (ADR 0023).
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from json.encoder import encode_basestring_ascii
@@ -21,7 +20,7 @@ import sqlalchemy as sa
 
 from leases import group_queries, pgqueries, schema
 from leases.executor import Executor
-from leases.models import NewItem, State
+from leases.models import ItemPair, State
 
 CHUNK_ROWS_FIRST = 2000
 """Items in a creation's first chunk, before its pace is known."""
@@ -41,7 +40,7 @@ COPY_BLOCK_ROWS = 1000
 """Rows formatted and sent at a time inside one COPY, so the server works while the next block
 is formatted."""
 
-_COPY_SPECIAL = re.compile(r"[\\\t\n\r]")
+_COPY_SPECIALS = ("\\", "\t", "\n", "\r")
 _COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 
 
@@ -93,13 +92,13 @@ def payload_text(payload: Mapping[str, Any] | str) -> str:
     return payload if isinstance(payload, str) else json.dumps(payload)
 
 
-def prepared_rows(dialect_name: str, items: Sequence[NewItem]) -> str | None:
+def prepared_rows(dialect_name: str, items: Sequence[ItemPair]) -> str | None:
     """What `write_items` needs that can be built before the transaction (so the write lock is
     not held while it is): on SQLite the chunk's JSON array of `[id, payload]` pairs; elsewhere
     None (PostgreSQL formats its COPY text while the server reads it)."""
     if dialect_name != "sqlite":
         return None
-    pairs = [f"[{encode_basestring_ascii(i.id)},{payload_text(i.payload)}]" for i in items]
+    pairs = [f"[{encode_basestring_ascii(i)},{payload_text(p)}]" for i, p in items]
     return "[" + ",".join(pairs) + "]"
 
 
@@ -107,7 +106,7 @@ def write_items(
     db: Executor,
     conn: sa.Connection,
     group_id: str,
-    items: Sequence[NewItem],
+    items: Sequence[ItemPair],
     *,
     first_seq: int,
     now: int,
@@ -128,24 +127,31 @@ def write_items(
         db.execute_many(conn, sa.insert(schema.items), _item_dicts(group_id, items, first_seq, now))
 
 
-def copy_blocks(group_id: str, items: Sequence[NewItem], first_seq: int, now: int) -> Iterator[str]:
+def copy_blocks(
+    group_id: str, items: Sequence[ItemPair], first_seq: int, now: int
+) -> Iterator[str]:
     """COPY text of the items, `COPY_BLOCK_ROWS` lines a block, in the columns of
     `pgqueries.NEW_ITEM_COPY_COLUMNS`: id, seq, payload, then the values every new item shares."""
     shared = f"\t{_copy_escaped(group_id)}\t{State.QUEUED.value}\t0\t0\t{now}\t{now}\t{now}\n"
     for start in range(0, len(items), COPY_BLOCK_ROWS):
         block = items[start : start + COPY_BLOCK_ROWS]
-        ids = [i.id for i in block]
-        payloads = [payload_text(i.payload) for i in block]
+        ids = [i for i, _ in block]
+        payloads = [payload_text(p) for _, p in block]
         # Escaping is needed only where a backslash, tab or line break occurs (a JSON escape
-        # such as \u00e9, say): one scan of the block's text decides it for the whole block.
-        if _COPY_SPECIAL.search("".join(ids)):
+        # such as \u00e9, say): a few scans of the block's text decide it for the whole block.
+        if _needs_escaping("".join(ids)):
             ids = [_copy_escaped(i) for i in ids]
-        if _COPY_SPECIAL.search("".join(payloads)):
+        if _needs_escaping("".join(payloads)):
             payloads = [_copy_escaped(p) for p in payloads]
         seqs = range(first_seq + start, first_seq + start + len(block))
         yield "".join(
             [f"{i}\t{s}\t{p}{shared}" for s, i, p in zip(seqs, ids, payloads, strict=True)]
         )
+
+
+def _needs_escaping(text: str) -> bool:
+    """Whether `text` holds a character COPY's text format escapes."""
+    return any(special in text for special in _COPY_SPECIALS)
 
 
 def _copy_escaped(text: str) -> str:
@@ -154,12 +160,12 @@ def _copy_escaped(text: str) -> str:
 
 
 def _item_dicts(
-    group_id: str, items: Sequence[NewItem], first_seq: int, now: int
+    group_id: str, items: Sequence[ItemPair], first_seq: int, now: int
 ) -> list[dict[str, Any]]:
     """Rows for SQLAlchemy's executemany (a driver without COPY): JSON payloads as values."""
     return [
         {
-            "id": item.id,
+            "id": item_id,
             "group_id": group_id,
             "seq": seq,
             "state": State.QUEUED.value,
@@ -168,7 +174,7 @@ def _item_dicts(
             "next_attempt_at": now,
             "created_at": now,
             "updated_at": now,
-            "payload": json.loads(item.payload) if isinstance(item.payload, str) else item.payload,
+            "payload": json.loads(payload) if isinstance(payload, str) else payload,
         }
-        for seq, item in enumerate(items, first_seq)
+        for seq, (item_id, payload) in enumerate(items, first_seq)
     ]

@@ -41,7 +41,7 @@ from leases.models import (
     TERMINAL,
     Claim,
     HeartbeatReply,
-    NewItem,
+    ItemPair,
     ReapResult,
     State,
     StopReason,
@@ -136,11 +136,12 @@ class LeaseManager(Reader):
         *,
         deadline_seconds: float,
         max_attempts: int,
-        items: Iterable[NewItem],
+        items: Iterable[ItemPair],
         on_seal: Callable[[sa.Connection], object] | None = None,
         notify_finish: bool = False,
     ) -> int:
-        """Create a group and its items (all `queued`, in iteration order); returns the count.
+        """Create a group and its items (`NewItem`s or (id, payload) pairs, all `queued`, in
+        iteration order); returns the count.
 
         Atomic for readers and claimers, yet no transaction is long however many items there are:
         the group is written unsealed, its items in chunks paced to a fraction of a second each
@@ -172,7 +173,7 @@ class LeaseManager(Reader):
         *,
         deadline_seconds: float,
         max_attempts: int,
-        items: Sequence[NewItem],
+        items: Sequence[ItemPair],
     ) -> None:
         """Create a small group (at most `CREATE_BATCH_ROWS` items) sealed at once, in the
         caller's transaction `conn` (`transaction()`, or a finish hook's): it exists when that
@@ -191,7 +192,7 @@ class LeaseManager(Reader):
         group_id: str,
         deadline_seconds: float,
         max_attempts: int,
-        items: Iterable[NewItem],
+        items: Iterable[ItemPair],
         *,
         on_seal: Callable[[sa.Connection], object] | None,
         notify_finish: bool,
@@ -232,7 +233,7 @@ class LeaseManager(Reader):
         self,
         session: sa.Connection,
         group_id: str,
-        items: Iterable[NewItem],
+        items: Iterable[ItemPair],
         pacer: creation.Pacer,
     ) -> int:
         """Insert the items of an unsealed group on `session`, one short transaction per
@@ -299,7 +300,7 @@ class LeaseManager(Reader):
         self,
         c: sa.Connection,
         group_id: str,
-        items: Sequence[NewItem],
+        items: Sequence[ItemPair],
         *,
         first_seq: int,
         now: int,

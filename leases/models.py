@@ -73,10 +73,15 @@ class NewItem(NamedTuple):
     as the JSON text of one (stored as given: a caller creating many items encodes each payload
     once, in whatever way is fastest for it, and is answerable for the text being an object).
 
-    A named tuple, not a dataclass: a million-item group builds a million of them."""
+    `create_group` also takes plain (id, payload) pairs (`ItemPair`), such as a `zip` of ids and
+    payload texts: a million-item creation then makes no object per item."""
 
     id: str
     payload: Mapping[str, Any] | str
+
+
+ItemPair = tuple[str, Mapping[str, Any] | str]
+"""An item to create as a plain (id, payload) pair, which is what a `NewItem` is."""
 
 
 @dataclass(frozen=True)
