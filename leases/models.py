@@ -185,7 +185,8 @@ class ItemRow:
 
 @dataclass(frozen=True)
 class EventRow:
-    """One transition in the event log; `from_state` is None for creation."""
+    """One transition in the event log; `from_state` is None only on a creation event, which
+    groups created before creations stopped logging events (ADR 0023) still have."""
 
     id: int
     item_id: str
