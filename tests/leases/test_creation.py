@@ -277,14 +277,14 @@ def test_payloads_are_stored_exactly(manager: LeaseManager) -> None:
 
 def test_new_rows_hold_exactly_the_queued_item(engine: sa.Engine, manager: LeaseManager) -> None:
     """Every column of a created item is what a queued item holds, on both bulk paths (COPY on
-    PostgreSQL, `json_each` on SQLite), and a payload given as JSON text is stored as that
-    object."""
+    PostgreSQL, `json_each` on SQLite), and a payload given as JSON text (line breaks and tabs
+    in it too) is stored as that object."""
     group_id = str(uuid.uuid4())
     manager.create_group(
         group_id,
         deadline_seconds=60,
         max_attempts=1,
-        items=[NewItem("a", {"ref": "x"}), NewItem("b", '{"ref": "y", "n": [1, 2]}')],
+        items=[NewItem("a", {"ref": "x"}), NewItem("b", '{"ref": "y",\n\t"n": [1, 2]}')],
     )
     with engine.connect() as conn:
         created_at = conn.execute(
