@@ -18,7 +18,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from leases import group_queries, pgqueries, schema
+from leases import group_queries, pgqueries
 from leases.executor import Executor
 from leases.models import ItemPair, State
 
@@ -124,7 +124,9 @@ def write_items(
         blocks = copy_blocks(group_id, items, first_seq, now)
         db.copy_text(conn, pgqueries.copy_new_items(), blocks)
     else:
-        db.execute_many(conn, sa.insert(schema.items), _item_dicts(group_id, items, first_seq, now))
+        db.execute_many(
+            conn, group_queries.insert_items(), _item_dicts(group_id, items, first_seq, now)
+        )
 
 
 def copy_blocks(

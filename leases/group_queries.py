@@ -191,6 +191,11 @@ def recount(group_id: str) -> sa.Select[Any]:
 # --- creation -------------------------------------------------------------------------------
 
 
+def insert_items() -> Insert:
+    """Insert items, meant for executemany (a PostgreSQL driver without COPY)."""
+    return sa.insert(items)
+
+
 @cache
 def insert_items_from_json() -> Insert:
     """SQLite: insert one chunk of a new group's items, queued, from one JSON array of

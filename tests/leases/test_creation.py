@@ -24,6 +24,7 @@ from leases import (
 )
 from leases import engine as lease_engine
 from leases.creation import CHUNK_ROWS_FIRST
+from leases.executor import Executor
 from leases.schema import items as lease_items
 from tests.leases.conftest import LONG_AGO_MS, new_group, set_column
 
@@ -329,3 +330,23 @@ def test_a_creation_hands_its_connection_back_as_it_found_it(database_url: str) 
                 assert raw.execute("PRAGMA wal_autocheckpoint").fetchone() == (1000,)
     finally:
         engine.dispose()
+
+
+def test_a_postgresql_driver_without_copy_writes_the_same_rows(
+    engine: sa.Engine, manager: LeaseManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the driver cannot COPY, the items go in by executemany, the same rows (SQLite has
+    one bulk path only)."""
+    monkeypatch.setattr(Executor, "can_copy", lambda self, conn: False)
+    group_id = str(uuid.uuid4())
+    manager.create_group(
+        group_id,
+        deadline_seconds=60,
+        max_attempts=1,
+        items=[NewItem("a", {"ref": "x"}), ("b", '{"ref": "y"}')],
+    )
+    assert [(i.id, i.seq, i.state, i.payload) for i in manager.items(group_id)] == [
+        ("a", 0, State.QUEUED, {"ref": "x"}),
+        ("b", 1, State.QUEUED, {"ref": "y"}),
+    ]
+    assert manager.recount(group_id) == manager.counted(group_id)
