@@ -6,17 +6,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 import unicodedata
 import uuid
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from batchcrop import queries
-from batchcrop.crop.limits import MAX_SOURCE_PIXELS
 from batchcrop.crop.spec import RenderSpec
 from batchcrop.documents import (
     Batch,
@@ -27,6 +25,7 @@ from batchcrop.documents import (
     status_document,
 )
 from batchcrop.errors import BatchcropError
+from batchcrop.items import ItemList, ItemRequest, time_ordered_uuids
 from batchcrop.notify import DELIVERY_MAX_ATTEMPTS, DELIVERY_WINDOW_SECONDS, check_notify_url
 from batchcrop.settings import DEADLINE_SECONDS_MAX, MAX_ATTEMPTS_MAX
 from leases import (
@@ -44,7 +43,7 @@ from leases import (
 from storage import canonical_store_url, object_url
 
 if TYPE_CHECKING:
-    from batchcrop.crop.window import Box
+    pass
 
 RECROP_REASON = "recrop"
 """The `reason` of the event that moves a re-cropped item back to `queued` (`batchcrop.recrop`)."""
@@ -116,146 +115,56 @@ class NothingToRedeliver(BatchcropError):
     still under way."""
 
 
-FOCUS_TERMS = ("left", "top", "right", "bottom")
-FOCUS_PX_MAX = MAX_SOURCE_PIXELS
-"""No side of a picture the engine accepts is longer than its pixel limit, so a larger
-coordinate could never fall inside one; the limit also keeps every value a small integer."""
-
-
-class FocusError(ValueError):
-    """A focus box that is not four whole numbers forming a box; `term` names the offending one
-    (`left`, `top`, `right`, `bottom`), so the CLI can name its CSV column and the API its
-    field."""
-
-    def __init__(self, term: str, message: str) -> None:
-        super().__init__(message)
-        self.term = term
-
-
-def focus_box(values: Sequence[object]) -> Box:
-    """The focus box `(left, top, right, bottom)` of `values`, checked; FocusError otherwise.
-
-    Coordinates are upright source pixels (after EXIF orientation), right and bottom exclusive,
-    as a derivative's `crop_box`. Only the shape is checked here: whether the box meets the
-    picture is known once the source is read (the item then fails `invalid_focus`).
-    """
-    if len(values) != len(FOCUS_TERMS):
-        raise FocusError("left", "a focus box is four numbers: left, top, right, bottom")
-    checked: list[int] = []
-    for term, value in zip(FOCUS_TERMS, values, strict=True):
-        # bool is an int to Python, never a coordinate to a caller.
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise FocusError(term, f"{term} must be a whole number")
-        if not 0 <= value <= FOCUS_PX_MAX:
-            raise FocusError(term, f"{term} must be in 0..{FOCUS_PX_MAX}")
-        checked.append(value)
-    left, top, right, bottom = checked
-    if right <= left:
-        raise FocusError("right", "right must be greater than left")
-    if bottom <= top:
-        raise FocusError("bottom", "bottom must be greater than top")
-    return left, top, right, bottom
-
-
-def focus_from_text(text: str) -> Box:
-    """The focus box written `left,top,right,bottom` (the CLI's `--focus`, the API's `?focus=`),
-    checked by `focus_box`; FocusError otherwise."""
-    parts = text.split(",")
-    if len(parts) != len(FOCUS_TERMS):
-        raise FocusError("left", "a focus box is four numbers: left,top,right,bottom")
-    values: list[object] = []
-    for term, part in zip(FOCUS_TERMS, parts, strict=True):
-        digits = part.strip()
-        # isascii: str.isdigit() also accepts digits int() refuses, such as "²".
-        if not (digits.isascii() and digits.isdigit()) or len(digits) > len(str(FOCUS_PX_MAX)):
-            raise FocusError(term, f"{term} must be a whole number in 0..{FOCUS_PX_MAX}")
-        values.append(int(digits))
-    return focus_box(values)
-
-
-def payload_focus(payload: Mapping[str, Any]) -> Box | None:
-    """An item payload's focus box as a tuple (JSON stores it as a list), or None."""
-    values = payload.get("focus_box")
-    return None if values is None else focus_box(values)
-
-
-@dataclass(frozen=True)
-class ItemRequest:
-    """One source to crop, with the caller's reference (e.g. a SKU) and, when the caller knows
-    where the product is, a focus box every derivative keeps (docs/design.md §6)."""
-
-    source: str
-    ref: str | None = None
-    focus_box: Box | None = None
-
-    def __post_init__(self) -> None:
-        if self.focus_box is not None:
-            # A list from a caller becomes the tuple the crop engine and the hash expect.
-            object.__setattr__(self, "focus_box", focus_box(self.focus_box))
-
-    def payload(self) -> dict[str, Any]:
-        """The lease item's payload: `focus_box` only when set, so items without one (and every
-        item written before focus boxes existed) look alike."""
-        payload: dict[str, Any] = {"source": self.source, "ref": self.ref}
-        if self.focus_box is not None:
-            payload["focus_box"] = list(self.focus_box)
-        return payload
-
-    def fingerprinted(self) -> list[Any]:
-        """This item in the request fingerprint: (source, ref), plus the focus box when set, so
-        requests without focus boxes keep the fingerprints they always had."""
-        if self.focus_box is None:
-            return [self.source, self.ref]
-        return [self.source, self.ref, list(self.focus_box)]
-
-
 @dataclass(frozen=True)
 class BatchRequest:
     """Everything that defines a batch; two equal requests hash equal. `label` is a human name
-    for tables and filters (`batches --label`)."""
+    for tables and filters (`batches --label`). `items` is kept as an `ItemList` (any sequence
+    of `ItemRequest`s given is converted)."""
 
-    items: tuple[ItemRequest, ...]
+    items: Sequence[ItemRequest]
     spec: RenderSpec
     deadline_seconds: float
     max_attempts: int
     label: str | None = None
     notify_url: str | None = None
 
-    def fingerprint(self) -> str:
-        """sha256 over the canonical request, for idempotency checks.
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "items", ItemList.of(self.items))
 
-        The render request's record sits at the top level, beside the batch's own fields;
-        `notify_url` only when set, so requests without one keep their fingerprints.
-        """
+    @property
+    def item_list(self) -> ItemList:
+        """`items`, typed as what it is."""
+        assert isinstance(self.items, ItemList)
+        return self.items
+
+    def fingerprint(self) -> str:
+        """sha256 over the canonical request, for idempotency checks: the JSON (sorted keys) of
+        the items' `fingerprinted()` forms, the render request's record at the top level beside
+        the batch's own fields, `label` and `notify_url` only when set (so requests without
+        them keep their fingerprints). The items' text comes from `ItemList.fingerprint_json`,
+        spliced where `json.dumps` would write it."""
         body: dict[str, Any] = {
-            "items": [i.fingerprinted() for i in self.items],
+            "items": _ITEMS_PLACEHOLDER,
             **self.spec.fingerprinted(),
             "deadline_seconds": self.deadline_seconds,
             "max_attempts": self.max_attempts,
         }
         if self.label is not None:
-            # Only when set: requests without a label keep the fingerprints they always had.
             body["label"] = self.label
         if self.notify_url is not None:
             body["notify_url"] = self.notify_url
-        return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+        slot = '"items": ' + json.dumps(_ITEMS_PLACEHOLDER)
+        before, after = json.dumps(body, sort_keys=True).split(slot, 1)
+        digest = hashlib.sha256(before.encode())
+        digest.update(b'"items": ')
+        digest.update(self.item_list.fingerprint_json().encode())
+        digest.update(after.encode())
+        return digest.hexdigest()
 
 
-UUIDS_PER_DRAW = 4096
-"""Item ids drawn from the OS's random source at once (one system call, not one per item)."""
-
-
-def random_uuids() -> Iterator[str]:
-    """Endless random (version 4) UUIDs in their canonical text form, the same as
-    `str(uuid.uuid4())`, drawn `UUIDS_PER_DRAW` at a time: a million-item batch needs a million."""
-    variant = "89ab"  # RFC 9562: the two top bits of the 17th hex digit are 10
-    while True:
-        block = os.urandom(16 * UUIDS_PER_DRAW).hex()
-        for at in range(0, len(block), 32):
-            h = block[at : at + 32]
-            yield (
-                f"{h[0:8]}-{h[8:12]}-4{h[13:16]}-{variant[int(h[16], 16) & 3]}{h[17:20]}-{h[20:32]}"
-            )
+_ITEMS_PLACEHOLDER = "\0items\0"
+"""Stands for the items in the fingerprint's JSON until their text is spliced in; its encoded
+form (with the key before it) occurs nowhere else in that JSON."""
 
 
 def _cursor(text: str | None) -> int | None:
@@ -308,10 +217,8 @@ class BatchService:
             if existing is not None:
                 return self.status(existing), False
         batch_id = str(uuid.uuid4())
-        items = (
-            NewItem(id=item_id, payload=i.payload())
-            for item_id, i in zip(random_uuids(), request.items, strict=False)
-        )
+        # (id, payload text) pairs, made as the lease engine reads them (chunk by chunk).
+        items = zip(time_ordered_uuids(), request.item_list.payload_texts(), strict=False)
         row = queries.insert_batch(
             batch_id=batch_id,
             spec=request.spec.to_record(),

@@ -21,19 +21,19 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from batchcrop.app import App, NoDatabaseFile, build
-from batchcrop.batches import (
-    FOCUS_TERMS,
-    BatchRequest,
-    FocusError,
-    ItemRequest,
-    check_deadline,
-    focus_box,
-    focus_from_text,
-)
+from batchcrop.batches import BatchRequest, check_deadline
 from batchcrop.crop.spec import RenderSpec
 from batchcrop.errors import BatchcropError
 from batchcrop.exit_codes import Exit
 from batchcrop.fleet import fleet_summary, worker_documents
+from batchcrop.items import (
+    FOCUS_TERMS,
+    FocusError,
+    ItemList,
+    ItemRequest,
+    focus_box,
+    focus_from_text,
+)
 from batchcrop.logs import log_event
 from batchcrop.notify import NotifyUrlError
 from batchcrop.reporting import (
@@ -122,13 +122,13 @@ def _print_json(document: Any) -> None:
     sys.stdout.write("\n")
 
 
-def _items(args: argparse.Namespace, reader: SourceReader) -> list[ItemRequest]:
-    items: list[ItemRequest] = []
-    for source in args.sources:
-        items.extend(ItemRequest(source=s) for s in reader.expand(source))
+def _items(args: argparse.Namespace, reader: SourceReader) -> ItemList:
+    items = ItemList.of(
+        ItemRequest(source=s) for source in args.sources for s in reader.expand(source)
+    )
     csv_path = getattr(args, "items_csv", None)
     if csv_path:
-        items.extend(_csv_items(csv_path, reader))
+        items += _csv_items(csv_path, reader)
     if not items:
         raise UsageError("no source images found in the given sources")
     return items
@@ -138,42 +138,66 @@ FOCUS_COLUMNS = tuple(f"focus_{term}" for term in FOCUS_TERMS)
 _WHOLE_NUMBER = re.compile(r"-?[0-9]{1,100}")
 
 
-def _csv_items(csv_path: str, reader: SourceReader) -> list[ItemRequest]:
+def _csv_items(csv_path: str, reader: SourceReader) -> ItemList:
     """Items from a CSV with a `source` column and optional `ref` and `focus_left`, `focus_top`,
-    `focus_right`, `focus_bottom` columns; unreadable or invalid ⇒ usage error naming the row."""
+    `focus_right`, `focus_bottom` columns; unreadable or invalid ⇒ usage error naming the row.
+
+    Read as `csv.DictReader` reads it (the first row names the columns, the last of two equal
+    names wins, blank lines are skipped, a short row lacks its last columns), into columns."""
+    sources: list[str] = []
+    refs: list[str | None] = []
+    focus: dict[int, Box] = {}
+    normalize = reader.normalizer()
     try:
         with open(csv_path, newline="", encoding="utf-8") as handle:
-            table = csv.DictReader(handle)
-            # The line a row ends on (a quoted field may span lines): what an editor shows.
-            rows = [(table.line_num, row) for row in table]
+            table = csv.reader(handle)
+            header = next(table, None) or []
+            column = {name: i for i, name in enumerate(header)}
+            # A missing column reads as past the end of every row.
+            source_at, ref_at = column.get("source", len(header)), column.get("ref", len(header))
+            focus_at = [column.get(name) for name in FOCUS_COLUMNS]
+            with_focus = any(at is not None for at in focus_at)
+            for row in table:
+                if not row:
+                    continue
+                width = len(row)
+                source = row[source_at] if source_at < width else None
+                if not source:
+                    raise UsageError(f"{csv_path}: every row needs a source column")
+                sources.append(normalize(source))
+                refs.append((row[ref_at] if ref_at < width else None) or None)
+                if with_focus:
+                    # The line a row ends on (a quoted field may span lines): what an editor
+                    # shows.
+                    box = _csv_focus(row, focus_at, where=f"{csv_path}: row {table.line_num}")
+                    if box is not None:
+                        focus[len(sources) - 1] = box
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise UsageError(f"{csv_path}: cannot read the items CSV: {exc}") from exc
-    items = []
-    normalize = reader.normalizer()
-    for line, row in rows:
-        if not row.get("source"):
-            raise UsageError(f"{csv_path}: every row needs a source column")
-        source = normalize(row["source"])
-        focus = _csv_focus(row, where=f"{csv_path}: row {line}")
-        items.append(ItemRequest(source=source, ref=row.get("ref") or None, focus_box=focus))
-    return items
+    return ItemList(sources, refs, focus)
 
 
-def _csv_focus(row: dict[str, Any], *, where: str) -> Box | None:
-    """A CSV row's focus box: all four focus columns filled, or none of them."""
-    texts = [(row.get(column) or "").strip() for column in FOCUS_COLUMNS]
+def _cell(row: list[str], at: int | None) -> str | None:
+    """The row's value in column `at` (None: no such column, or the row is shorter)."""
+    return row[at] if at is not None and at < len(row) else None
+
+
+def _csv_focus(row: list[str], columns: list[int | None], *, where: str) -> Box | None:
+    """A CSV row's focus box (`columns`: where each focus column is): all four focus columns
+    filled, or none of them."""
+    texts = [(_cell(row, at) or "").strip() for at in columns]
     if not any(texts):
         return None
     values = []
-    for column, text in zip(FOCUS_COLUMNS, texts, strict=True):
+    for name, text in zip(FOCUS_COLUMNS, texts, strict=True):
         if not text:
             raise UsageError(
-                f"{where}: {column} has no value: give all four of {', '.join(FOCUS_COLUMNS)}, "
+                f"{where}: {name} has no value: give all four of {', '.join(FOCUS_COLUMNS)}, "
                 "or none"
             )
         # ASCII digits only: int() also takes "１２" and "1_000", which no importer means.
         if not _WHOLE_NUMBER.fullmatch(text):
-            raise UsageError(f"{where}: {column} must be a whole number of pixels, not {text!r}")
+            raise UsageError(f"{where}: {name} must be a whole number of pixels, not {text!r}")
         values.append(int(text))
     try:
         return focus_box(values)
@@ -185,7 +209,7 @@ def _request(args: argparse.Namespace, reader: SourceReader) -> BatchRequest:
     spec = RenderSpec.from_input(vars(args))
     deadline_seconds = parse_duration(args.deadline)
     return BatchRequest(
-        items=tuple(_items(args, reader)),
+        items=_items(args, reader),
         spec=spec,
         deadline_seconds=deadline_seconds,
         max_attempts=args.max_attempts,

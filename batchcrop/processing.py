@@ -15,7 +15,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from batchcrop.batches import payload_focus
 from batchcrop.crop import (
     FORMATS,
     MemoryBudget,
@@ -30,6 +29,7 @@ from batchcrop.crop import (
 from batchcrop.documents import Derivative, Preview
 from batchcrop.errors import Category, PermanentItemError, TransientItemError
 from batchcrop.facts import derivative_facts, preview_facts, stored_derivative, stored_preview
+from batchcrop.items import payload_focus
 from batchcrop.logs import log_event
 from leases import Claim, HeldLease, LeaseManager, StopReason
 from storage import (

@@ -15,14 +15,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from batchcrop import queries
-from batchcrop.batches import (
-    RECROP_REASON,
-    BatchService,
-    NoSuchBatch,
-    focus_box,
-    payload_focus,
-)
+from batchcrop.batches import RECROP_REASON, BatchService, NoSuchBatch
 from batchcrop.errors import BatchcropError
+from batchcrop.items import focus_box, payload_focus
 from leases import GroupCancelled, NoSuchGroup, NoSuchItem, NotRedoable
 
 RECROP_OPEN_SECONDS = 3600.0

@@ -41,8 +41,9 @@ import sqlalchemy as sa
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from batchcrop.app import App, build
-from batchcrop.batches import BatchRequest, ItemRequest
+from batchcrop.batches import BatchRequest
 from batchcrop.crop import RenderSpec
+from batchcrop.items import ItemRequest
 from batchcrop.settings import Settings
 from batchcrop.tables import batches
 from bench.leases import fresh_database

@@ -5,7 +5,7 @@ Thread-safe as the engine is: each transaction uses its own pooled connection.
 
 from __future__ import annotations
 
-import json
+import contextlib
 import threading
 from collections import namedtuple
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -24,6 +24,8 @@ from leases.errors import ConstraintViolation, DatabaseRefused, DatabaseUnavaila
 # its other OperationalErrors (missing table, syntax) are programming errors, not outages.
 SQLITE_TRANSIENT_MARKERS = ("database is locked", "database is busy", "disk i/o error")
 POSTGRES_UNDEFINED_TABLE = "42P01"
+SQLITE_AUTOCHECKPOINT = "wal_autocheckpoint"
+SQLITE_CHECKPOINT = "PRAGMA wal_checkpoint(PASSIVE)"
 # The server (or SQLite) answered and refused: a configuration mistake, not an outage. psycopg
 # reports connection-time refusals without a SQLSTATE, so they are known by their message.
 REFUSAL_MARKERS = (
@@ -123,17 +125,54 @@ class Executor:
             raise DatabaseUnavailable("database connection pool exhausted") from exc
 
     @contextmanager
-    def write(self, conn: sa.Connection | None = None) -> Iterator[sa.Connection]:
+    def write(
+        self, conn: sa.Connection | None = None, *, on: sa.Connection | None = None
+    ) -> Iterator[sa.Connection]:
         """A write transaction (BEGIN IMMEDIATE on SQLite), committed on normal exit.
 
         With `conn`, run inside the caller's transaction instead: nothing is committed here.
+        With `on` (a `session()`), a transaction of its own on that connection.
         """
         if conn is not None:
             with self.translate_errors():
                 yield conn
             return
+        if on is not None:
+            with self.translate_errors(), on.begin():
+                yield on
+            return
         with self.translate_errors(), self.engine.begin() as own:
             yield own
+
+    @contextmanager
+    def session(self) -> Iterator[sa.Connection]:
+        """One connection for a series of transactions (`write(on=...)`), such as a group's
+        creation. On SQLite it leaves the WAL's checkpoints to `checkpoint`: a commit that
+        checkpoints runs on after the write lock is released, so a clock around a transaction
+        would count the checkpoint as time the lock was held (and the caller, knowing better,
+        runs it in the gap it leaves other writers anyway)."""
+        with self.translate_errors(), self.engine.connect() as conn:
+            if self.dialect_name != "sqlite":
+                yield conn
+                return
+            # The driver's own connection, outside any transaction (a PRAGMA needs none).
+            raw: Any = conn.connection.dbapi_connection
+            (pages,) = raw.execute(f"PRAGMA {SQLITE_AUTOCHECKPOINT}").fetchone()
+            raw.execute(f"PRAGMA {SQLITE_AUTOCHECKPOINT}=0")
+            try:
+                yield conn
+            finally:
+                # The connection goes back to the pool as it came (a broken one is discarded).
+                with contextlib.suppress(Exception):
+                    raw.execute(f"PRAGMA {SQLITE_AUTOCHECKPOINT}={int(pages)}")
+
+    def checkpoint(self, session: sa.Connection) -> None:
+        """SQLite: copy the WAL's committed pages into the database (a passive checkpoint,
+        which writers do not wait for), on a `session()` between its transactions; elsewhere
+        nothing."""
+        if self.dialect_name == "sqlite":
+            with self.translate_errors():
+                session.connection.dbapi_connection.execute(SQLITE_CHECKPOINT)  # type: ignore[union-attr]
 
     @contextmanager
     def single(self, conn: sa.Connection | None = None) -> Iterator[sa.Connection]:
@@ -281,47 +320,28 @@ class Executor:
         with self.translate_errors():
             conn.execute(stmt, list(params))
 
-    def insert_rows(
-        self, conn: sa.Connection, table: sa.Table, rows: Sequence[Sequence[Any]]
-    ) -> None:
-        """Bulk-insert `rows` (one value per column of `table`, in the table's column order;
-        JSON columns as Python values) in `conn`'s transaction, on the driver's own connection:
-        no per-row work but the row's own text.
+    def can_copy(self, conn: sa.Connection) -> bool:
+        """Whether `conn` runs on psycopg 3, whose cursors can COPY (PostgreSQL's bulk load)."""
+        raw: Any = conn.connection.dbapi_connection
+        return hasattr(getattr(raw, "cursor_factory", None), "copy")
 
-        PostgreSQL with psycopg 3: one COPY (rows formatted by psycopg's own row writer). SQLite:
-        one executemany of the table's INSERT. JSON columns are serialised here.
-        """
-        if not rows:
-            return
-        names = [column.name for column in table.columns]
-        json_at = [i for i, c in enumerate(table.columns) if isinstance(c.type, sa.JSON)]
+    def copy_text(self, conn: sa.Connection, statement: str, blocks: Iterable[str]) -> None:
+        """Run `statement` (a `COPY ... FROM STDIN` in text format) in `conn`'s transaction,
+        sending each block of lines as it is produced: the server parses and inserts one block
+        while the next is formatted. Only where `can_copy`."""
         with self.translate_errors():
             # The raw driver connection is the one `conn` runs on: the rows join its transaction.
             raw: Any = conn.connection.dbapi_connection
-            if self.dialect_name == "postgresql" and hasattr(
-                getattr(raw, "cursor_factory", None), "copy"
-            ):
-                sql = f"COPY {table.name} ({', '.join(names)}) FROM STDIN"
-                with raw.cursor() as cursor, cursor.copy(sql) as copy:
-                    for row in rows:
-                        copy.write_row(_json_columns(row, json_at))
-                return
-            if self.dialect_name == "sqlite":
-                # Every column, positional (`?`) in the table's column order.
-                insert = str(sa.insert(table).compile(dialect=conn.dialect))
-                cursor = raw.cursor()
-                try:
-                    cursor.executemany(insert, [_json_columns(row, json_at) for row in rows])
-                finally:
-                    cursor.close()
-                return
-            # Another driver: SQLAlchemy's executemany.
-            conn.execute(sa.insert(table), [dict(zip(names, row, strict=True)) for row in rows])
+            with raw.cursor() as cursor, cursor.copy(statement) as copy:
+                for block in blocks:
+                    copy.write(block)
 
-    def execute(self, conn: sa.Connection, stmt: Executable) -> None:
-        """Execute a statement whose result is not needed."""
+    def execute(
+        self, conn: sa.Connection, stmt: Executable, params: dict[str, Any] | None = None
+    ) -> None:
+        """Execute a statement (with bound `params`) whose result is not needed."""
         with self.translate_errors():
-            conn.execute(stmt)
+            conn.execute(stmt, params)
 
 
 def _compiled_for_driver(stmt: Executable, dialect: sa.Dialect) -> _DriverStatement | None:
@@ -353,13 +373,3 @@ def _compiled_for_driver(stmt: Executable, dialect: sa.Dialect) -> _DriverStatem
             value = b.effective_value
             constants[name] = value if process is None else process(value)
     return _DriverStatement(sql, constants, processors)
-
-
-def _json_columns(row: Sequence[Any], json_at: Sequence[int]) -> Sequence[Any]:
-    """The row with the values at `json_at` serialised as JSON (the row itself when none)."""
-    if not json_at:
-        return row
-    values = list(row)
-    for i in json_at:
-        values[i] = json.dumps(values[i])
-    return values

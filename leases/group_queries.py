@@ -191,19 +191,44 @@ def recount(group_id: str) -> sa.Select[Any]:
 # --- creation -------------------------------------------------------------------------------
 
 
-def insert_creation_events(group_id: str, correlation_id: str, from_seq: int) -> Insert:
-    """Log `None -> queued` for the group's items from `from_seq` on (those just inserted)."""
+def insert_items() -> Insert:
+    """Insert items, meant for executemany (a PostgreSQL driver without COPY)."""
+    return sa.insert(items)
+
+
+@cache
+def insert_items_from_json() -> Insert:
+    """SQLite: insert one chunk of a new group's items, queued, from one JSON array of
+    `[id, payload]` pairs (parameter `p_rows`), `seq` from `p_first_seq` in array order, due and
+    dated `p_now`: SQLite's own JSON parser walks the chunk, with no per-row statement or
+    parameter binding. Each payload is stored as SQLite renders that JSON object."""
+    pairs = sa.func.json_each(sa.bindparam("p_rows", type_=sa.String)).table_valued("key", "value")
+    now = sa.bindparam("p_now", type_=sa.BigInteger)
     source = sa.select(
-        items.c.id,
-        items.c.group_id,
-        items.c.attempt,
-        sa.null(),
-        items.c.state,
-        items.c.created_at,
-        sa.literal(correlation_id),
-    ).where(items.c.group_id == group_id, items.c.seq >= from_seq)
-    columns = ["item_id", "group_id", "attempt", "from_state", "to_state", "at", "correlation_id"]
-    return sa.insert(events).from_select(columns, source)
+        sa.func.json_extract(pairs.c.value, "$[0]"),
+        sa.bindparam("p_group_id", type_=sa.String),
+        sa.bindparam("p_first_seq", type_=sa.Integer) + pairs.c.key,
+        sa.literal(State.QUEUED.value),
+        sa.literal(0),
+        sa.literal(0),
+        now,
+        now,
+        now,
+        sa.func.json_extract(pairs.c.value, "$[1]"),
+    )
+    columns = [
+        "id",
+        "group_id",
+        "seq",
+        "state",
+        "attempt",
+        "attempt_base",
+        "next_attempt_at",
+        "created_at",
+        "updated_at",
+        "payload",
+    ]
+    return sa.insert(items).from_select(columns, source)
 
 
 # --- event log and counters -----------------------------------------------------------------

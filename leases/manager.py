@@ -20,7 +20,16 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.sql.dml import Update
 
-from leases import group_queries, held_queries, pgqueries, queries, registry, schema, transitions
+from leases import (
+    creation,
+    group_queries,
+    held_queries,
+    pgqueries,
+    queries,
+    registry,
+    schema,
+    transitions,
+)
 from leases.defaults import LEASE_SECONDS, MAX_ATTEMPT_SECONDS, WORKER_TIMEOUT_SECONDS
 from leases.engine import creation_turn
 from leases.errors import (
@@ -42,7 +51,7 @@ from leases.models import (
     Claim,
     Ending,
     HeartbeatReply,
-    NewItem,
+    ItemPair,
     ReapResult,
     State,
     StopReason,
@@ -56,16 +65,18 @@ from leases.transitions import Source
 RETRY_BACKOFF_SECONDS = 5.0
 RETRY_BACKOFF_MAX_SECONDS = 300.0
 COUNTER_SHARDS = 8
-# Items per transaction when creating a group, and rows per reaper/cancel UPDATE or DELETE (each
-# its own transaction): this bounds how long any one of them holds SQLite's write lock (about
-# 0.1 s for a creation chunk) and the memory used on million-item groups.
+# The most items `add_group` writes in its caller's transaction (creation chunks are sized by
+# their own pace: `leases.creation`).
 CREATE_BATCH_ROWS = 2000
+# Rows per reaper/cancel UPDATE or DELETE (each its own transaction): this bounds how long any one
+# of them holds SQLite's write lock and the memory used on million-item groups.
 MOVE_BATCH_ROWS = 5000
 # Rows per purge DELETE (each its own transaction, a pause after each on SQLite): a purge must
 # never hold SQLite's write lock, or PostgreSQL's locks, long enough to delay a claim.
 PURGE_BATCH_ROWS = 2000
-# SQLite: the pause after each creation chunk. A writer that queued behind the chunk (about
-# 0.06 s) polls the lock every 25 ms or less by then, so it gets its turn in this gap.
+# SQLite: the gap after each creation chunk (and each purge batch), before the creation's next
+# write. A writer that queued behind the chunk (at most about 0.1 s) polls the lock every 25 ms
+# or less by then, so it gets its turn in this gap.
 CREATE_PAUSE_SECONDS = 0.03
 # A group still unsealed this long after its creation began was left by a crashed submitter (a
 # million items take well under a minute): the reaper deletes it; it was never visible.
@@ -135,14 +146,16 @@ class LeaseManager(Reader):
         *,
         deadline_seconds: float,
         max_attempts: int,
-        items: Iterable[NewItem],
+        items: Iterable[ItemPair],
         on_seal: Callable[[sa.Connection], object] | None = None,
         notify_finish: bool = False,
     ) -> int:
-        """Create a group and its items (all `queued`, in iteration order); returns the count.
+        """Create a group and its items (`NewItem`s or (id, payload) pairs, all `queued`, in
+        iteration order); returns the count.
 
         Atomic for readers and claimers, yet no transaction is long however many items there are:
-        the group is written unsealed, its items in transactions of `CREATE_BATCH_ROWS`, and one
+        the group is written unsealed, its items in chunks paced to a fraction of a second each
+        (`leases.creation`; no events: an item's creation is its row), and one
         short last transaction seals it and runs `on_seal(conn)` (the caller's own rows that must
         appear with the group). Until sealed a group takes no claims and is not found by any read,
         cancel, requeue or reaper pass; its deadline counts from the seal. When creation fails
@@ -170,7 +183,7 @@ class LeaseManager(Reader):
         *,
         deadline_seconds: float,
         max_attempts: int,
-        items: Sequence[NewItem],
+        items: Sequence[ItemPair],
     ) -> None:
         """Create a small group (at most `CREATE_BATCH_ROWS` items) sealed at once, in the
         caller's transaction `conn` (`transaction()`, or a finish hook's): it exists when that
@@ -182,65 +195,88 @@ class LeaseManager(Reader):
             now = self._insert_group(
                 c, group_id, deadline_seconds, max_attempts, sealed=True, notify_finish=False
             )
-            cid = transitions.new_correlation_id()
-            self._insert_items(c, group_id, items, first_seq=0, now=now, correlation_id=cid)
+            self._insert_items(c, group_id, items, first_seq=0, now=now)
 
     def _create(
         self,
         group_id: str,
         deadline_seconds: float,
         max_attempts: int,
-        items: Iterable[NewItem],
+        items: Iterable[ItemPair],
         *,
         on_seal: Callable[[sa.Connection], object] | None,
         notify_finish: bool,
     ) -> int:
         db = self._db
-        with db.write() as c:
-            self._insert_group(
-                c,
-                group_id,
-                deadline_seconds,
-                max_attempts,
-                sealed=False,
-                notify_finish=notify_finish,
-            )
-        try:
-            created = self._add_items(group_id, items)
-            if created >= ANALYZE_AFTER_ITEMS and db.dialect_name == "postgresql":
-                with db.write() as c:
-                    db.execute(c, queries.analyze_items())
-            with db.write() as c:
-                if db.rowcount(c, group_queries.seal(group_id, to_ms(deadline_seconds))) == 0:
-                    raise NoSuchGroup(group_id)
-                if on_seal is not None:
-                    on_seal(c)
-        except BaseException:
-            # Interrupts too (Ctrl-C): half a group would otherwise wait an hour for the reaper.
-            # A failing clean-up must not hide why the creation failed; the reaper retries it.
-            with contextlib.suppress(Exception):
-                self._discard_unsealed(group_id, expiry_ms=0)
-            raise
+        with db.session() as session:
+            with db.write(on=session) as c:
+                self._insert_group(
+                    c,
+                    group_id,
+                    deadline_seconds,
+                    max_attempts,
+                    sealed=False,
+                    notify_finish=notify_finish,
+                )
+            pacer = creation.Pacer(CREATE_PAUSE_SECONDS if db.dialect_name == "sqlite" else 0.0)
+            try:
+                created = self._add_items(session, group_id, items, pacer)
+                if created >= ANALYZE_AFTER_ITEMS and db.dialect_name == "postgresql":
+                    with db.write(on=session) as c:
+                        db.execute(c, queries.analyze_items())
+                pacer.wait()
+                with db.write(on=session) as c:
+                    if db.rowcount(c, group_queries.seal(group_id, to_ms(deadline_seconds))) == 0:
+                        raise NoSuchGroup(group_id)
+                    if on_seal is not None:
+                        on_seal(c)
+            except BaseException:
+                # Interrupts too (Ctrl-C): half a group would otherwise wait an hour for the
+                # reaper. A failing clean-up must not hide why the creation failed; the reaper
+                # retries it.
+                with contextlib.suppress(Exception):
+                    self._discard_unsealed(group_id, expiry_ms=0)
+                raise
         return created
 
-    def _add_items(self, group_id: str, items: Iterable[NewItem]) -> int:
-        """Insert the items of an unsealed group, one short transaction per chunk."""
+    def _add_items(
+        self,
+        session: sa.Connection,
+        group_id: str,
+        items: Iterable[ItemPair],
+        pacer: creation.Pacer,
+    ) -> int:
+        """Insert the items of an unsealed group on `session`, one short transaction per
+        chunk, each sized by the pace of the last (`creation.ChunkSizer`) and read from `items`
+        only once the previous one has committed. A chunk's rows are prepared before its
+        transaction begins, in the gap `pacer` leaves other writers (SQLite), as is the WAL
+        checkpoint its commit calls for."""
         db = self._db
         locked = group_queries.group_row(group_id, lock=True, sealed_only=False)
-        cid = transitions.new_correlation_id()
+        sizer = creation.ChunkSizer(creation.chunk_seconds(db.dialect_name))
+        iterator = iter(items)
         seq = 0
-        for chunk in _chunks(items, CREATE_BATCH_ROWS):
-            with db.write() as c:
-                group = db.one(c, locked)
-                if group is None or group.sealed:
-                    raise NoSuchGroup(group_id)
-                # Every item, event and counter is dated at the group's creation, whichever
-                # transaction writes it.
-                seq += self._insert_items(
-                    c, group_id, chunk, first_seq=seq, now=group.created_at, correlation_id=cid
-                )
-            if db.dialect_name == "sqlite":
-                time.sleep(CREATE_PAUSE_SECONDS)
+        while chunk := list(itertools.islice(iterator, sizer.rows)):
+            prepared = creation.prepared_rows(db.dialect_name, chunk)
+            pacer.wait()
+            try:
+                with db.write(on=session) as c:
+                    # The write lock is held from here (SQLite's BEGIN IMMEDIATE has returned).
+                    started = time.perf_counter()
+                    group = db.one(c, locked)
+                    if group is None or group.sealed:
+                        raise NoSuchGroup(group_id)
+                    # Every item and counter is dated at the group's creation, whichever
+                    # transaction writes it.
+                    self._insert_items(
+                        c, group_id, chunk, first_seq=seq, now=group.created_at, prepared=prepared
+                    )
+                held = time.perf_counter() - started
+            finally:
+                pacer.ended()
+            db.checkpoint(session)
+            sizer.took(len(chunk), held)
+            seq += len(chunk)
         return seq
 
     def _insert_group(
@@ -274,22 +310,21 @@ class LeaseManager(Reader):
         self,
         c: sa.Connection,
         group_id: str,
-        items: Sequence[NewItem],
+        items: Sequence[ItemPair],
         *,
         first_seq: int,
         now: int,
-        correlation_id: str,
+        prepared: str | None = None,
     ) -> int:
-        """Write `items` queued from `first_seq` on, their creation events and counters."""
-        db = self._db
-        rows = _item_rows(group_id, first_seq, items, now)
-        db.insert_rows(c, schema.items, rows)
-        db.execute(c, group_queries.insert_creation_events(group_id, correlation_id, first_seq))
-        seqs = range(first_seq, first_seq + len(rows))
-        per_shard = Counter(transitions.shard_of(seq, self._shards) for seq in seqs)
+        """Write `items` queued from `first_seq` on and their counters (no events: an item's
+        creation is its row, ADR 0023); `prepared`: `creation.prepared_rows` of the items."""
+        creation.write_items(
+            self._db, c, group_id, items, first_seq=first_seq, now=now, prepared=prepared
+        )
+        per_shard = transitions.shard_counts(first_seq, len(items), self._shards)
         deltas = [((group_id, State.QUEUED.value, "", s), n) for s, n in per_shard.items()]
-        transitions.add(db, c, deltas, now)
-        return len(rows)
+        transitions.add(self._db, c, deltas, now)
+        return len(items)
 
     def _discard_unsealed(self, group_id: str, *, expiry_ms: int) -> None:
         """Delete an unsealed group created `expiry_ms` ago or more, a batch of rows per
@@ -944,64 +979,6 @@ def _closed_reason(group: sa.Row[Any]) -> StopReason | None:
 
 def _reason(value: str | None) -> StopReason | None:
     return None if value is None else StopReason(value)
-
-
-QUEUED_ITEM_COLUMNS = (
-    "id",
-    "group_id",
-    "seq",
-    "state",
-    "attempt",
-    "attempt_base",
-    "lease_token",
-    "lease_expires_at",
-    "attempt_started_at",
-    "next_attempt_at",
-    "worker_id",
-    "error_category",
-    "error_message",
-    "correlation_id",
-    "created_at",
-    "updated_at",
-    "payload",
-)
-"""`_item_rows`' order: the columns of `schema.items` (a test holds them equal)."""
-
-
-def _item_rows(
-    group_id: str, first_seq: int, items: Sequence[NewItem], now: int
-) -> list[tuple[Any, ...]]:
-    """New queued items as rows of `schema.items` (`QUEUED_ITEM_COLUMNS` order), from `first_seq`
-    on, due `now`: tuples, not dicts, since a million-item group builds a million of them."""
-    queued = State.QUEUED.value
-    return [
-        (
-            item.id,
-            group_id,
-            seq,
-            queued,
-            0,
-            0,
-            None,
-            None,
-            None,
-            now,
-            None,
-            None,
-            None,
-            None,
-            now,
-            now,
-            item.payload,
-        )
-        for seq, item in enumerate(items, first_seq)
-    ]
-
-
-def _chunks(items: Iterable[NewItem], size: int) -> Iterator[list[NewItem]]:
-    iterator = iter(items)
-    while chunk := list(itertools.islice(iterator, size)):
-        yield chunk
 
 
 DEADLOCK_RETRIES = 3

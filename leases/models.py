@@ -9,7 +9,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 MILLISECONDS_PER_SECOND = 1000
 MESSAGE_MAX_CHARS = 200
@@ -68,12 +68,20 @@ def to_ms(seconds: float) -> int:
     return round(seconds * MILLISECONDS_PER_SECOND)
 
 
-@dataclass(frozen=True)
-class NewItem:
-    """An item to create: its caller-chosen id and an opaque JSON object."""
+class NewItem(NamedTuple):
+    """An item to create: its caller-chosen id and an opaque JSON object, given as a mapping or
+    as the JSON text of one (stored as given: a caller creating many items encodes each payload
+    once, in whatever way is fastest for it, and is answerable for the text being an object).
+
+    `create_group` also takes plain (id, payload) pairs (`ItemPair`), such as a `zip` of ids and
+    payload texts: a million-item creation then makes no object per item."""
 
     id: str
-    payload: Mapping[str, Any]
+    payload: Mapping[str, Any] | str
+
+
+ItemPair = tuple[str, Mapping[str, Any] | str]
+"""An item to create as a plain (id, payload) pair, which is what a `NewItem` is."""
 
 
 @dataclass(frozen=True)
@@ -202,7 +210,8 @@ class ItemRow:
 
 @dataclass(frozen=True)
 class EventRow:
-    """One transition in the event log; `from_state` is None for creation."""
+    """One transition in the event log; `from_state` is None only on a creation event, which
+    groups created before creations stopped logging events (ADR 0023) still have."""
 
     id: int
     item_id: str

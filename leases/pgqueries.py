@@ -161,3 +161,24 @@ def claim(*, limit: int, lease_ms: int, filtered: bool) -> Update:
             *MOVED, items.c.lease_expires_at, items.c.payload, picked.c.state.label("from_state")
         )
     )
+
+
+NEW_ITEM_COPY_COLUMNS = (
+    "id",
+    "seq",
+    "payload",
+    "group_id",
+    "state",
+    "attempt",
+    "attempt_base",
+    "next_attempt_at",
+    "created_at",
+    "updated_at",
+)
+"""The columns a new item's COPY line gives, in order (`leases.creation` formats the lines): the
+item's own values first, then those every item of the chunk shares. The rest are null."""
+
+
+def copy_new_items() -> str:
+    """Bulk-load new items: COPY in text format into `NEW_ITEM_COPY_COLUMNS` of `lease_items`."""
+    return f"COPY {items.name} ({', '.join(NEW_ITEM_COPY_COLUMNS)}) FROM STDIN"

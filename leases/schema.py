@@ -34,7 +34,9 @@ items = sa.Table(
     "lease_items",
     metadata,
     sa.Column("id", sa.String(64), primary_key=True),
-    sa.Column("group_id", sa.String(64), sa.ForeignKey("lease_groups.id"), nullable=False),
+    # No foreign key on PostgreSQL since lease migration 0007 (ADR 0023): items are written and
+    # their group deleted only under the group's row lock. SQLite keeps the one it was made with.
+    sa.Column("group_id", sa.String(64), nullable=False),
     sa.Column("seq", sa.Integer, nullable=False),
     sa.Column("state", sa.String(16), nullable=False),
     sa.Column("attempt", sa.Integer, nullable=False),

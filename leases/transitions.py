@@ -37,6 +37,18 @@ def shard_of(seq: int, shards: int) -> int:
     return seq % shards
 
 
+def shard_counts(first_seq: int, n: int, shards: int) -> dict[int, int]:
+    """How many of the `n` items from `first_seq` on fall in each shard (`shard_of`), by
+    arithmetic rather than one item at a time; shards with none are left out."""
+    counts = {}
+    for shard in range(shards):
+        # Items first_seq <= seq < first_seq + n with seq % shards == shard.
+        count = (first_seq + n - 1 - shard) // shards - (first_seq - 1 - shard) // shards
+        if count:
+            counts[shard] = count
+    return counts
+
+
 def counted_category(state: State, category: str | None) -> str:
     """The category an item in `state` is counted under."""
     return (category or "") if state in CATEGORISED else ""

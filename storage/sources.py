@@ -47,6 +47,78 @@ def _hidden(relative_key: str) -> bool:
     return any(segment.startswith(".") for segment in relative_key.split("/"))
 
 
+FOLDER_LISTING_AFTER = 64
+"""Sources one request names in a folder before `SourceReader.normalizer` lists the folder
+instead of looking each source up (a listing costs about as much as this many lookups in a
+folder of a few thousand entries)."""
+_NOT_LISTED = -1
+
+
+class _Folder:
+    """A source folder as one request's normaliser knows it: resolved once, then listed once
+    it has been asked about `FOLDER_LISTING_AFTER` times."""
+
+    def __init__(self, path: str) -> None:
+        """`path`: the folder, resolved."""
+        self.path = path
+        self.prefix = path if path.endswith("/") else path + "/"
+        self._asked = 0
+        self._kinds: dict[str, int] | None = None
+        self._missing = False
+
+    @classmethod
+    def resolved(cls, folder: str) -> _Folder | None:
+        """The folder `folder` names, symlinks resolved; None when it cannot be (a symlink
+        loop, which `normalize` reports)."""
+        try:
+            return cls(str(Path(folder).resolve()))
+        except (RuntimeError, OSError):  # RuntimeError on Python 3.11, OSError later
+            return None
+
+    def mode(self, name: str, path: str) -> int | None:
+        """The file type bits of `path` (this folder's entry `name`) as `lstat` gives them, or
+        None when there is no such entry."""
+        if self._missing:
+            return None
+        if self._kinds is not None:
+            kind = self._kinds.get(name)
+            if kind is not None:
+                return kind
+        elif self._asked != _NOT_LISTED:
+            self._asked += 1
+            if self._asked >= FOLDER_LISTING_AFTER:
+                self._list()
+                return self.mode(name, path)
+        try:
+            return os.lstat(path).st_mode
+        except OSError:
+            return None  # missing: it may appear later (as in `normalize`)
+
+    def _list(self) -> None:
+        try:
+            with os.scandir(self.path) as entries:
+                kinds = ((entry.name, _kind(entry)) for entry in entries)
+                # Anything else (a FIFO, socket or device, or an entry gone meanwhile) is left
+                # to `lstat`, which says exactly what it is.
+                self._kinds = {name: kind for name, kind in kinds if kind is not None}
+        except (FileNotFoundError, NotADirectoryError):
+            self._missing = True
+        except OSError:
+            self._asked = _NOT_LISTED  # not listable (no read permission): look each up
+
+
+def _kind(entry: os.DirEntry[str]) -> int | None:
+    """An entry's file type bits from its listing (no system call unless the filesystem does
+    not report types) if it is a symlink, a regular file or a folder; else None."""
+    if entry.is_symlink():
+        return stat.S_IFLNK
+    if entry.is_file(follow_symlinks=False):
+        return stat.S_IFREG
+    if entry.is_dir(follow_symlinks=False):
+        return stat.S_IFDIR
+    return None
+
+
 class SourceReader:
     """Normalises, expands and reads sources; thread-safe; one S3 client shared lazily."""
 
@@ -83,36 +155,33 @@ class SourceReader:
     def normalizer(self) -> Callable[[str], str]:
         """`normalize` for the sources of ONE request, same answers and errors, faster on many:
         each folder is resolved once, then a source costs one `lstat` (a symlinked file, and
-        anything unusual, takes `normalize` itself). The folders' resolutions are kept only as
-        long as the returned function, so a later request sees links changed since."""
-        folders: dict[str, str | None] = {}
+        anything unusual, takes `normalize` itself) — or nothing once the request has named
+        `FOLDER_LISTING_AFTER` sources in its folder, which is then listed once (the listing
+        gives every entry's type) or found missing. A name the listing lacks is looked up
+        (created since, or matched by the filesystem in another spelling). What is learnt of
+        the folders is kept only as long as the returned function, so a later request sees
+        links and files changed since."""
+        folders: dict[str, _Folder | None] = {}
         roots = None
         if self._local_roots is not None:
             roots = [str(root) for root in self._local_roots]
+        cwd = os.getcwd()
 
         def normalize(source: str) -> str:
-            parent, name = os.path.split(source)
-            if (
-                "://" in source
-                or source.startswith(S3_SCHEME)
-                or "\0" in source
-                or not os.path.isabs(source)
-                or name in ("", ".", "..")
-            ):
+            if "://" in source or "\0" in source or not source:
+                return self.normalize(source)  # a URL (s3:// included), or refused
+            absolute = source if source[0] == "/" else f"{cwd}/{source}"
+            parent, _, name = absolute.rpartition("/")
+            if name in ("", ".", ".."):
                 return self.normalize(source)
-            if parent not in folders:
-                try:
-                    folders[parent] = str(Path(parent).resolve())
-                except (RuntimeError, OSError):
-                    folders[parent] = None  # a symlink loop: `normalize` says so
-            folder = folders[parent]
+            try:
+                folder = folders[parent]
+            except KeyError:
+                folder = folders[parent] = _Folder.resolved(parent or "/")
             if folder is None:
                 return self.normalize(source)
-            path = os.path.join(folder, name)
-            try:
-                mode: int | None = os.lstat(path).st_mode
-            except OSError:
-                mode = None  # missing: it may appear later (as in `normalize`)
+            path = folder.prefix + name
+            mode = folder.mode(name, path)
             if mode is not None and stat.S_ISLNK(mode):
                 return self.normalize(source)
             if roots is not None and not any(_within(path, root) for root in roots):

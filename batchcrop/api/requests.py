@@ -8,12 +8,17 @@ refuses anything outside `BATCHCROP_SOURCE_ROOTS` (after resolving symlinks), an
 from __future__ import annotations
 
 import uuid
+from typing import TYPE_CHECKING
 
 from batchcrop.api.models import BatchBody
 from batchcrop.api.problems import Problem, field_problem
-from batchcrop.batches import BatchRequest, ItemRequest, focus_box
+from batchcrop.batches import BatchRequest
 from batchcrop.crop import RenderSpec, SpecError
+from batchcrop.items import ItemList, focus_box
 from storage import SourceNotAllowed, SourceReader
+
+if TYPE_CHECKING:
+    from batchcrop.crop.window import Box
 
 SOURCE_REFUSED = (
     "not allowed: sources must be local paths or s3:// URLs under the configured "
@@ -49,18 +54,21 @@ def render_spec(body: BatchBody) -> RenderSpec:
 def batch_request(body: BatchBody, sources: SourceReader) -> BatchRequest:
     """The domain request for `POST /v1/batches`, every source normalised and confined."""
     spec = render_spec(body)
-    items = []
+    paths: list[str] = []
+    refs: list[str | None] = []
+    focus: dict[int, Box] = {}
     normalize = sources.normalizer()
     for index, item in enumerate(body.items):
         try:
-            source = normalize(item.source)
+            paths.append(normalize(item.source))
         except (SourceNotAllowed, ValueError, OSError) as exc:
             # The reader's message may hold the resolved path (a symlink target): not echoed.
             raise field_problem(f"items[{index}].source", SOURCE_REFUSED) from exc
-        focus = None if item.focus_box is None else focus_box(item.focus_box)
-        items.append(ItemRequest(source=source, ref=item.ref, focus_box=focus))
+        refs.append(item.ref)
+        if item.focus_box is not None:
+            focus[index] = focus_box(item.focus_box)
     return BatchRequest(
-        items=tuple(items),
+        items=ItemList(paths, refs, focus),
         spec=spec,
         deadline_seconds=body.deadline_seconds,
         max_attempts=body.max_attempts,

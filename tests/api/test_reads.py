@@ -91,22 +91,23 @@ def test_one_item(api: LiveServer, sources: list[str]) -> None:
 
 
 def test_events_timeline_and_item_filter(api: LiveServer, sources: list[str]) -> None:
-    """Events are oldest first, page with cursors, and `item=` keeps one item's timeline."""
+    """Events are oldest first, page with cursors, and `item=` keeps one item's timeline (which
+    starts at its first claim: a creation logs no event)."""
     batch = _submit(api, sources)
     path = f"/v1/batches/{batch['id']}/events"
-    claim = api.app.leases.claim("test-worker", 1, group_ids=[batch["id"]])[0]
+    claim, other = api.app.leases.claim("test-worker", 2, group_ids=[batch["id"]])
     api.app.leases.fail(claim, "invalid_image")
+    api.app.leases.complete(other)
     events = _all_pages(api, path, "events", limit=3)
-    assert len(events) == len(sources) + 2
+    assert len(events) == 4
     assert [e["id"] for e in events] == sorted(e["id"] for e in events)
     mine = api.client.get(path, params={"item": claim.item_id.upper()}).json()["events"]
     assert [(e["from_state"], e["to_state"]) for e in mine] == [
-        (None, "queued"),
         ("queued", "in_progress"),
         ("in_progress", "failed"),
     ]
-    assert mine[1]["worker_id"] == "test-worker"
-    assert mine[2]["reason"] == "invalid_image"
+    assert mine[0]["worker_id"] == "test-worker"
+    assert mine[1]["reason"] == "invalid_image"
 
 
 @pytest.mark.parametrize("cursor", ["abc", "-1", "1" * 40, "1.5", "∞"])

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import os
+import unicodedata
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from batchcrop.api.models import ITEMS_PER_BATCH_MAX, REF_CHARS_MAX, SOURCE_CHARS_MAX
+from batchcrop.api.models import (
+    ITEMS_PER_BATCH_MAX,
+    REF_CHARS_MAX,
+    SOURCE_CHARS_MAX,
+    storable_text,
+)
 from batchcrop.batches import IDEMPOTENCY_KEY_CHARS_MAX
 from tests.api.conftest import assert_problem, batch_body
 from tests.api.live import LiveServer
@@ -291,3 +297,19 @@ def test_a_file_url_is_refused_even_under_a_root(api: LiveServer, sources: list[
         api.client.post("/v1/batches", json=body), 422, field="items[1].source"
     )
     assert "must be local paths or s3:// URLs" in problem["detail"]
+
+
+def test_the_characters_refused_as_control_are_unicodes_control_characters() -> None:
+    """A source, ref or label is refused for a control character exactly when it holds one of
+    Unicode's category Cc (checked by a pattern, not per character in Python), and for a lone
+    surrogate as not storable."""
+    for code in range(0x10000):
+        char = chr(code)
+        if 0xD800 <= code <= 0xDFFF:
+            with pytest.raises(ValueError, match="lone surrogates"):
+                storable_text(f"a{char}")
+        elif unicodedata.category(char) == "Cc":
+            with pytest.raises(ValueError, match=r"NUL|control characters"):
+                storable_text(f"a{char}")
+        else:
+            assert storable_text(f"a{char}") == f"a{char}"

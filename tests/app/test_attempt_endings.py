@@ -11,10 +11,11 @@ import sqlalchemy as sa
 
 from batchcrop.app import App
 from batchcrop.attempts import Attempts, Outcome
-from batchcrop.batches import BatchRequest, ItemRequest
+from batchcrop.batches import BatchRequest
 from batchcrop.crop import Ratio, RenderSpec
 from batchcrop.documents import Derivative
 from batchcrop.errors import Category
+from batchcrop.items import ItemRequest
 from batchcrop.worker import WorkerOptions
 from storage import LocalStore
 from tests.app.images import write_photos

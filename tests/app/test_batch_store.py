@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from batchcrop.app import App
-from batchcrop.batches import BatchRequest, IdempotencyConflict, ItemRequest
+from batchcrop.batches import BatchRequest, IdempotencyConflict
 from batchcrop.crop import RenderSpec
+from batchcrop.items import ItemRequest
 from batchcrop.worker import WorkerOptions
 from storage import LocalStore
 from tests.api.live import running

@@ -16,9 +16,10 @@ import pytest
 import sqlalchemy as sa
 
 from batchcrop.app import App
-from batchcrop.batches import BatchRequest, ItemRequest, NoSuchBatch, NothingToRedeliver
+from batchcrop.batches import BatchRequest, NoSuchBatch, NothingToRedeliver
 from batchcrop.cli import main
 from batchcrop.crop import RenderSpec
+from batchcrop.items import ItemRequest
 from batchcrop.notify import NotifyUrlError, check_notify_url, signature, verify
 from batchcrop.notify_hosts import destination_refusal
 from batchcrop.queries import IN_LIST_IDS_MAX
@@ -102,7 +103,6 @@ def test_a_flaky_receiver_gets_the_signed_status_once(
     events, _ = app.batches.events(status["id"], limit=1000)
     deliveries = [e for e in events if e["kind"] == "delivery"]
     assert [(e["to_state"], e["reason"]) for e in deliveries] == [
-        ("queued", None),
         ("in_progress", None),
         ("retryable", "http_503"),
         ("in_progress", None),

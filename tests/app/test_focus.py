@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from batchcrop.app import App
-from batchcrop.batches import BatchRequest, FocusError, IdempotencyConflict, ItemRequest
+from batchcrop.batches import BatchRequest, IdempotencyConflict
 from batchcrop.crop import Ratio, RenderSpec
+from batchcrop.items import FocusError, ItemRequest
 from storage import LocalStore
 from tests.app.conftest import run_batch
 from tests.app.images import busy_corner

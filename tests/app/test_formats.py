@@ -11,8 +11,9 @@ from pathlib import Path
 from PIL import Image, ImageDraw
 
 from batchcrop.app import App
-from batchcrop.batches import BatchRequest, ItemRequest
+from batchcrop.batches import BatchRequest
 from batchcrop.crop import FORMATS, Ratio, RenderSpec, variant_of
+from batchcrop.items import ItemRequest
 from storage import ObjectStore, S3Store
 from tests.app.conftest import run_batch
 from tests.app.images import write_photos

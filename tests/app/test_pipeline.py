@@ -22,9 +22,10 @@ from PIL import Image
 import batchcrop
 from batchcrop import processing
 from batchcrop.app import App
-from batchcrop.batches import BatchRequest, BatchService, IdempotencyConflict, ItemRequest
+from batchcrop.batches import BatchRequest, BatchService, IdempotencyConflict
 from batchcrop.crop import Ratio, RenderSpec, Rendition, render, variant_of
 from batchcrop.facts import derivative_facts
+from batchcrop.items import ItemRequest
 from batchcrop.logs import log_event
 from batchcrop.processing import derivative_key
 from batchcrop.worker import WorkerOptions

@@ -12,9 +12,10 @@ from pathlib import Path
 from PIL import Image
 
 from batchcrop.app import App
-from batchcrop.batches import BatchRequest, ItemRequest
+from batchcrop.batches import BatchRequest
 from batchcrop.crop import Ratio, RenderSpec, preview_variant, source_preview
 from batchcrop.facts import preview_facts
+from batchcrop.items import ItemRequest
 from batchcrop.processing import preview_key
 from storage import ObjectStore
 from tests.app.conftest import run_batch

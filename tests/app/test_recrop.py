@@ -9,8 +9,9 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from batchcrop.app import App
-from batchcrop.batches import BatchRequest, ItemRequest
+from batchcrop.batches import BatchRequest
 from batchcrop.crop import RenderSpec
+from batchcrop.items import ItemRequest
 from batchcrop.recrop import RECROP_OPEN_SECONDS, recrop
 from storage import LocalStore
 from tests.app.conftest import run_batch

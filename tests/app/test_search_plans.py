@@ -13,8 +13,9 @@ import sqlalchemy as sa
 
 from batchcrop import migrations, queries
 from batchcrop.app import App
-from batchcrop.batches import BatchRequest, ItemRequest
+from batchcrop.batches import BatchRequest
 from batchcrop.crop import Ratio, RenderSpec
+from batchcrop.items import ItemRequest
 from leases import State, make_engine
 from tests.apps import app_factory
 

@@ -84,15 +84,15 @@ def check_events(
 
     Every event leaving `in_progress` carries the token of the item's latest claim (the reaper's
     too: it logs the token it expired), and each claim is left exactly once. Each event starts
-    in the state the previous one ended in. An item's attempt number is its claims minus its
+    in the state the previous one ended in, the first in `queued` (an item is created queued,
+    with no event: ADR 0023). An item's attempt number is its claims minus its
     give-backs, and never exceeds the batch's `max_attempts` (no requeue happens in a run).
     """
     last_state, attempts = _replay(audit, events)
     for row in items:
-        if row.state is not last_state.get(row.id):
-            audit.violate(
-                f"item {row.id}: {row.state}, its last event says {last_state.get(row.id)}"
-            )
+        last = last_state.get(row.id, State.QUEUED)
+        if row.state is not last:
+            audit.violate(f"item {row.id}: {row.state}, its last event says {last}")
         if row.attempt != attempts[row.id] or row.attempt > max_attempts:
             audit.violate(
                 f"item {row.id}: attempt {row.attempt}, {attempts[row.id]} claims kept, "
@@ -112,21 +112,20 @@ def _check_fenced(audit: Audit, event: EventRow, token: str | None, left: set[st
     left.add(event.lease_token or "")
 
 
-def _replay(
-    audit: Audit, events: Iterable[EventRow]
-) -> tuple[dict[str, State | None], Counter[str]]:
+def _replay(audit: Audit, events: Iterable[EventRow]) -> tuple[dict[str, State], Counter[str]]:
     """Walk the log once: (each item's last state, its claims kept), violations recorded."""
     latest_claim: dict[str, str | None] = {}
-    last_state: dict[str, State | None] = {}
+    last_state: dict[str, State] = {}
     left: set[str] = set()
     successes: Counter[str] = Counter()
     attempts: Counter[str] = Counter()
     for event in events:
         item = event.item_id
-        if event.from_state != last_state.get(item):
+        previous = last_state.get(item, State.QUEUED)
+        if event.from_state is not previous:
             audit.violate(
                 f"item {item}: event {event.id} starts in {event.from_state}, "
-                f"the previous one ended in {last_state.get(item)}"
+                f"the previous one ended in {previous}"
             )
         last_state[item] = event.to_state
         if event.from_state is State.SUCCEEDED:

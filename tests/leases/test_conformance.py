@@ -58,7 +58,6 @@ class Scenario:
     failures: dict[str, int] = field(default_factory=dict)
 
 
-CREATED: Event = (0, 0, None, "queued", None, False, False, True)
 CLAIMED: Event = (0, 1, "queued", "in_progress", None, True, True, False)
 
 
@@ -196,7 +195,6 @@ SCENARIOS = {
         1,
         lambda w: _redo(w, succeed=True),
         [
-            CREATED,
             CLAIMED,
             (0, 1, "in_progress", "succeeded", None, True, True, False),
             (0, 1, "succeeded", "queued", "recrop", False, False, True),
@@ -209,7 +207,6 @@ SCENARIOS = {
         1,
         lambda w: _redo(w, succeed=False),
         [
-            CREATED,
             CLAIMED,
             (0, 1, "in_progress", "failed", "invalid_focus", True, True, False),
             (0, 1, "failed", "queued", "recrop", False, False, True),
@@ -217,27 +214,24 @@ SCENARIOS = {
         ],
         [("in_progress", 2, None)],
     ),
-    "A claim": Scenario(1, 3, _claim, [CREATED, CLAIMED], [("in_progress", 1, None)]),
+    "A claim": Scenario(1, 3, _claim, [CLAIMED], [("in_progress", 1, None)]),
     "A claim of a due retryable item": Scenario(
         1,
         3,
         _retry_then_claim_again,
         [
-            CREATED,
             CLAIMED,
             (0, 1, "in_progress", "retryable", "storage_unavailable", True, True, False),
             (0, 2, "retryable", "in_progress", None, True, True, False),
         ],
         [("in_progress", 2, None)],
     ),
-    "B heartbeat": Scenario(1, 3, _heartbeat, [CREATED, CLAIMED], [("in_progress", 1, None)]),
+    "B heartbeat": Scenario(1, 3, _heartbeat, [CLAIMED], [("in_progress", 1, None)]),
     "B heartbeat told to stop": Scenario(
         2,
         3,
         _heartbeat_after_cancel,
         [
-            CREATED,
-            (1, 0, None, "queued", None, False, False, True),
             CLAIMED,
             (1, 0, "queued", "abandoned", "cancelled", False, False, True),
         ],
@@ -245,18 +239,16 @@ SCENARIOS = {
         {"cancelled": 1},
     ),
     "B heartbeat past the deadline": Scenario(
-        1, 3, _heartbeat_past_the_deadline, [CREATED, CLAIMED], [("in_progress", 1, None)]
+        1, 3, _heartbeat_past_the_deadline, [CLAIMED], [("in_progress", 1, None)]
     ),
     "B heartbeat of an over-long attempt": Scenario(
-        1, 3, _heartbeat_of_an_over_long_attempt, [CREATED, CLAIMED], [("in_progress", 1, None)]
+        1, 3, _heartbeat_of_an_over_long_attempt, [CLAIMED], [("in_progress", 1, None)]
     ),
     "A due retryable items before queued ones": Scenario(
         2,
         3,
         _due_retryable_before_queued,
         [
-            CREATED,
-            (1, 0, None, "queued", None, False, False, True),
             CLAIMED,
             (0, 1, "in_progress", "retryable", "storage_unavailable", True, True, False),
             (0, 2, "retryable", "in_progress", None, True, True, False),
@@ -268,8 +260,6 @@ SCENARIOS = {
         3,
         _cancel_a_held_item,
         [
-            CREATED,
-            (1, 0, None, "queued", None, False, False, True),
             CLAIMED,
             (1, 0, "queued", "abandoned", "cancelled", False, False, True),
             (0, 1, "in_progress", "abandoned", "cancelled", True, True, False),
@@ -282,8 +272,6 @@ SCENARIOS = {
         3,
         _requeue_chosen_items,
         [
-            CREATED,
-            (1, 0, None, "queued", None, False, False, True),
             CLAIMED,
             (1, 1, "queued", "in_progress", None, True, True, False),
             (0, 1, "in_progress", "failed", "invalid_image", True, True, False),
@@ -297,14 +285,14 @@ SCENARIOS = {
         1,
         3,
         _complete,
-        [CREATED, CLAIMED, (0, 1, "in_progress", "succeeded", None, True, True, False)],
+        [CLAIMED, (0, 1, "in_progress", "succeeded", None, True, True, False)],
         [("succeeded", 1, None)],
     ),
     "D fail": Scenario(
         1,
         3,
         _fail,
-        [CREATED, CLAIMED, (0, 1, "in_progress", "failed", "invalid_image", True, True, False)],
+        [CLAIMED, (0, 1, "in_progress", "failed", "invalid_image", True, True, False)],
         [("failed", 1, "invalid_image")],
         {"invalid_image": 1},
     ),
@@ -313,7 +301,6 @@ SCENARIOS = {
         3,
         _retry,
         [
-            CREATED,
             CLAIMED,
             (0, 1, "in_progress", "retryable", "storage_unavailable", True, True, False),
         ],
@@ -324,7 +311,6 @@ SCENARIOS = {
         1,
         _retry_at_cap,
         [
-            CREATED,
             CLAIMED,
             (0, 1, "in_progress", "failed", "attempts_exhausted", True, True, False),
         ],
@@ -335,7 +321,7 @@ SCENARIOS = {
         1,
         3,
         _give_back,
-        [CREATED, CLAIMED, (0, 1, "in_progress", "queued", "interrupted", True, True, False)],
+        [CLAIMED, (0, 1, "in_progress", "queued", "interrupted", True, True, False)],
         [("queued", 0, None)],
     ),
     "G reap an expired lease": Scenario(
@@ -343,7 +329,6 @@ SCENARIOS = {
         3,
         _reap_expired,
         [
-            CREATED,
             CLAIMED,
             (0, 1, "in_progress", "retryable", "lease_expired", True, True, True),
         ],
@@ -354,7 +339,6 @@ SCENARIOS = {
         1,
         _reap_expired,
         [
-            CREATED,
             CLAIMED,
             (0, 1, "in_progress", "failed", "attempts_exhausted", True, True, True),
         ],
@@ -366,8 +350,6 @@ SCENARIOS = {
         3,
         _reap_closed_group,
         [
-            CREATED,
-            (1, 0, None, "queued", None, False, False, True),
             CLAIMED,
             (1, 0, "queued", "abandoned", "deadline_exceeded", False, False, True),
             (0, 1, "in_progress", "abandoned", "deadline_exceeded", True, True, True),
@@ -379,7 +361,7 @@ SCENARIOS = {
         1,
         3,
         _cancel,
-        [CREATED, (0, 0, "queued", "abandoned", "cancelled", False, False, True)],
+        [(0, 0, "queued", "abandoned", "cancelled", False, False, True)],
         [("abandoned", 0, "cancelled")],
         {"cancelled": 1},
     ),
@@ -388,7 +370,6 @@ SCENARIOS = {
         3,
         _abandon,
         [
-            CREATED,
             CLAIMED,
             (0, 1, "in_progress", "abandoned", "deadline_exceeded", True, True, False),
         ],
@@ -400,7 +381,6 @@ SCENARIOS = {
         3,
         _requeue,
         [
-            CREATED,
             CLAIMED,
             (0, 1, "in_progress", "failed", "invalid_image", True, True, False),
             (0, 1, "failed", "queued", None, False, False, True),

@@ -12,9 +12,20 @@ from collections.abc import Callable, Iterator
 import pytest
 import sqlalchemy as sa
 
-from leases import DatabaseUnavailable, LeaseManager, NewItem, NoSuchGroup, State
+from leases import (
+    DatabaseUnavailable,
+    LeaseManager,
+    NewItem,
+    NoSuchGroup,
+    State,
+    creation,
+    make_engine,
+    upgrade,
+)
 from leases import engine as lease_engine
-from leases.manager import CREATE_BATCH_ROWS
+from leases.creation import CHUNK_ROWS_FIRST
+from leases.executor import Executor
+from leases.schema import items as lease_items
 from tests.leases.conftest import LONG_AGO_MS, new_group, set_column
 
 TABLES = ("lease_groups", "lease_items", "lease_events", "lease_counters")
@@ -32,10 +43,10 @@ def _rows(engine: sa.Engine, group_id: str) -> dict[str, int]:
 
 
 def _items(n: int, midway: Callable[[], None]) -> Iterator[NewItem]:
-    """`n` items; `midway` runs when the creator asks for the first item after the first chunk,
-    that is, once the first chunk has committed and before the group is sealed."""
+    """`n` items; `midway` runs when the creator asks for an item after the first chunk, that
+    is, once the first chunk has committed and before the group is sealed."""
     for i in range(n):
-        if i == CREATE_BATCH_ROWS + 1:
+        if i == CHUNK_ROWS_FIRST + 1:
             midway()
         yield NewItem(str(uuid.uuid4()), {"ref": f"ref-{i}"})
 
@@ -62,15 +73,15 @@ def test_a_group_being_created_is_invisible_to_claims_reads_cancel_and_the_reape
             seen[name] = "NoSuchGroup"
         seen["reaped"] = manager.reap().total
 
-    total = 2 * CREATE_BATCH_ROWS + 5
+    total = 2 * CHUNK_ROWS_FIRST + 5
     created = manager.create_group(
         group_id, deadline_seconds=60, max_attempts=3, items=_items(total, look)
     )
     assert seen == {
         "rows": {
             "lease_groups": 1,
-            "lease_items": CREATE_BATCH_ROWS,
-            "lease_events": CREATE_BATCH_ROWS,
+            "lease_items": CHUNK_ROWS_FIRST,
+            "lease_events": 0,
             "lease_counters": 8,
         },
         "claimed": [],
@@ -88,23 +99,45 @@ def test_a_group_being_created_is_invisible_to_claims_reads_cancel_and_the_reape
 
 
 def test_each_chunk_commits_before_the_next_is_read(
-    engine: sa.Engine, manager: LeaseManager
+    engine: sa.Engine, manager: LeaseManager, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A large group is written in short transactions of one chunk each: whenever the creator
     reads the first item of a chunk, every earlier chunk is already committed (another
-    connection counts it), so no writer waits behind a whole submission."""
+    connection counts it), so no writer waits behind a whole submission. (Chunks held at 50
+    items here, to know where each starts.)"""
+    monkeypatch.setattr(creation, "CHUNK_ROWS_FIRST", 50)
+    monkeypatch.setattr(creation, "CHUNK_ROWS_MIN", 50)
+    monkeypatch.setattr(creation, "CHUNK_GROWTH_MAX", 1.0)
     group_id = str(uuid.uuid4())
     committed: list[int] = []
 
     def items() -> Iterator[NewItem]:
-        for i in range(3 * CREATE_BATCH_ROWS + 1):
-            if i % CREATE_BATCH_ROWS == 0:
+        for i in range(3 * 50 + 1):
+            if i % 50 == 0:
                 committed.append(_rows(engine, group_id)["lease_items"])
             yield NewItem(str(uuid.uuid4()), {})
 
     manager.create_group(group_id, deadline_seconds=60, max_attempts=3, items=items())
-    assert committed == [0, CREATE_BATCH_ROWS, 2 * CREATE_BATCH_ROWS, 3 * CREATE_BATCH_ROWS]
-    assert manager.group(group_id).total == 3 * CREATE_BATCH_ROWS + 1
+    assert committed == [0, 50, 100, 150]
+    assert manager.group(group_id).total == 3 * 50 + 1
+
+
+def test_chunks_follow_the_pace_of_the_last_one() -> None:
+    """A chunk is sized to take the target time at the last chunk's pace, growing at most
+    twofold at a time and shrinking at once, within its bounds."""
+    sizer = creation.ChunkSizer(0.06)
+    assert sizer.rows == CHUNK_ROWS_FIRST
+    sizer.took(2000, 0.006)  # ten times faster than the target: doubles only
+    assert sizer.rows == 4000
+    sizer.took(4000, 0.03)
+    assert sizer.rows == 8000
+    sizer.took(8000, 0.24)  # four times too slow: a quarter at once
+    assert sizer.rows == 2000
+    sizer.took(2000, 60.0)
+    assert sizer.rows == creation.CHUNK_ROWS_MIN
+    for _ in range(20):
+        sizer.took(sizer.rows, 0.0)
+    assert sizer.rows == creation.CHUNK_ROWS_MAX
 
 
 @pytest.mark.parametrize("error", [OSError("the upload was cut"), KeyboardInterrupt()])
@@ -120,7 +153,7 @@ def test_a_creation_that_fails_part_way_leaves_nothing(
 
     with pytest.raises(type(error)):
         manager.create_group(
-            group_id, deadline_seconds=60, max_attempts=3, items=_items(CREATE_BATCH_ROWS + 5, fail)
+            group_id, deadline_seconds=60, max_attempts=3, items=_items(CHUNK_ROWS_FIRST + 5, fail)
         )
     assert _rows(engine, group_id) == dict.fromkeys(TABLES, 0)
 
@@ -155,13 +188,13 @@ def test_the_reaper_deletes_a_creation_left_by_a_crash_only_once_it_is_old(
     def crash() -> None:
         raise SystemExit(137)
 
-    items = _items(CREATE_BATCH_ROWS + 5, crash)
+    items = _items(CHUNK_ROWS_FIRST + 5, crash)
     with monkeypatch.context() as dying:
         dying.setattr(manager, "_discard_unsealed", lambda *args, **kwargs: None)
         with pytest.raises(SystemExit):
             manager.create_group(group_id, deadline_seconds=60, max_attempts=3, items=items)
     left = _rows(engine, group_id)
-    assert left["lease_items"] == CREATE_BATCH_ROWS
+    assert left["lease_items"] == CHUNK_ROWS_FIRST
     assert manager.reap().discarded_groups == 0
     assert _rows(engine, group_id) == left
     set_column(engine, "lease_groups", "created_at", LONG_AGO_MS, id=group_id)
@@ -183,7 +216,7 @@ def test_the_deadline_counts_from_the_seal(engine: sa.Engine, manager: LeaseMana
         group_id,
         deadline_seconds=60,
         max_attempts=3,
-        items=_items(CREATE_BATCH_ROWS + 2, slow_start),
+        items=_items(CHUNK_ROWS_FIRST + 2, slow_start),
     )
     summary = manager.group(group_id)
     assert summary.deadline_at.timestamp() > summary.created_at.timestamp() + 60
@@ -243,9 +276,77 @@ def test_payloads_are_stored_exactly(manager: LeaseManager) -> None:
     assert [c.payload for c in claims] == AWKWARD_PAYLOADS
 
 
-def test_queued_rows_name_every_item_column_in_order() -> None:
-    """The bulk insert writes positional rows: their order is the table's."""
-    from leases.manager import QUEUED_ITEM_COLUMNS  # noqa: PLC0415
-    from leases.schema import items  # noqa: PLC0415
+def test_new_rows_hold_exactly_the_queued_item(engine: sa.Engine, manager: LeaseManager) -> None:
+    """Every column of a created item is what a queued item holds, on both bulk paths (COPY on
+    PostgreSQL, `json_each` on SQLite), and a payload given as JSON text (line breaks and tabs
+    in it too) is stored as that object."""
+    group_id = str(uuid.uuid4())
+    manager.create_group(
+        group_id,
+        deadline_seconds=60,
+        max_attempts=1,
+        items=[NewItem("a", {"ref": "x"}), NewItem("b", '{"ref": "y",\n\t"n": [1, 2]}')],
+    )
+    with engine.connect() as conn:
+        created_at = conn.execute(
+            sa.text("SELECT created_at FROM lease_groups WHERE id = :g"), {"g": group_id}
+        ).scalar_one()
+        rows = conn.execute(
+            sa.select(lease_items).where(lease_items.c.group_id == group_id).order_by("seq")
+        ).all()
+    expected = {
+        "group_id": group_id,
+        "state": "queued",
+        "attempt": 0,
+        "attempt_base": 0,
+        "lease_token": None,
+        "lease_expires_at": None,
+        "attempt_started_at": None,
+        "next_attempt_at": created_at,
+        "worker_id": None,
+        "error_category": None,
+        "error_message": None,
+        "correlation_id": None,
+        "created_at": created_at,
+        "updated_at": created_at,
+    }
+    assert [dict(r._mapping) for r in rows] == [
+        {**expected, "id": "a", "seq": 0, "payload": {"ref": "x"}},
+        {**expected, "id": "b", "seq": 1, "payload": {"ref": "y", "n": [1, 2]}},
+    ]
 
-    assert tuple(c.name for c in items.columns) == QUEUED_ITEM_COLUMNS
+
+def test_a_creation_hands_its_connection_back_as_it_found_it(database_url: str) -> None:
+    """The creation's own connection leaves WAL checkpoints to the creator while it writes
+    (SQLite); the pool gets it back checkpointing automatically again."""
+    engine = make_engine(database_url, pool_size=1, max_overflow=0)
+    try:
+        upgrade(engine)
+        new_group(LeaseManager(engine), 3)
+        if engine.dialect.name == "sqlite":
+            with engine.connect() as conn:
+                raw = conn.connection.dbapi_connection
+                assert raw is not None
+                assert raw.execute("PRAGMA wal_autocheckpoint").fetchone() == (1000,)
+    finally:
+        engine.dispose()
+
+
+def test_a_postgresql_driver_without_copy_writes_the_same_rows(
+    engine: sa.Engine, manager: LeaseManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the driver cannot COPY, the items go in by executemany, the same rows (SQLite has
+    one bulk path only)."""
+    monkeypatch.setattr(Executor, "can_copy", lambda self, conn: False)
+    group_id = str(uuid.uuid4())
+    manager.create_group(
+        group_id,
+        deadline_seconds=60,
+        max_attempts=1,
+        items=[NewItem("a", {"ref": "x"}), ("b", '{"ref": "y"}')],
+    )
+    assert [(i.id, i.seq, i.state, i.payload) for i in manager.items(group_id)] == [
+        ("a", 0, State.QUEUED, {"ref": "x"}),
+        ("b", 1, State.QUEUED, {"ref": "y"}),
+    ]
+    assert manager.recount(group_id) == manager.counted(group_id)

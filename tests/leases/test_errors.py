@@ -16,6 +16,7 @@ from leases import (
     make_engine,
     upgrade,
 )
+from leases import engine as lease_engine
 from tests.leases.conftest import new_group
 
 CLOSED_PORT_URL = "postgresql+psycopg://postgres@127.0.0.1:1/none?connect_timeout=2"
@@ -53,6 +54,38 @@ def test_sqlite_lock_beyond_busy_timeout_is_unavailable(sqlite_url: str) -> None
         holder.execute("ROLLBACK")
         holder.close()
     assert len(manager.claim("w", 1)) == 1
+    engine.dispose()
+
+
+def test_a_sqlite_writer_takes_the_lock_at_its_next_short_try(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write waiting for SQLite's lock tries again after each short sleep of its own (not
+    SQLite's ever longer waits, which miss the gaps a submission leaves between its chunks),
+    takes the lock at the first try after it comes free, and leaves the connection its busy
+    timeout."""
+    engine = make_engine(sqlite_url)
+    upgrade(engine)
+    manager = LeaseManager(engine)
+    new_group(manager, 1)
+    holder = sqlite3.connect(sa.make_url(sqlite_url).database or "", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    naps: list[float] = []
+
+    def nap(seconds: float) -> None:
+        naps.append(seconds)
+        if len(naps) == 3:
+            holder.execute("ROLLBACK")  # the lock comes free during the third wait
+
+    monkeypatch.setattr(lease_engine.time, "sleep", nap)
+    try:
+        assert len(manager.claim("w", 1)) == 1
+    finally:
+        holder.close()
+    assert naps == [lease_engine.SQLITE_WRITE_POLL_SECONDS] * 3
+    with engine.connect() as conn:
+        timeout = conn.exec_driver_sql("PRAGMA busy_timeout").scalar()
+    assert timeout == lease_engine.SQLITE_BUSY_TIMEOUT_MILLISECONDS
     engine.dispose()
 
 

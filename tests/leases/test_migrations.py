@@ -26,7 +26,7 @@ def test_upgrade_twice_is_a_no_op(database_url: str) -> None:
                 {"f": False},
             )
         upgrade(engine)
-        assert current(engine) == revision == "0006"
+        assert current(engine) == revision == "0007"
         inspector = sa.inspect(engine)
         tables = set(inspector.get_table_names())
         assert LEASE_TABLES | {VERSION_TABLE} <= tables
@@ -206,5 +206,31 @@ def test_0006_versions_existing_counters_and_moves_them_and_downgrades(
             command.downgrade(alembic_config(connection), "0004")
         columns = {c["name"] for c in sa.inspect(engine).get_columns("lease_counters")}
         assert "version" not in columns
+    finally:
+        engine.dispose()
+
+
+def test_0007_drops_the_items_foreign_key_on_postgresql_and_downgrades(database_url: str) -> None:
+    """0007 drops `lease_items`' foreign key to its group on PostgreSQL, where creation paid a
+    trigger per row for it, and keeps SQLite's; its downgrade puts PostgreSQL's back, over the
+    items already there."""
+    from alembic import command  # noqa: PLC0415
+
+    from leases.migrate import alembic_config  # noqa: PLC0415
+
+    engine = make_engine(database_url)
+    kept = [] if engine.dialect.name == "postgresql" else ["lease_groups"]
+    try:
+        upgrade(engine, "0006")
+        _a_group_with_an_item(engine, deadline_at=2)
+        upgrade(engine, "0007")
+        foreign = sa.inspect(engine).get_foreign_keys("lease_items")
+        assert [key["referred_table"] for key in foreign] == kept
+        with engine.begin() as connection:
+            command.downgrade(alembic_config(connection), "0006")
+        foreign = sa.inspect(engine).get_foreign_keys("lease_items")
+        assert [key["referred_table"] for key in foreign] == ["lease_groups"]
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT count(*) FROM lease_items")).scalar_one() == 1
     finally:
         engine.dispose()

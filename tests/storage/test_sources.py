@@ -16,6 +16,7 @@ from storage import (
     SourceNotAllowed,
     SourceReader,
 )
+from storage.sources import FOLDER_LISTING_AFTER
 
 # What the tests ask a folder to expand to (the application passes its image suffixes).
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".webp", ".tif", ".tiff", ".bmp"})
@@ -285,5 +286,23 @@ def test_the_normalizer_of_a_request_answers_as_normalize(tree: Path, tmp_path: 
     for roots in (None, [str(tree)], [str(tree / "sub")], [str(tree), str(outside)]):
         reader = SourceReader(roots)
         normalize = reader.normalizer()
-        for source in sources:
-            assert _answer(normalize, source) == _answer(reader.normalize, source), (roots, source)
+        # Asked often enough that every folder is listed (the answers from a listing), and
+        # asked before that too (one lookup per source).
+        for _ in range(FOLDER_LISTING_AFTER + 2):
+            for source in sources:
+                answer = _answer(normalize, source)
+                assert answer == _answer(reader.normalize, source), (roots, source)
+
+
+def test_a_listed_folder_still_finds_what_appears_after_its_listing(tree: Path) -> None:
+    """A file made after the normaliser listed its folder is looked up, not taken as missing:
+    a symlink made then is still resolved, and a FIFO still refused."""
+    reader = SourceReader(None)
+    normalize = reader.normalizer()
+    for _ in range(FOLDER_LISTING_AFTER):
+        assert normalize(str(tree / "a.jpg")) == str(tree / "a.jpg")
+    (tree / "late-link.jpg").symlink_to(tree / "a.jpg")
+    os.mkfifo(tree / "late-pipe.jpg")
+    assert normalize(str(tree / "late-link.jpg")) == str(tree / "a.jpg")
+    with pytest.raises(SourceNotAllowed, match="not a regular file"):
+        normalize(str(tree / "late-pipe.jpg"))

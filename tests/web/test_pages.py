@@ -197,16 +197,18 @@ def test_contact_sheet_pages_with_the_items_cursor(page: Any, processed: Process
 
 
 def test_item_timeline_lists_every_transition(page: Any, processed: ProcessedBatch) -> None:
-    """The item page shows each event of the item in order: attempt, transition, worker, lease
-    token and reason, as the events endpoint has them."""
+    """The item page shows its creation (at the batch's creation: it logs no event), then each
+    event of the item in order: attempt, transition, worker, lease token and reason, as the
+    events endpoint has them."""
     item = next(i for i in processed.items if i["ref"] == "sku-6")
     events = processed.live.client.get(
         f"/v1/batches/{processed.id}/events", params={"item": item["id"]}
     ).json()["events"]
     open_with_token(page, f"{processed.live.url}/batches/{processed.id}/items/{item['id']}")
     rows = page.locator("#timeline tbody tr")
-    assert len(events) == rows.count()
-    for event, row in zip(events, rows.all(), strict=True):
+    assert len(events) + 1 == rows.count()
+    assert "new → queued" in " ".join(rows.first.inner_text().split())
+    for event, row in zip(events, rows.all()[1:], strict=True):
         text = row.inner_text()
         assert str(event["attempt"]) in text
         assert event["to_state"].replace("_", " ") in text

@@ -54,6 +54,25 @@ function eventRow(event) {
   );
 }
 
+// An item is created queued with its batch and logs no event for it (ADR 0023); items created
+// before that have a creation event (from_state null) of their own, and get no second row.
+function creationRow(createdAt) {
+  return h(
+    "tr",
+    { class: "created" },
+    h("td", {}, timeElement(createdAt, { milliseconds: true })),
+    h("td", {}, "0"),
+    h(
+      "th",
+      { scope: "row", class: "transition" },
+      h("span", {}, "new"),
+      h("span", { "aria-label": "to" }, " → "),
+      stateBadge("queued"),
+    ),
+    ...Array.from({ length: 5 }, () => h("td", {}, "—")),
+  );
+}
+
 async function allEvents() {
   const events = [];
   let cursor = null;
@@ -112,7 +131,9 @@ async function load() {
     recropEditor(batchId, item, status.ratios, { onApplied: () => followPending() }),
   );
   if (!TERMINAL_STATES.has(item.state)) followPending();
-  byId("timeline").tBodies[0].replaceChildren(...timeline.events.map(eventRow));
+  const logged = timeline.events.length > 0 && !timeline.events[0].from_state;
+  const created = logged ? [] : [creationRow(status.created_at)];
+  byId("timeline").tBodies[0].replaceChildren(...created, ...timeline.events.map(eventRow));
   if (!timeline.complete) {
     setNotice(`Showing the first ${timeline.events.length} transitions only.`);
   }
