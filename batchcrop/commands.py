@@ -13,7 +13,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -301,7 +301,9 @@ def run(args: argparse.Namespace) -> int:
                 worker.start_presence()
                 worker.start()
             progress = not (args.no_progress or args.json)
-            final = _follow(app, batch_id, interrupted, progress=progress)
+            final = _follow(
+                app, batch_id, interrupted, progress=progress, wait=worker.wait_for_progress
+            )
             worker.stop()
             ended = worker.join(GIVE_BACK_WAIT_SECONDS)
             worker.retire(forget=ended)
@@ -328,16 +330,23 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _follow(
-    app: App, batch_id: str, interrupted: threading.Event, *, progress: bool
+    app: App,
+    batch_id: str,
+    interrupted: threading.Event,
+    *,
+    progress: bool,
+    wait: Callable[[float], None] = time.sleep,
 ) -> dict[str, Any]:
-    """Poll the batch until it is terminal (or Ctrl-C), drawing progress on stderr."""
+    """Read the batch until it is terminal (or Ctrl-C), drawing progress on stderr; between
+    reads, `wait(RUN_POLL_SECONDS)` (the in-process worker's `wait_for_progress` returns as
+    soon as an item ends, so the run ends with its last item rather than up to a poll later)."""
     with progress_bar(enabled=progress) as bar:
         while True:
             document = app.batches.status(batch_id)
             bar(document)
             if document["state"] in TERMINAL or interrupted.is_set():
                 return document
-            time.sleep(RUN_POLL_SECONDS)
+            wait(RUN_POLL_SECONDS)
 
 
 def worker(args: argparse.Namespace) -> int:

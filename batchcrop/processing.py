@@ -8,12 +8,14 @@ public. Lease loss, cancellation and shutdown are not failures: they have their 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from typing import Any
 
 from batchcrop.crop import (
     FORMATS,
@@ -90,6 +92,12 @@ def derivative_key(source_sha256: str, rendition: Rendition, variant: str) -> st
 PREVIEW_KEY_PREFIX = "previews/"
 WRITE_THREADS_MAX = 8
 """At most this many of one item's objects are written at once."""
+
+
+def write_pool(slots: int) -> ThreadPoolExecutor:
+    """The threads a worker's `slots` write their items' objects with (`Attempt.writes`): kept
+    for the worker's life, since starting threads for every item cost about 3 ms of it."""
+    return ThreadPoolExecutor(max_workers=WRITE_THREADS_MAX * slots, thread_name_prefix="write")
 
 
 def preview_key(source_sha256: str, variant: str) -> str:
@@ -236,6 +244,8 @@ class Attempt:
     """Called when a taken key held other bytes of the same derivative (a metric)."""
     on_put_hit: Callable[[], None] = lambda: None
     """Called when a derivative's key already held the same bytes (a metric)."""
+    writes: Executor | None = None
+    """The worker's `write_pool`; None: threads of this attempt's own."""
 
     def run(self, heartbeat: HeldLease) -> Output:
         """Read, crop, store; return the manifest and preview to commit. Raises LeaseLost,
@@ -270,9 +280,13 @@ class Attempt:
         # fsyncs, an S3 round trip), so the item waits for the slowest rather than for the sum.
         # Every write is put-if-absent of a deterministic key, so the order does not matter; a
         # failure is raised as before, the first in rendition order, once the others are done.
-        with ThreadPoolExecutor(
-            max_workers=min(WRITE_THREADS_MAX, len(renditions) + 1), thread_name_prefix="write"
-        ) as writes:
+        with contextlib.ExitStack() as own:
+            writes = self.writes or own.enter_context(
+                ThreadPoolExecutor(
+                    max_workers=min(WRITE_THREADS_MAX, len(renditions) + 1),
+                    thread_name_prefix="write",
+                )
+            )
             stored_preview = writes.submit(
                 store_preview,
                 self.store,
@@ -292,6 +306,8 @@ class Attempt:
                 )
                 for rendition in renditions
             ]
+            everything: list[Future[Any]] = [stored_preview, *written]
+            wait(everything)  # all ended, before a failure is raised
             manifest = [
                 self._written(rendition, future.result())
                 for rendition, future in zip(renditions, written, strict=True)

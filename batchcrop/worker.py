@@ -32,7 +32,7 @@ from batchcrop.logs import log_event
 from batchcrop.metrics import Metrics
 from batchcrop.notify import Deliverer
 from batchcrop.presence import Presence, worker_info
-from batchcrop.processing import Attempt, GiveBack, Interruption, Output
+from batchcrop.processing import Attempt, GiveBack, Interruption, Output, write_pool
 from batchcrop.settings import CONCURRENCY, MAX_SOURCE_BYTES, REAPER_INTERVAL_SECONDS
 from leases import (
     Claim,
@@ -185,6 +185,8 @@ class Worker:
         self._presence: Presence | None = None
         # One heartbeat thread for every item this worker holds: one statement per interval.
         self._heartbeats = Heartbeats(leases)
+        self._writes = write_pool(options.concurrency)
+        self._progressed = threading.Event()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -259,7 +261,16 @@ class Worker:
         for thread in self._threads:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             thread.join(remaining)
-        return not any(t.is_alive() for t in self._threads)
+        ended = not any(t.is_alive() for t in self._threads)
+        if ended:
+            self._writes.shutdown(wait=False)  # idle: every slot waited for its writes
+        return ended
+
+    def wait_for_progress(self, timeout_seconds: float) -> None:
+        """Return once an attempt has ended since the last call, or after `timeout_seconds`: a
+        caller following its batch reads the status when something changed, not on a clock."""
+        self._progressed.wait(timeout_seconds)
+        self._progressed.clear()
 
     def shutdown(self, grace_seconds: float) -> None:
         """Graceful exit: finish within the grace period, else give back, then wait."""
@@ -375,6 +386,7 @@ class Worker:
             outcome, category, message = self._attempt(claim)
         finally:
             self.metrics.in_flight.dec()
+            self._progressed.set()
         self.metrics.item_duration.labels(outcome).observe(time.monotonic() - started)
         log_event(
             "transition",
@@ -441,6 +453,7 @@ class Worker:
             give_back_now=self._give_back_now,
             on_write_differs=self.metrics.derivative_bytes_differ.inc,
             on_put_hit=self.metrics.put_if_absent_hits.inc,
+            writes=self._writes,
         )
         try:
             return attempt.run(heartbeat)

@@ -29,7 +29,7 @@ from batchcrop.items import ItemRequest
 from batchcrop.logs import log_event
 from batchcrop.processing import derivative_key
 from batchcrop.worker import WorkerOptions
-from storage import LocalStore, ObjectStore, S3Settings, S3Store
+from storage import AccessDenied, LocalStore, ObjectStore, S3Settings, S3Store
 from storage.port import SHA256_METADATA_KEY
 from tests.app.conftest import run_batch
 from tests.app.images import write_corrupt, write_photos
@@ -641,3 +641,55 @@ def test_a_worker_renews_all_its_held_items_in_one_statement(
 
     assert all("held" in statement for statement, _ in beats)
     assert outcomes == ["succeeded"] * 3
+
+
+class _OneKeyDenied:
+    """A store that refuses the 16:9 derivative at once and writes the others slowly, the
+    last ratio and the preview slowest."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self.inner = inner
+        self.url = inner.url
+
+    def put_if_absent(self, key: str, data: bytes, **kwargs: Any) -> Any:
+        if key.startswith("derivatives/") and "/16x9-" in key:
+            raise AccessDenied(f"permission denied: {key}")
+        time.sleep(1.0 if "/3x4-" in key or key.startswith("previews/") else 0.1)
+        return self.inner.put_if_absent(key, data, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_a_failed_write_ends_the_attempt_only_after_the_items_other_writes(
+    app: App, store: ObjectStore, tmp_path: Path
+) -> None:
+    """The worker's write threads are shared by its slots and outlive an attempt, yet a failed
+    write is raised only once the item's other writes have ended: when the item is failed,
+    every other object of it is already in the store (none lands later, unaccounted)."""
+    (source,) = write_photos(tmp_path / "src", 1)
+    status, _ = app.batches.submit(_request([source], max_attempts=1))
+    final = run_batch(app, _OneKeyDenied(store), status["id"])  # type: ignore[arg-type]
+    assert (final["state"], final["failures"]) == ("failed", {"storage_access_denied": 1})
+    stored = sorted(info.key.split("/")[-1].split("-")[0] for info in store.list("derivatives/"))
+    assert stored == ["1x1", "3x4", "4x3"]
+    assert len(list(store.list("previews/"))) == 1
+
+
+def test_a_worker_wakes_its_follower_when_an_attempt_ends(
+    app: App, store: ObjectStore, tmp_path: Path
+) -> None:
+    """`wait_for_progress` returns when an item ends, not at its timeout: `run` reads the
+    batch's status then, and ends with its last item."""
+    (source,) = write_photos(tmp_path / "src", 1)
+    status, _ = app.batches.submit(_request([source]))
+    worker = app.worker(store, WorkerOptions(concurrency=1, batch_ids=[status["id"]]))
+    worker.start()
+    try:
+        started = time.monotonic()
+        worker.wait_for_progress(120)
+        assert time.monotonic() - started < 100
+        assert app.batches.status(status["id"])["state"] == "succeeded"
+    finally:
+        worker.stop()
+        worker.join(30)
