@@ -18,8 +18,8 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import httpx
 import sqlalchemy as sa
 
 from batchcrop import __version__
@@ -33,9 +33,11 @@ from batchcrop.notify_hosts import (
     address_refusal,
     destination_refusal,
 )
-from batchcrop.notify_http import DeadlineBackend, DeadlineTransport
 from batchcrop.queries import chunks
 from leases import Claim, DatabaseUnavailable, LeaseLost, LeaseManager, State
+
+if TYPE_CHECKING:
+    import httpx
 
 NOTIFY_URL_CHARS_MAX = 2048
 DELIVERY_WINDOW_SECONDS = 24 * 3600.0
@@ -82,6 +84,8 @@ class NotifyUrlError(ValueError):
 def parse_url(url: str) -> httpx.URL:
     """`url` parsed as the deliverer will send it (httpx: IDNA host names, ports);
     `NotifyUrlError` when it cannot be, so what submission accepts delivery can send."""
+    import httpx  # noqa: PLC0415  (imported when a URL is given: start-up of `run`, `status`)
+
     try:
         parsed = httpx.URL(url)
     except (httpx.InvalidURL, ValueError):
@@ -239,6 +243,10 @@ class Deliverer(threading.Thread):
         self.worker_id = worker_id
         self.poll_seconds = poll_seconds
         self.deadline_seconds = deadline_seconds
+        import httpx  # noqa: PLC0415  (see parse_url)
+
+        from batchcrop.notify_http import DeadlineBackend, DeadlineTransport  # noqa: PLC0415
+
         self.backend = DeadlineBackend()
         self.client = httpx.Client(
             transport=DeadlineTransport(self.backend),
@@ -349,6 +357,8 @@ class Deliverer(threading.Thread):
         """(status code, failure reason or None); the response body is never read. The host
         is resolved here, its addresses checked (`address_refusal`) and the connection made
         to one of them, so a name cannot resolve to a checked address and then another."""
+        import httpx  # noqa: PLC0415  (see parse_url)
+
         try:
             addresses = resolve(url)
         except (OSError, UnicodeError):

@@ -8,8 +8,10 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from PIL import Image
 
 HEAVY = (
     "alembic",
@@ -51,3 +53,30 @@ def test_help_and_version_import_no_heavy_library(args: list[str]) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stderr.strip().splitlines()[-1]) == []
+
+
+def test_a_run_into_a_folder_imports_no_web_stack_s3_client_or_http_client(tmp_path: Path) -> None:
+    """`batchcrop run DIR --out OUT` pays only for what it uses: no web stack, no boto3, no
+    httpx (the deliverer's client, which a run never starts), and it still succeeds."""
+    Image.new("RGB", (64, 48), (200, 100, 50)).save(tmp_path / "one.jpg")
+    args = [
+        "run",
+        "--no-progress",
+        "--database-url",
+        f"sqlite:///{tmp_path / 'batchcrop.db'}",
+        "--out",
+        str(tmp_path / "out"),
+        str(tmp_path / "one.jpg"),
+    ]
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        env={**os.environ, "PROBE_ARGS": json.dumps(args), "PROBE_HEAVY": json.dumps(HEAVY)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert "succeeded" in result.stdout, result.stderr
+    imported = set(json.loads(result.stderr.strip().splitlines()[-1]))
+    assert imported.isdisjoint({"boto3", "fastapi", "httpx", "uvicorn"}), imported
+    assert {"sqlalchemy", "PIL", "pyvips"} <= imported  # the probe sees what the run used
