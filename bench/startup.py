@@ -25,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_BASELINE = "52b88ee"
-"""main before issue 13 sections 2 and 3 (lazy imports)."""
+"""main before the lazy imports (start-up of every command)."""
 DEFAULT_RUNS = 15
 
 
