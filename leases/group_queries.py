@@ -298,11 +298,21 @@ def event_rows(
     return stmt.order_by(events.c.id).limit(limit)
 
 
+def _being_created(group_id: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
+    """Whether `group_id` names a group still being created (not sealed): its items are no work
+    yet, and a crashed submitter's stay so until the reaper discards them. Few such groups
+    exist at any time, so the probe is one index lookup per candidate row."""
+    return sa.exists().where(groups.c.id == group_id, sa.not_(groups.c.sealed))
+
+
 def queue_depth() -> sa.Select[Any]:
-    """Unfinished items by state over every group, from the counters: (state, n)."""
+    """Unfinished items by state over every sealed group, from the counters: (state, n)."""
     return (
         sa.select(counters.c.state, sa.func.sum(counters.c.n).label("n"))
-        .where(state_in_column(counters.c.state, UNFINISHED))
+        .where(
+            state_in_column(counters.c.state, UNFINISHED),
+            sa.not_(_being_created(counters.c.group_id)),
+        )
         .group_by(counters.c.state)
     )
 
@@ -313,11 +323,11 @@ def state_in_column(column: sa.ColumnElement[str], states: Collection[State]) ->
 
 
 def head_queued_age_ms() -> sa.Select[Any]:
-    """Milliseconds since the next queued item to be claimed (lowest `seq`) became queued: one
-    probe of the queued-seq partial index."""
+    """Milliseconds since the next queued item to be claimed (lowest `seq`) became queued, in
+    a sealed group: one probe of the queued-seq partial index (and of the group's row)."""
     return (
         sa.select(db_now_ms() - items.c.updated_at)
-        .where(items.c.state == State.QUEUED.value)
+        .where(items.c.state == State.QUEUED.value, sa.not_(_being_created(items.c.group_id)))
         .order_by(items.c.seq)
         .limit(1)
     )

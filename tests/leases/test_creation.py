@@ -17,6 +17,7 @@ from leases import (
     LeaseManager,
     NewItem,
     NoSuchGroup,
+    QueueStats,
     State,
     creation,
     make_engine,
@@ -72,6 +73,7 @@ def test_a_group_being_created_is_invisible_to_claims_reads_cancel_and_the_reape
                 act()
             seen[name] = "NoSuchGroup"
         seen["reaped"] = manager.reap().total
+        seen["queue"] = manager.queue()
 
     total = 2 * CHUNK_ROWS_FIRST + 5
     created = manager.create_group(
@@ -90,6 +92,7 @@ def test_a_group_being_created_is_invisible_to_claims_reads_cancel_and_the_reape
         "cancel": "NoSuchGroup",
         "requeue": "NoSuchGroup",
         "reaped": 0,
+        "queue": QueueStats(counts={}, head_queued_age_seconds=None),
     }
     assert created == total
     summary = manager.group(group_id)
