@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import csv
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -126,6 +127,11 @@ def _items(args: argparse.Namespace, reader: SourceReader) -> ItemList:
     items = ItemList.of(
         ItemRequest(source=s) for source in args.sources for s in reader.expand(source)
     )
+    problem = items.unstorable()
+    if problem is not None:
+        position, _column, reason = problem
+        # !a: a file name that is not UTF-8, or holds control characters, shown safely.
+        raise UsageError(f"source {items.sources[position]!a} {reason}")
     csv_path = getattr(args, "items_csv", None)
     if csv_path:
         items += _csv_items(csv_path, reader)
@@ -149,7 +155,9 @@ def _csv_items(csv_path: str, reader: SourceReader) -> ItemList:
     focus: dict[int, Box] = {}
     normalize = reader.normalizer()
     try:
-        with open(csv_path, newline="", encoding="utf-8") as handle:
+        # utf-8-sig: a spreadsheet's "CSV UTF-8" export starts with a byte order mark, which
+        # would otherwise be part of the first column's name.
+        with open(csv_path, newline="", encoding="utf-8-sig") as handle:
             table = csv.reader(handle)
             header = next(table, None) or []
             column = {name: i for i, name in enumerate(header)}
@@ -174,7 +182,22 @@ def _csv_items(csv_path: str, reader: SourceReader) -> ItemList:
                         focus[len(sources) - 1] = box
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise UsageError(f"{csv_path}: cannot read the items CSV: {exc}") from exc
-    return ItemList(sources, refs, focus)
+    items = ItemList(sources, refs, focus)
+    problem = items.unstorable()
+    if problem is not None:
+        position, name, reason = problem
+        raise UsageError(f"{csv_path}: row {_csv_line(csv_path, position)}: {name} {reason}")
+    return items
+
+
+def _csv_line(csv_path: str, position: int) -> int:
+    """The line the `position`-th item's row ends on (blank rows hold no item), read again:
+    only a refused CSV pays for it."""
+    with open(csv_path, newline="", encoding="utf-8-sig") as handle:
+        table = csv.reader(handle)
+        next(table, None)
+        rows = (table.line_num for row in table if row)
+        return next(itertools.islice(rows, position, None))
 
 
 def _cell(row: list[str], at: int | None) -> str | None:
@@ -224,7 +247,10 @@ def submit(args: argparse.Namespace) -> int:
         app.prepare_schema()
         request = _request(args, app.source_reader(trusted=True))
         try:
-            document, _ = app.batches.submit(request, idempotency_key=args.idempotency_key)
+            # SIGTERM (a container's stop, `timeout`) ends a submission as Ctrl-C does: the
+            # half-created batch is discarded now instead of waiting for the reaper.
+            with _signals(_interrupt):
+                document, _ = app.batches.submit(request, idempotency_key=args.idempotency_key)
         except NotifyUrlError as exc:
             raise UsageError(f"--notify-url {exc}") from exc
     if args.json:
@@ -245,6 +271,10 @@ def _run_key(request: BatchRequest, store_url: str) -> str:
             stat = path.stat()
             digest.update(f"{stat.st_size}:{stat.st_mtime_ns}".encode())
     return "run:" + digest.hexdigest()
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
 
 
 @contextmanager

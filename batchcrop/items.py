@@ -7,6 +7,7 @@ part of the idempotency fingerprint, their time-ordered ids — made without an 
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,6 +23,63 @@ FOCUS_TERMS = ("left", "top", "right", "bottom")
 FOCUS_PX_MAX = MAX_SOURCE_PIXELS
 """No side of a picture the engine accepts is longer than its pixel limit, so a larger
 coordinate could never fall inside one; the limit also keeps every value a small integer."""
+
+
+SOURCE_CHARS_MAX = 4096
+REF_CHARS_MAX = 256
+"""The longest source and ref an item may have, through the API and the CLI alike."""
+
+_CONTROL_CHARACTERS = re.compile("[\x00-\x1f\x7f-\x9f]")
+"""Unicode's control characters (category Cc: C0, DEL and C1), matched in C: a body of 100,000
+items holds 200,000 texts to check, a CLI submission up to millions."""
+
+
+def storable_text(text: str) -> str:
+    """Refuse what no database column can hold (NUL, lone UTF-16 surrogates, which is also
+    what a file name that is not UTF-8 becomes) and control characters, which would act on the
+    terminal of whoever lists the batch."""
+    if "\0" in text:
+        raise ValueError("must not contain NUL characters")
+    if _CONTROL_CHARACTERS.search(text):
+        raise ValueError("must not contain control characters")
+    if not _utf8(text):
+        raise ValueError("must be valid Unicode text (no lone surrogates)")
+    return text
+
+
+def unstorable(texts: Sequence[str], chars_max: int) -> tuple[int, str] | None:
+    """The first of `texts` that `storable_text` refuses or that is longer than `chars_max`,
+    as (position, reason); None when all are fine. All are checked at once (one length scan,
+    one pattern search and one encode over their concatenation), and one by one only to find
+    the culprit."""
+    if not texts:
+        return None
+    if max(map(len, texts)) <= chars_max:
+        joined = "".join(texts)
+        # isprintable(): a quicker pass that no control character survives (nor some others, such
+        # as U+2028, which the pattern then clears).
+        controls = not joined.isprintable() and _CONTROL_CHARACTERS.search(joined) is not None
+        if not controls and _utf8(joined):
+            return None
+    for position, text in enumerate(texts):
+        if len(text) > chars_max:
+            return position, f"is longer than {chars_max} characters"
+        try:
+            storable_text(text)
+        except ValueError as exc:
+            return position, str(exc)
+    return None  # not reached: the bulk check found something
+
+
+def _utf8(text: str) -> bool:
+    """Whether `text` encodes as UTF-8 (no lone surrogates)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class FocusError(ValueError):
@@ -197,6 +255,19 @@ class ItemList(Sequence[ItemRequest]):
     def sources(self) -> Sequence[str]:
         """Every item's source, in order."""
         return self._sources
+
+    def unstorable(self) -> tuple[int, str, str] | None:
+        """The first item whose source or ref the API would refuse (`storable_text`, the
+        length limits), as (position, "source" or "ref", reason); None when all are fine."""
+        found = []
+        for column, texts, chars_max in (
+            ("source", self._sources, SOURCE_CHARS_MAX),
+            ("ref", [ref or "" for ref in self._refs], REF_CHARS_MAX),
+        ):
+            problem = unstorable(texts, chars_max)
+            if problem is not None:
+                found.append((problem[0], column, problem[1]))
+        return min(found, default=None)
 
     def payload_texts(self) -> Iterator[str]:
         """Each item's lease payload as JSON text: `json.dumps(item.payload())`."""

@@ -9,7 +9,6 @@ Response models only document the contract in OpenAPI; the endpoints return the 
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Literal, cast
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, WithJsonSchema
@@ -28,7 +27,13 @@ from batchcrop.crop.spec import (
     RATIOS_MAX_COUNT,
 )
 from batchcrop.documents import DerivativeDocument, PreviewDocument
-from batchcrop.items import FOCUS_PX_MAX, focus_box
+from batchcrop.items import (
+    FOCUS_PX_MAX,
+    REF_CHARS_MAX,
+    SOURCE_CHARS_MAX,
+    focus_box,
+    storable_text,
+)
 from batchcrop.notify import NOTIFY_URL_CHARS_MAX
 from batchcrop.settings import (
     DEADLINE_SECONDS,
@@ -39,31 +44,9 @@ from batchcrop.settings import (
 from leases import REQUEUEABLE, State, state_names
 
 ITEMS_PER_BATCH_MAX = 100_000
-SOURCE_CHARS_MAX = 4096
-REF_CHARS_MAX = 256
 RATIO_CHARS_MAX = 16
 REQUEUE_ITEM_IDS_MAX = 10_000
 UUID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
-
-
-_CONTROL_CHARACTERS = re.compile("[\x00-\x1f\x7f-\x9f]")
-"""Unicode's control characters (category Cc: C0, DEL and C1), matched in C: a body of 100,000
-items holds 200,000 texts to check."""
-
-
-def storable_text(text: str) -> str:
-    """Refuse what no database column can hold (NUL, lone UTF-16 surrogates) and control
-    characters, which would act on the terminal of whoever lists the batch."""
-    if "\0" in text:
-        raise ValueError("must not contain NUL characters")
-    if _CONTROL_CHARACTERS.search(text):
-        raise ValueError("must not contain control characters")
-    if not text.isascii():
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ValueError("must be valid Unicode text (no lone surrogates)") from None
-    return text
 
 
 REQUEUEABLE_NAMES = state_names(REQUEUEABLE)

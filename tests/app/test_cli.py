@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+import sqlalchemy as sa
 
 from batchcrop.app import App, build
 from batchcrop.commands import GIVE_BACK_WAIT_SECONDS
@@ -591,3 +592,44 @@ def test_an_sqlite_url_without_a_file_is_a_usage_error(url: str, tmp_path: Path)
     assert (result.returncode, result.stdout) == (2, "")
     assert "names no database file" in result.stderr
     assert len(result.stderr.splitlines()) == 1
+
+
+def test_sigterm_during_a_large_submission_leaves_nothing_behind(
+    cli: Cli, inspect: App, tmp_path: Path
+) -> None:
+    """SIGTERM (a container's stop, `timeout`) ends `submit` as Ctrl-C does: exit 130 and the
+    half-created batch discarded at once, not left for the reaper to find an hour later."""
+    rows = tmp_path / "items.csv"
+    with rows.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["source", "ref"])
+        writer.writerows([f"/photos/{i}.jpg", f"sku-{i}"] for i in range(400_000))
+    assert cli("db", "upgrade").returncode == 0
+    proc = cli.spawn("submit", "--items-csv", str(rows))
+
+    def items_written() -> int:
+        with inspect.engine.connect() as conn:
+            return int(conn.execute(sa.text("SELECT count(*) FROM lease_items")).scalar_one())
+
+    wait_for(lambda: proc.poll() is not None or items_written() > 0, "the first chunk")
+    assert proc.poll() is None, cli.log_of(proc)  # still writing: the signal lands mid-way
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 130, cli.log_of(proc)
+    with inspect.engine.connect() as conn:
+        for table in ("lease_groups", "lease_items", "lease_counters"):
+            assert conn.execute(sa.text(f"SELECT count(*) FROM {table}")).scalar_one() == 0
+    assert cli.json("batches")["batches"] == []
+
+
+def test_a_file_name_that_is_not_utf8_is_a_usage_error_on_every_database(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """A folder holding a file whose name is not UTF-8 (its byte becomes a lone surrogate in
+    Python) is refused at submission, naming the file safely: PostgreSQL could not store it and
+    SQLite must not accept what PostgreSQL refuses."""
+    (good,) = write_photos(tmp_path / "src", 1)
+    os.link(good, os.fsencode(tmp_path / "src") + b"/caf\xe9.jpg")
+    result = cli("submit", str(tmp_path / "src"))
+    assert result.returncode == Exit.USAGE, result.stderr
+    assert "caf\\udce9.jpg' must be valid Unicode text" in result.stderr
+    assert "Traceback" not in result.stderr

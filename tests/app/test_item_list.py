@@ -8,10 +8,13 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from batchcrop import items as items_module
 from batchcrop.batches import BatchRequest
 from batchcrop.crop.spec import RenderSpec
-from batchcrop.items import ItemList, ItemRequest
+from batchcrop.items import ItemList, ItemRequest, storable_text
 
 AWKWARD = [
     ItemRequest("/srv/a.jpg", "sku-1"),
@@ -97,3 +100,34 @@ def test_a_request_keeps_its_items_as_columns() -> None:
     from_columns = BatchRequest(ItemList(sources, [i.ref for i in AWKWARD[:3]]), spec, 60.0, 3)
     assert isinstance(from_tuple.items, ItemList)
     assert from_tuple == from_columns
+
+
+_TEXTS = st.lists(
+    st.text(alphabet=st.sampled_from(["a", "é", "🖼", "\u2028", "\x00", "\x1b", "\x85", "\udcff"])),
+    max_size=8,
+)
+
+
+@given(sources=_TEXTS, refs=_TEXTS)
+def test_the_bulk_check_finds_what_a_check_per_text_finds(
+    sources: list[str], refs: list[str]
+) -> None:
+    """`unstorable` checks a whole column at once; it names the first item that the API's
+    per-text rules (`storable_text`, the lengths, here shortened to 5) refuse, in the source
+    column before the ref column of the same item."""
+    refs = (refs + [""] * len(sources))[: len(sources)]
+    expected = []
+    for column, texts in (("source", sources), ("ref", refs)):
+        for position, text in enumerate(texts):
+            try:
+                if len(text) > 5:
+                    raise ValueError("is longer than 5 characters")
+                storable_text(text)
+            except ValueError as exc:
+                expected.append((position, column, str(exc)))
+                break
+    items = ItemList(sources, [ref or None for ref in refs])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(items_module, "SOURCE_CHARS_MAX", 5)
+        patch.setattr(items_module, "REF_CHARS_MAX", 5)
+        assert items.unstorable() == min(expected, default=None)

@@ -92,3 +92,32 @@ def test_a_header_with_some_focus_columns_names_the_missing_one(tmp_path: Path) 
     )
     with pytest.raises(UsageError, match="row 3: focus_bottom has no value"):
         _read(path)
+
+
+@pytest.mark.parametrize(
+    ("row", "needle"),
+    [
+        (["/photos/b.jpg", "sku\0b"], "row 4: ref must not contain NUL characters"),
+        (["/photos/b.jpg", "\x1b[31mred"], "row 4: ref must not contain control characters"),
+        (["/photos/b\x85.jpg", "sku-b"], "row 4: source must not contain control characters"),
+        (["/photos/b.jpg", "é" * 257], "row 4: ref is longer than 256 characters"),
+        (["/photos/" + "b" * 4100 + ".jpg", ""], "row 4: source is longer than 4096"),
+    ],
+)
+def test_texts_the_api_refuses_are_usage_errors_naming_the_row(
+    tmp_path: Path, row: list[str], needle: str
+) -> None:
+    """The CSV's sources and refs obey the API's rules (no NUL, which PostgreSQL cannot store,
+    no control characters, the same lengths), and the error names the row an editor shows:
+    here the fourth line, after a blank one."""
+    path = _write(tmp_path, ["source", "ref"], [["/photos/a.jpg", "sku-a"], [], row])
+    with pytest.raises(UsageError, match=needle):
+        _read(path)
+
+
+def test_a_csv_starting_with_a_byte_order_mark_reads(tmp_path: Path) -> None:
+    """A spreadsheet's "CSV UTF-8" export begins with U+FEFF; its first column is still
+    `source`."""
+    path = tmp_path / "excel.csv"
+    path.write_bytes("source,ref\r\n/photos/a.jpg,sku-a\r\n".encode("utf-8-sig"))
+    assert _read(str(path)) == [("a.jpg", "sku-a", None)]
