@@ -332,9 +332,13 @@ class Executor:
         with self.translate_errors():
             # The raw driver connection is the one `conn` runs on: the rows join its transaction.
             raw: Any = conn.connection.dbapi_connection
-            with raw.cursor() as cursor, cursor.copy(statement) as copy:
-                for block in blocks:
-                    copy.write(block)
+            try:
+                with raw.cursor() as cursor, cursor.copy(statement) as copy:
+                    for block in blocks:
+                        copy.write(block)
+            except self.engine.dialect.loaded_dbapi.Error as exc:
+                # The driver's own error, as SQLAlchemy would have raised it: translated above.
+                raise self._driver_error(conn, raw, exc, statement, {}) from exc
 
     def execute(
         self, conn: sa.Connection, stmt: Executable, params: dict[str, Any] | None = None

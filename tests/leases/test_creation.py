@@ -13,6 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from leases import (
+    ConstraintViolation,
     DatabaseUnavailable,
     LeaseManager,
     NewItem,
@@ -277,6 +278,19 @@ def test_payloads_are_stored_exactly(manager: LeaseManager) -> None:
     assert [i.payload for i in items] == AWKWARD_PAYLOADS
     claims = manager.claim("w", 3, group_ids=[group_id])
     assert [c.payload for c in claims] == AWKWARD_PAYLOADS
+
+
+def test_a_row_the_database_refuses_is_the_engines_error_and_leaves_nothing(
+    engine: sa.Engine, manager: LeaseManager
+) -> None:
+    """A chunk the database refuses (here two items with one id) raises the engine's own
+    `ConstraintViolation` on both databases, PostgreSQL's COPY included (never the driver's
+    exception), and the group is discarded."""
+    group_id, item_id = str(uuid.uuid4()), str(uuid.uuid4())
+    twice = [NewItem(item_id, {"source": "/a.jpg"}), NewItem(item_id, {"source": "/b.jpg"})]
+    with pytest.raises(ConstraintViolation):
+        manager.create_group(group_id, deadline_seconds=60, max_attempts=1, items=twice)
+    assert _rows(engine, group_id) == dict.fromkeys(TABLES, 0)
 
 
 def test_new_rows_hold_exactly_the_queued_item(engine: sa.Engine, manager: LeaseManager) -> None:
