@@ -119,7 +119,11 @@ def write_items(
     if db.dialect_name == "sqlite":
         rows = prepared if prepared is not None else prepared_rows("sqlite", items)
         params = {"p_rows": rows, "p_group_id": group_id, "p_first_seq": first_seq, "p_now": now}
-        db.execute(conn, group_queries.insert_items_from_json(), params)
+        written = db.rowcount(conn, group_queries.insert_items_from_json(), params)
+        if written != len(items):
+            # Payload texts are spliced into one array unparsed: one that is not a single JSON
+            # value (`{}],["x",{}`) would add or merge rows. The chunk is rolled back.
+            raise ValueError(f"a payload is not one JSON value: {written} rows from {len(items)}")
     elif db.dialect_name == "postgresql" and db.can_copy(conn):
         blocks = copy_blocks(group_id, items, first_seq, now)
         db.copy_text(conn, pgqueries.copy_new_items(), blocks)

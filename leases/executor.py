@@ -306,10 +306,12 @@ class Executor:
         with self.translate_errors():
             return conn.execute(stmt).scalar()
 
-    def rowcount(self, conn: sa.Connection, stmt: Executable) -> int:
-        """Execute and return the number of rows matched."""
+    def rowcount(
+        self, conn: sa.Connection, stmt: Executable, params: dict[str, Any] | None = None
+    ) -> int:
+        """Execute (with bound `params`) and return the number of rows matched."""
         with self.translate_errors():
-            return int(conn.execute(stmt).rowcount)
+            return int(conn.execute(stmt, params).rowcount)
 
     def execute_many(
         self, conn: sa.Connection, stmt: Executable, params: Sequence[dict[str, Any]]

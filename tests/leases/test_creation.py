@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from leases import (
     ConstraintViolation,
     DatabaseUnavailable,
+    ItemPair,
     LeaseManager,
     NewItem,
     NoSuchGroup,
@@ -290,6 +291,21 @@ def test_a_row_the_database_refuses_is_the_engines_error_and_leaves_nothing(
     twice = [NewItem(item_id, {"source": "/a.jpg"}), NewItem(item_id, {"source": "/b.jpg"})]
     with pytest.raises(ConstraintViolation):
         manager.create_group(group_id, deadline_seconds=60, max_attempts=1, items=twice)
+    assert _rows(engine, group_id) == dict.fromkeys(TABLES, 0)
+
+
+def test_a_payload_text_that_is_not_one_json_value_adds_no_row(
+    engine: sa.Engine, manager: LeaseManager
+) -> None:
+    """Payload texts are written unparsed (SQLite: spliced into one JSON array); one that
+    closes its pair and opens another must not create an item nobody submitted, nor make the
+    counters disagree with the rows: the creation fails and leaves nothing."""
+    group_id = str(uuid.uuid4())
+    forged = '{"a": 1}],["' + str(uuid.uuid4()) + '", {"injected": true}'
+    items: list[ItemPair] = [(str(uuid.uuid4()), '{"a": 0}'), (str(uuid.uuid4()), forged)]
+    with pytest.raises(Exception) as raised:  # noqa: PT011 - each database words it its own way
+        manager.create_group(group_id, deadline_seconds=60, max_attempts=1, items=items)
+    assert "payload" in str(raised.value) or engine.dialect.name == "postgresql"
     assert _rows(engine, group_id) == dict.fromkeys(TABLES, 0)
 
 
