@@ -316,7 +316,9 @@ class BatchService:
         with self.leases.reading() as conn:
             if conn.execute(queries.batch_by_id(text)).first() is not None:
                 return text
-            if not _ID_CHARS.issuperset(text) or not text:
+            if not text:
+                raise NoSuchBatch("no batch: the id given is empty")
+            if not _ID_CHARS.issuperset(text):
                 raise NoSuchBatch(f"no batch {text}")
             found = [str(r.id) for r in conn.execute(queries.batch_ids_with_prefix(text))]
         return _one(found, text, "batch")

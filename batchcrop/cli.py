@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 # Only light modules here: `--help`, `--version` and reading commands must start fast
 # (`bench/startup.py`). The commands, and whatever they need, are imported when one runs.
@@ -22,6 +23,7 @@ from batchcrop.crop.spec import (
     RATIOS_DEFAULT,
 )
 from batchcrop.exit_codes import Exit
+from batchcrop.notify_hosts import PORT_MAX
 from batchcrop.settings import (
     CONCURRENCY,
     DATABASE_URL,
@@ -204,9 +206,28 @@ def _json_flag(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--json", action="store_true", help=f"print the {what} as JSON on stdout")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line and a pointer to `--help`, not the whole
+    usage block above the line that matters (the README: mistakes are one line)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(int(Exit.USAGE), f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _port(text: str) -> int:
+    """A TCP port number (0: any free one), as a flag's type: anything else is a usage error."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= PORT_MAX:
+        raise argparse.ArgumentTypeError(f"a port is 0 to {PORT_MAX}, not {port}")
+    return port
+
+
 def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table, one command per block
     """The full parser; `--help` on each command documents its flags."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="batchcrop",
         description="Smart-crop catalogue images into several aspect ratios, as leased batch work.",
     )
@@ -270,7 +291,7 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table
         "--batch", action="append", dest="batch_ids", metavar="ID", help="only these batches"
     )
     p.add_argument(
-        "--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics on this port"
+        "--metrics-port", type=_port, metavar="PORT", help="serve Prometheus metrics on this port"
     )
     p.add_argument(
         "--metrics-host",
@@ -376,7 +397,7 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table
 
     p = sub.add_parser("serve", help="the HTTP API (and the reaper on a timer)")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=_port, default=8000)
     p.add_argument(
         "--api-token-file",
         metavar="FILE",
@@ -467,7 +488,7 @@ def _global_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_global_flags_everywhere(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_global_flags_everywhere(sub: argparse._SubParsersAction[_Parser]) -> None:
     """Give every (sub)command the global flags, so `batchcrop worker --log-format json` works."""
     for parser in set(sub.choices.values()):
         _global_flags(parser)

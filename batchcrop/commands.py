@@ -292,7 +292,7 @@ def _signals(on_signal: Any) -> Iterator[None]:
 def run(args: argparse.Namespace) -> int:
     """`batchcrop run`: the one-shot main job on one batch, resumable, Ctrl-C gives back."""
     if args.out and args.store:
-        raise UsageError("--out and --store name the same thing; give one")
+        raise UsageError("--out DIR is short for --store file://DIR: give only one of them")
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
     # `--out DIR` is `--store file://DIR`; without it `--store` (or BATCHCROP_STORE) stands.
@@ -306,7 +306,8 @@ def run(args: argparse.Namespace) -> int:
         )
         batch_id = document["id"]
         if not created and not args.json:
-            print(f"Resuming batch {batch_id}", file=sys.stderr)
+            again = "already ended" if document["state"] in TERMINAL else "resuming it"
+            print(f"This run's batch is {batch_id}: {again}", file=sys.stderr)
         worker = app.worker(
             store,
             _worker_options(
@@ -503,7 +504,12 @@ def status(args: argparse.Namespace) -> int:
                 return fleet_summary(worker_documents(app.leases.workers(batch_id)))
 
             batch_id = app.batches.resolve_id(args.batch)
-            document = watch(lambda: app.batches.status(batch_id), stderr=args.json, fleet=fleet)
+            try:
+                document = watch(
+                    lambda: app.batches.status(batch_id), stderr=args.json, fleet=fleet
+                )
+            except KeyboardInterrupt:
+                return int(Exit.INTERRUPTED)  # the way to leave a watch: no error line
         else:
             document = app.batches.status(app.batches.resolve_id(args.batch))
     if args.json:
@@ -595,7 +601,7 @@ def requeue(args: argparse.Namespace) -> int:
 def redeliver(args: argparse.Namespace) -> int:
     """`batchcrop redeliver`: a new delivery of the batch's latest completion callback."""
     with opened(args) as app:
-        document = app.batches.redeliver(args.batch)
+        document = app.batches.redeliver(app.batches.resolve_id(args.batch))
     if args.json:
         _print_json(document)
     else:
@@ -700,8 +706,14 @@ def prune(args: argparse.Namespace) -> int:
 def db_upgrade(args: argparse.Namespace) -> int:
     """`batchcrop db upgrade`: create or migrate the schema (the deploy step)."""
     with opened(args, creates=True) as app:
+        before = app.schema()
         app.upgrade()
-    print("database schema is up to date")
+    moved = [f"{h.name} {h.current or 'none'} -> {h.head}" for h in before if h.current != h.head]
+    print(
+        f"database schema upgraded: {', '.join(moved)}"
+        if moved
+        else "database schema is up to date"
+    )
     return 0
 
 

@@ -9,6 +9,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Console
@@ -221,6 +222,14 @@ def print_workers(documents: Sequence[dict[str, Any]]) -> None:
         _console().print("no worker is registered and no lease is held")
 
 
+def _age_seconds(iso_time: str | None) -> float:
+    """Seconds since `iso_time` (a document's UTC time, "…Z"), at least 0; 0 when absent."""
+    if not iso_time:
+        return 0.0
+    when = datetime.fromisoformat(iso_time.replace("Z", "+00:00"))
+    return max(0.0, (datetime.now(UTC) - when).total_seconds())
+
+
 @dataclass
 class WatchState:
     """What `status --watch` knows besides the document: recent progress samples (for the
@@ -235,7 +244,11 @@ class WatchState:
     def observe(self, document: dict[str, Any]) -> None:
         """Record one successful read."""
         now, done = time.monotonic(), _done(document)
-        if not self.samples or self.samples[-1][1] != done:
+        if not self.samples:
+            # The first read: the batch last changed when its document says, not when the
+            # watch began (clamped: the database's clock may run ahead of this machine's).
+            self.changed_at = now - _age_seconds(document.get("updated_at"))
+        elif self.samples[-1][1] != done:
             self.changed_at = now
         self.samples.append((now, done))
         self.outage_since = None

@@ -120,6 +120,19 @@ def host_refusal(host: str, api_token: str | None) -> str | None:
     )
 
 
+def _listen_problem(host: str, port: int) -> str | None:
+    """Why `host:port` cannot be listened on (a port in use, an address not of this machine),
+    tried as uvicorn will bind it, or None: one line instead of uvicorn's log and exit."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
 def serve(app: App, *, host: str, port: int, migrate: bool = False) -> int:
     """Run the API until SIGTERM/SIGINT; the exit code of `batchcrop serve`.
 
@@ -137,6 +150,10 @@ def serve(app: App, *, host: str, port: int, migrate: bool = False) -> int:
         app.upgrade()
     else:
         app.check_schema()
+    problem = _listen_problem(host, port)
+    if problem is not None:
+        print(f"batchcrop serve: cannot listen on {host}:{port}: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     config = uvicorn.Config(
         create_api(app),
         host=host,
@@ -172,7 +189,7 @@ def serve(app: App, *, host: str, port: int, migrate: bool = False) -> int:
             server.run()
     except SystemExit as exc:
         # uvicorn exits 1 when it cannot bind or start; report it as a configuration error.
-        log.error("the API server could not start (exit %s)", exc.code)
+        log.error("the API server could not start (uvicorn exit %s): exit 2", exc.code)
         return EXIT_USAGE
     finally:
         reaper.stop()

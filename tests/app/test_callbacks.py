@@ -501,9 +501,10 @@ def test_redeliver_is_refused_while_a_requeued_batch_runs_again(
     app.batches.requeue(status["id"], deadline_seconds=3600)
     with pytest.raises(NothingToRedeliver, match="has not ended"):
         app.batches.redeliver(status["id"])
-    argv = ["redeliver", status["id"], "--database-url", database_url]
-    assert main(argv) == 2
-    assert "has not ended" in capsys.readouterr().err
+    for given in (status["id"], status["id"][:8]):  # an id prefix names the batch too
+        argv = ["redeliver", given, "--database-url", database_url]
+        assert main(argv) == 2
+        assert "has not ended" in capsys.readouterr().err
     assert len(app.batches.status(status["id"])["deliveries"]) == 1
 
 

@@ -111,7 +111,9 @@ EXAMPLES: dict[str, Run | InBlock] = {
     "batchcrop cancel BATCH": Run("cancel {BATCH}", out=r"state .*failed"),
     "batchcrop db check": Run("db check", out=r"^database schema is at head"),
     "batchcrop db current": Run("db current", out=r"leases .*at head"),
-    "batchcrop db upgrade": Run("db upgrade", out=r"^database schema is up to date$"),
+    "batchcrop db upgrade": Run(
+        "db upgrade", out=r"^database schema (is up to date|upgraded: leases .* -> .*)$"
+    ),
     "batchcrop events BATCH": EVENTS,
     "batchcrop events BATCH --item ITEM": ONE_EVENTS,
     "batchcrop events BATCH [--item ID]": ONE_EVENTS,

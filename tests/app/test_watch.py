@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from rich.console import Console
@@ -71,3 +72,14 @@ def test_watch_rides_out_an_outage_and_shows_the_fleet() -> None:
     assert any("2 leases held by workers no longer seen" in t for t in shown)
     assert any("1 alive" in t for t in shown)
     assert "last change" in shown[-1]
+
+
+def test_the_first_read_dates_the_last_change_from_the_document() -> None:
+    """A watch started on a batch idle for ten minutes says so, not "0 s ago": the last change
+    of the first read is the document's `updated_at`."""
+    state = reporting.WatchState()
+    ten_minutes_ago = datetime.now(UTC) - timedelta(minutes=10)
+    document = {**_document(3), "updated_at": ten_minutes_ago.isoformat().replace("+00:00", "Z")}
+    state.observe(document)
+    shown = _text(reporting.watch_table(document, state))
+    assert "last change │ 600 s ago" in shown or "last change │ 601 s ago" in shown, shown
