@@ -45,11 +45,39 @@ ID_CHARS = 36
 wrap instead), and an id can be copied whole from any terminal width."""
 
 
-def _table(
-    *columns: str, ids: Sequence[str] = ("id",), folded: Sequence[str] = ("source",)
-) -> Table:
-    """A table whose id columns (`ids`) keep every id whole and on one line; long free text
+def _show(
+    columns: Sequence[str],
+    rows: Sequence[Sequence[Text]],
+    *,
+    ids: Sequence[str] = ("id",),
+    folded: Sequence[str] = ("source",),
+) -> None:
+    """Print `rows` as a table when every cell fits on one line of the terminal (or the
+    output's 80 columns), else as a stack of `name  value` records, one per row, each value
+    whole on its line: a table squeezed narrower than its cells wraps them a character per
+    line. In the table, id columns (`ids`) keep every id whole and on one line; long free text
     (`folded`) wraps first, so short columns (states, counts) stay readable."""
+    console = _console()
+    natural = [len(name) for name in columns]
+    for row in rows:
+        for i, cell in enumerate(row):
+            natural[i] = max(natural[i], cell.cell_len)
+    if sum(natural) + 3 * len(columns) + 1 <= console.width:
+        table = _table(columns, ids, folded)
+        for row in rows:
+            table.add_row(*row)
+        console.print(table)
+        return
+    width = max(len(name) for name in columns)
+    for n, row in enumerate(rows):
+        if n:
+            console.print()
+        for name, cell in zip(columns, row, strict=True):
+            if cell.plain:
+                console.print(Text(f"{name:<{width}}  ") + cell)
+
+
+def _table(columns: Sequence[str], ids: Sequence[str], folded: Sequence[str]) -> Table:
     table = Table()
     for name in columns:
         if name in ids:
@@ -150,38 +178,36 @@ def print_status(document: dict[str, Any], *, out_dir: str | None = None) -> Non
 
 def print_batches(documents: Sequence[dict[str, Any]]) -> None:
     """One line per batch."""
-    table = _table("id", "label", "state", "done/total", "failures", "created", "deadline")
+    rows = []
     for d in documents:
         failures = ", ".join(f"{k}: {v}" for k, v in d["failures"].items())
         cells = (d["id"], d.get("label"), d["state"], f"{_done(d)}/{d['total']}", failures)
-        table.add_row(*map(literal, (*cells, d["created_at"], d["deadline_at"])))
-    _console().print(table)
+        rows.append([literal(c) for c in (*cells, d["created_at"], d["deadline_at"])])
+    _show(("id", "label", "state", "done/total", "failures", "created", "deadline"), rows)
 
 
 def print_items(documents: Sequence[dict[str, Any]]) -> None:
     """One line per item; `focus` is the item's focus box as left,top,right,bottom."""
-    table = _table(
-        "id", "ref", "source", "focus", "state", "attempt", "error", "message", "derivatives",
-        folded=("source", "message"),
-    )  # fmt: skip
+    rows = []
     for d in documents:
         focus = ",".join(map(str, d["focus_box"])) if d.get("focus_box") else None
         cells = (
             d["id"], d["ref"], d["source"], focus, d["state"], d["attempt"], d["error_category"],
             d["error_message"],
         )  # fmt: skip
-        table.add_row(*map(literal, cells), str(len(d["derivatives"])))
-    _console().print(table)
+        rows.append([*map(literal, cells), literal(len(d["derivatives"]))])
+    _show(
+        ("id", "ref", "source", "focus", "state", "attempt", "error", "message", "derivatives"),
+        rows,
+        folded=("source", "message"),
+    )
 
 
 def print_events(documents: Sequence[dict[str, Any]]) -> None:
     """One line per transition: with its worker, lease token and correlation id (to find the
     attempt's log lines), and a failed attempt's message; an operator re-crop's reason shows its
     focus box."""
-    table = _table(
-        "at", "item", "attempt", "from", "to", "reason", "message", "worker", "lease token",
-        "correlation", ids=("item",), folded=("message", "worker"),
-    )  # fmt: skip
+    rows = []
     for d in documents:
         reason = d["reason"]
         if d.get("focus_box"):
@@ -198,16 +224,21 @@ def print_events(documents: Sequence[dict[str, Any]]) -> None:
             d["lease_token"],
             d["correlation_id"],
         )
-        table.add_row(*map(literal, cells))
-    _console().print(table)
+        rows.append([literal(c) for c in cells])
+    _show(
+        (
+            "at", "item", "attempt", "from", "to", "reason", "message", "worker", "lease token",
+            "correlation",
+        ),
+        rows,
+        ids=("item",),
+        folded=("message", "worker"),
+    )  # fmt: skip
 
 
 def print_workers(documents: Sequence[dict[str, Any]]) -> None:
     """One line per worker of the registry: whether it is alive, where, and what it holds."""
-    table = _table(
-        "id", "status", "host", "pid", "version", "seen", "slots", "batches", "store", "held",
-        "oldest lease",
-    )  # fmt: skip
+    rows = []
     for d in documents:
         seen = None if d["seen_seconds_ago"] is None else f"{d['seen_seconds_ago']:g} s ago"
         batches = "all" if d["status"] != "unregistered" and not d["batch_ids"] else d["batch_ids"]
@@ -216,8 +247,14 @@ def print_workers(documents: Sequence[dict[str, Any]]) -> None:
             ",".join(batches) if isinstance(batches, list) else batches, d["store"],
             d["leases_held"], d["oldest_lease_at"],
         )  # fmt: skip
-        table.add_row(*map(literal, cells))
-    _console().print(table)
+        rows.append([literal(c) for c in cells])
+    _show(
+        (
+            "id", "status", "host", "pid", "version", "seen", "slots", "batches", "store", "held",
+            "oldest lease",
+        ),
+        rows,
+    )  # fmt: skip
     if not documents:
         _console().print("no worker is registered and no lease is held")
 

@@ -689,3 +689,19 @@ def test_ctrl_c_leaves_a_watch_without_an_error_line(cli: Cli, tmp_path: Path) -
     proc.send_signal(signal.SIGINT)
     assert proc.wait(30) == Exit.INTERRUPTED
     assert "error" not in cli.log_of(proc)
+
+
+def test_a_table_too_wide_for_the_terminal_prints_as_records(cli: Cli, tmp_path: Path) -> None:
+    """`items` at 80 columns (a terminal, or any pipe): one `name  value` line per field, each
+    value whole on its line, instead of a table squeezed to a character per line; wide enough,
+    a table."""
+    (photo,) = write_photos(tmp_path / "src", 1)
+    batch_id = cli("submit", str(photo)).stdout.strip()
+    cli.env["COLUMNS"] = "80"
+    narrow = cli("items", batch_id).stdout.splitlines()
+    assert f"source       {photo}" in narrow
+    assert "state        queued" in narrow
+    cli.env["COLUMNS"] = "400"
+    wide = cli("items", batch_id).stdout
+    assert wide.startswith("┏")
+    assert str(photo) in wide
