@@ -59,12 +59,24 @@ class App:
         """lease + one reaper interval: how long past its deadline a batch can still move."""
         return self.settings.lease_seconds + self.settings.reaper_interval_seconds
 
-    def require_database(self) -> None:
+    def require_database(self, *, creates: bool = False) -> None:
         """Raise `NoDatabaseFile` when the SQLite database file does not exist, before anything
         connects (connecting would create an empty one): for the commands that only read or act
-        on batches, which never create a database (docs/design.md §7, exit codes)."""
+        on batches, which never create a database (docs/design.md §7, exit codes). For those
+        that do (`creates`), when the folder the file would go in does not exist (SQLite's own
+        words, "unable to open database file", name neither)."""
         url = self.engine.url
-        if url.get_backend_name() == "sqlite" and not os.path.exists(url.database or ""):
+        if url.get_backend_name() != "sqlite":
+            return
+        path = os.path.abspath(url.database or "")
+        if creates:
+            if not os.path.isdir(os.path.dirname(path)):
+                raise NoDatabaseFile(
+                    f"cannot create the database {path}: the folder {os.path.dirname(path)} "
+                    "does not exist"
+                )
+            return
+        if not os.path.exists(url.database or ""):
             raise NoDatabaseFile(
                 f"no database at {os.path.abspath(url.database or '')}: run this where the "
                 "database is or pass --database-url (BATCHCROP_DATABASE_URL); `batchcrop run`, "

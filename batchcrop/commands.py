@@ -111,8 +111,7 @@ def opened(args: argparse.Namespace, *, creates: bool = False, **extra: Any) -> 
     `NoDatabaseFile` (exit 3) and no empty one is left behind."""
     app = build(settings_from(args, **extra))
     try:
-        if not creates:
-            app.require_database()
+        app.require_database(creates=creates)
         yield app
     finally:
         app.close()

@@ -580,6 +580,22 @@ def test_commands_run_away_from_the_database_create_none(
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("batchcrop.db")) == []
 
 
+@pytest.mark.parametrize("args", [("run", "."), ("submit", "."), ("db", "upgrade")])
+def test_a_database_in_a_missing_folder_is_named_by_the_commands_that_create_one(
+    tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    """`run`, `submit` and `db upgrade` with an SQLite file in a folder that does not exist (a
+    typo in the path): exit 3, one line naming the file and the folder (SQLite says only
+    "unable to open database file")."""
+    missing = tmp_path / "no-such-folder" / "batchcrop.db"
+    result = Cli(f"sqlite:///{missing}", tmp_path / "out")(*args)
+    assert result.returncode == Exit.DATABASE_UNREACHABLE
+    assert result.stderr == (
+        f"batchcrop: error: cannot create the database {missing}: the folder "
+        f"{missing.parent} does not exist\n"
+    )
+
+
 @pytest.mark.parametrize("args", [("db", "current"), ("db", "check")])
 def test_db_current_and_check_without_a_database_say_so_and_create_none(
     sqlite_url: str, tmp_path: Path, args: tuple[str, ...]
