@@ -34,6 +34,10 @@ def worker_info(*, concurrency: int, batch_ids: Sequence[str] | None, store: str
     }
 
 
+ABSENT_NAMED = 5
+"""Absent workers named in one `worker_lost` log line."""
+
+
 class Presence(threading.Thread):
     """Keeps `worker_id`'s registry row fresh until `stop()`; releases absent holders' leases."""
 
@@ -80,9 +84,20 @@ class Presence(threading.Thread):
                 worker=self.worker_id,
                 retried=released.retried,
                 failed=released.failed,
+                absent=self._absent(),
             )
             if self._on_released is not None:
                 self._on_released(released)
+
+    def _absent(self) -> str | None:
+        """The registered workers not seen for the timeout (the ones whose leases were just
+        released among them), at most `ABSENT_NAMED`, for the log line; None if unreadable."""
+        try:
+            absent = [w.id for w in self.leases.workers() if w.status == "absent"]
+        except DatabaseUnavailable:
+            return None
+        more = len(absent) - ABSENT_NAMED
+        return ",".join(absent[:ABSENT_NAMED]) + (f" (+{more})" if more > 0 else "")
 
     def run(self) -> None:
         while not self._stopping.wait(self.interval_seconds):

@@ -106,6 +106,16 @@ def test_sigkilled_worker_items_come_back_within_the_worker_timeout(
     assert item.attempt == 2
     listed = cli.json("workers", *flags)["workers"]
     assert [(w["status"], w["leases_held"]) for w in listed] == [("absent", 0)]
+    # The survivor's log line names the dead worker, not only itself.
+    (dead,) = listed
+    lost = [
+        line
+        for proc in cli.processes
+        for line in cli.log_of(proc).splitlines()
+        if "msg=worker_lost" in line
+    ]
+    assert lost
+    assert all(f"absent={dead['id']}" in line for line in lost), lost
 
 
 def test_partitioned_worker_is_released_and_fenced(
