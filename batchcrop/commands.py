@@ -62,6 +62,9 @@ if TYPE_CHECKING:
 STATE_NAMES = state_names()
 RUN_IDLE_SLEEP_SECONDS = 0.2
 RUN_POLL_SECONDS = 0.25
+HELD_ELSEWHERE = "{{}} held elsewhere: back in ≤{:g} s if stopped"
+"""The progress bar's note when items stay in progress that this run is not processing (a
+killed earlier run's, most often), formatted with the worker timeout, then the count."""
 GIVE_BACK_WAIT_SECONDS = 10.0
 """After being told to give back, how long slots get to reach a checkpoint before the process
 exits anyway (a slot stuck past that has its item recovered by the reaper, lease expired)."""
@@ -332,7 +335,12 @@ def run(args: argparse.Namespace) -> int:
                 worker.start()
             progress = not (args.no_progress or args.json)
             final = _follow(
-                app, batch_id, interrupted, progress=progress, wait=worker.wait_for_progress
+                app,
+                batch_id,
+                interrupted,
+                progress=progress,
+                wait=worker.wait_for_progress,
+                ours=lambda: worker.attempts_under_way,
             )
             worker.stop()
             ended = worker.join(GIVE_BACK_WAIT_SECONDS)
@@ -366,14 +374,16 @@ def _follow(
     *,
     progress: bool,
     wait: Callable[[float], None] = time.sleep,
+    ours: Callable[[], int] = lambda: 0,
 ) -> dict[str, Any]:
     """Read the batch until it is terminal (or Ctrl-C), drawing progress on stderr; between
     reads, `wait(RUN_POLL_SECONDS)` (the in-process worker's `wait_for_progress` returns as
     soon as an item ends, so the run ends with its last item rather than up to a poll later)."""
-    with progress_bar(enabled=progress) as bar:
+    timeout = app.settings.worker_timeout_seconds
+    with progress_bar(enabled=progress, elsewhere_note=HELD_ELSEWHERE.format(timeout)) as bar:
         while True:
             document = app.batches.status(batch_id)
-            bar(document)
+            bar(document, document["counts"][State.IN_PROGRESS.value] - ours())
             if document["state"] in TERMINAL or interrupted.is_set():
                 return document
             wait(RUN_POLL_SECONDS)

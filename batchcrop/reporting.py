@@ -99,12 +99,22 @@ def _done(document: dict[str, Any]) -> int:
     return sum(int(document["counts"][s.value]) for s in TERMINAL)
 
 
+ELSEWHERE_NOTE_SECONDS = 2.0
+"""Items held elsewhere are noted once they have stayed this long (an item claimed by this run
+is counted in progress a moment before its attempt starts)."""
+
+
 @contextmanager
-def progress_bar(*, enabled: bool) -> Iterator[Callable[[dict[str, Any]], None]]:
-    """A progress bar on stderr fed with status documents: done/total, rate, failures."""
+def progress_bar(
+    *, enabled: bool, elsewhere_note: str = "{} held elsewhere"
+) -> Iterator[Callable[[dict[str, Any], int], None]]:
+    """A progress bar on stderr fed with status documents and how many in-progress items are
+    held by other processes: done/total, rate, failures, and `elsewhere_note` (formatted with
+    that count) once such items have stayed for `ELSEWHERE_NOTE_SECONDS`."""
     if not enabled:
-        yield lambda document: None
+        yield lambda document, elsewhere: None
         return
+    elsewhere_since: list[float] = []
     started = time.monotonic()
     first_done: list[int] = []
     progress = Progress(
@@ -114,13 +124,20 @@ def progress_bar(*, enabled: bool) -> Iterator[Callable[[dict[str, Any]], None]]
         TextColumn("{task.fields[rate]}"),
         TextColumn("{task.fields[failures]}"),
         TimeElapsedColumn(),
+        TextColumn("{task.fields[elsewhere]}"),
         console=_console(stderr=True),
         transient=False,
     )
-    task = progress.add_task("cropping", total=None, rate="", failures="")
+    task = progress.add_task("cropping", total=None, rate="", failures="", elsewhere="")
 
-    def update(document: dict[str, Any]) -> None:
+    def update(document: dict[str, Any], elsewhere: int) -> None:
         done = _done(document)
+        now = time.monotonic()
+        if elsewhere <= 0:
+            elsewhere_since.clear()
+        elif not elsewhere_since:
+            elsewhere_since.append(now)
+        noted = bool(elsewhere_since) and now - elsewhere_since[0] >= ELSEWHERE_NOTE_SECONDS
         if not first_done:
             first_done.append(done)
         elapsed = max(time.monotonic() - started, 1e-6)
@@ -132,6 +149,7 @@ def progress_bar(*, enabled: bool) -> Iterator[Callable[[dict[str, Any]], None]]
             completed=done,
             rate=f"{rate:.1f} items/s",
             failures=f"[red]{bad} failed[/red]" if bad else "0 failed",
+            elsewhere=f"[yellow]{elsewhere_note.format(elsewhere)}[/yellow]" if noted else "",
         )
 
     with progress:

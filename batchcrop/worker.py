@@ -187,6 +187,8 @@ class Worker:
         self._heartbeats = Heartbeats(leases)
         self._writes = write_pool(options.concurrency)
         self._progressed = threading.Event()
+        self._attempts_lock = threading.Lock()
+        self._attempts = 0
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -265,6 +267,12 @@ class Worker:
         if ended:
             self._writes.shutdown(wait=False)  # idle: every slot waited for its writes
         return ended
+
+    @property
+    def attempts_under_way(self) -> int:
+        """Items this worker is processing now."""
+        with self._attempts_lock:
+            return self._attempts
 
     def wait_for_progress(self, timeout_seconds: float) -> None:
         """Return once an attempt has ended since the last call, or after `timeout_seconds`: a
@@ -373,6 +381,8 @@ class Worker:
         started = time.monotonic()
         self.metrics.claims.inc()
         self.metrics.in_flight.inc()
+        with self._attempts_lock:
+            self._attempts += 1
         log_event(
             "claim",
             level=logging.DEBUG,
@@ -386,6 +396,8 @@ class Worker:
             outcome, category, message = self._attempt(claim)
         finally:
             self.metrics.in_flight.dec()
+            with self._attempts_lock:
+                self._attempts -= 1
             self._progressed.set()
         self.metrics.item_duration.labels(outcome).observe(time.monotonic() - started)
         log_event(

@@ -6,6 +6,7 @@ import io
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from rich.console import Console
 
 from batchcrop import reporting
@@ -83,3 +84,24 @@ def test_the_first_read_dates_the_last_change_from_the_document() -> None:
     state.observe(document)
     shown = _text(reporting.watch_table(document, state))
     assert "last change │ 600 s ago" in shown or "last change │ 601 s ago" in shown, shown
+
+
+def test_the_progress_bar_notes_items_held_by_another_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`run`'s bar says when items stay in progress that it is not processing (a killed earlier
+    run's, waiting for the worker timeout), instead of sitting still without a word; a
+    momentary count (an item just claimed) is not noted."""
+    shown = io.StringIO()
+    monkeypatch.setattr(
+        reporting,
+        "_console",
+        lambda stderr=False: Console(file=shown, force_terminal=True, width=200),
+    )
+    with reporting.progress_bar(enabled=True, elsewhere_note="{} held elsewhere") as bar:
+        bar(_document(3), 2)
+    assert "held elsewhere" not in shown.getvalue()  # not yet for long
+    monkeypatch.setattr(reporting, "ELSEWHERE_NOTE_SECONDS", 0.0)
+    with reporting.progress_bar(enabled=True, elsewhere_note="{} held elsewhere") as bar:
+        bar(_document(3), 2)
+    assert "2 held elsewhere" in shown.getvalue()
