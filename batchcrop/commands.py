@@ -138,6 +138,10 @@ def _items(args: argparse.Namespace, reader: SourceReader) -> ItemList:
     if csv_path:
         items += _csv_items(csv_path, reader)
     if not items:
+        if not args.sources and not csv_path:
+            raise UsageError(
+                "nothing to crop: give image files, folders or s3:// prefixes, or --items-csv FILE"
+            )
         raise UsageError("no source images found in the given sources")
     return items
 

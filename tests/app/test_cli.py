@@ -225,6 +225,7 @@ def test_run_exits_1_when_the_batch_failed(cli: Cli, tmp_path: Path) -> None:
         ),
         (("run", ".", "--out", "o", "--ratios", "16:0"), "ratio"),
         (("submit", ".", "--deadline", "soon"), "duration"),
+        (("submit",), "nothing to crop: give image files, folders or s3:// prefixes, or"),
     ],
 )
 def test_bad_command_lines_exit_2_with_one_clear_line(
