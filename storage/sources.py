@@ -267,7 +267,9 @@ class SourceReader:
                 if info.st_size > max_bytes:
                     raise ObjectTooLarge(f"{normalized}: {info.st_size} bytes > limit {max_bytes}")
                 return stream.read()
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as exc:
+        except IsADirectoryError as exc:
+            raise ObjectNotFound(f"source is a folder, not a file: {normalized}") from exc
+        except (FileNotFoundError, NotADirectoryError) as exc:
             raise ObjectNotFound(f"source not found: {normalized}") from exc
         except PermissionError as exc:
             raise AccessDenied(f"permission denied: {normalized}") from exc

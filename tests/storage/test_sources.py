@@ -91,6 +91,15 @@ def test_expand_missing_is_not_found(tmp_path: Path) -> None:
         SourceReader(suffixes=IMAGE_SUFFIXES).expand(str(tmp_path / "nope"))
 
 
+def test_reading_a_folder_says_it_is_a_folder(tmp_path: Path) -> None:
+    """A folder given where a file is read (an API item, a CSV row) is not found as a file, and
+    the message says why rather than "not found"."""
+    with pytest.raises(ObjectNotFound, match=f"source is a folder, not a file: {tmp_path}$"):
+        SourceReader(suffixes=IMAGE_SUFFIXES).read(str(tmp_path), max_bytes=1 << 20)
+    with pytest.raises(ObjectNotFound, match="source not found: "):
+        SourceReader(suffixes=IMAGE_SUFFIXES).read(str(tmp_path / "nope"), max_bytes=1 << 20)
+
+
 def test_normalize_resolves_relative_and_symlinks(
     tree: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
