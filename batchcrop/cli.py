@@ -214,6 +214,14 @@ class _Parser(argparse.ArgumentParser):
         self.exit(int(Exit.USAGE), f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+def _scrape_port(text: str) -> int:
+    """A port a scraper can be told about: 0 (any free one) would be unknown to it."""
+    port = _port(text)
+    if port == 0:
+        raise argparse.ArgumentTypeError("a metrics port is 1 to 65535: a scraper must know it")
+    return port
+
+
 def _port(text: str) -> int:
     """A TCP port number (0: any free one), as a flag's type: anything else is a usage error."""
     try:
@@ -291,7 +299,10 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table
         "--batch", action="append", dest="batch_ids", metavar="ID", help="only these batches"
     )
     p.add_argument(
-        "--metrics-port", type=_port, metavar="PORT", help="serve Prometheus metrics on this port"
+        "--metrics-port",
+        type=_scrape_port,
+        metavar="PORT",
+        help="serve Prometheus metrics on this port",
     )
     p.add_argument(
         "--metrics-host",

@@ -62,7 +62,8 @@ if TYPE_CHECKING:
 STATE_NAMES = state_names()
 RUN_IDLE_SLEEP_SECONDS = 0.2
 RUN_POLL_SECONDS = 0.25
-HELD_ELSEWHERE = "{{}} held elsewhere: back in ≤{:g} s if stopped"
+RUN_READ_MIN_SECONDS = 0.05
+HELD_ELSEWHERE = "{{}} held elsewhere: freed ~{:g} s after a crash"
 """The progress bar's note when items stay in progress that this run is not processing (a
 killed earlier run's, most often), formatted with the worker timeout, then the count."""
 GIVE_BACK_WAIT_SECONDS = 10.0
@@ -192,18 +193,23 @@ def _csv_items(csv_path: str, reader: SourceReader) -> ItemList:
     problem = items.unstorable()
     if problem is not None:
         position, name, reason = problem
-        raise UsageError(f"{csv_path}: row {_csv_line(csv_path, position)}: {name} {reason}")
+        line = _csv_line(csv_path, position)
+        where = f"row {line}" if line is not None else f"item {position + 1}"
+        raise UsageError(f"{csv_path}: {where}: {name} {reason}")
     return items
 
 
-def _csv_line(csv_path: str, position: int) -> int:
+def _csv_line(csv_path: str, position: int) -> int | None:
     """The line the `position`-th item's row ends on (blank rows hold no item), read again:
-    only a refused CSV pays for it."""
-    with open(csv_path, newline="", encoding="utf-8-sig") as handle:
-        table = csv.reader(handle)
-        next(table, None)
-        rows = (table.line_num for row in table if row)
-        return next(itertools.islice(rows, position, None))
+    only a refused CSV pays for it. None when the file cannot be read twice (a pipe)."""
+    try:
+        with open(csv_path, newline="", encoding="utf-8-sig") as handle:
+            table = csv.reader(handle)
+            next(table, None)
+            rows = (table.line_num for row in table if row)
+            return next(itertools.islice(rows, position, None), None)
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None
 
 
 def _cell(row: list[str], at: int | None) -> str | None:
@@ -280,6 +286,9 @@ def _run_key(request: BatchRequest, store_url: str) -> str:
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
+    # A second signal must not interrupt the clean-up the first one starts.
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, signal.SIG_IGN)
     raise KeyboardInterrupt
 
 
@@ -384,8 +393,12 @@ def _follow(
     reads, `wait(RUN_POLL_SECONDS)` (the in-process worker's `wait_for_progress` returns as
     soon as an item ends, so the run ends with its last item rather than up to a poll later)."""
     timeout = app.settings.worker_timeout_seconds
+    read_at = -float("inf")
     with progress_bar(enabled=progress, elsewhere_note=HELD_ELSEWHERE.format(timeout)) as bar:
         while True:
+            # At most every RUN_READ_MIN_SECONDS however fast items end (small pictures).
+            time.sleep(max(0.0, read_at + RUN_READ_MIN_SECONDS - time.monotonic()))
+            read_at = time.monotonic()
             document = app.batches.status(batch_id)
             bar(document, document["counts"][State.IN_PROGRESS.value] - ours())
             if document["state"] in TERMINAL or interrupted.is_set():

@@ -91,11 +91,14 @@ class Presence(threading.Thread):
 
     def _absent(self) -> str | None:
         """The registered workers not seen for the timeout (the ones whose leases were just
-        released among them), at most `ABSENT_NAMED`, for the log line; None if unreadable."""
+        released among them), most recently seen first, at most `ABSENT_NAMED`, for the log
+        line; None if unreadable."""
         try:
-            absent = [w.id for w in self.leases.workers() if w.status == "absent"]
+            rows = [w for w in self.leases.workers() if w.status == "absent"]
         except DatabaseUnavailable:
             return None
+        # Registered rows always have a last_seen_at; seconds since is the same order, reversed.
+        absent = [w.id for w in sorted(rows, key=lambda w: w.seen_seconds_ago or 0.0)]
         more = len(absent) - ABSENT_NAMED
         return ",".join(absent[:ABSENT_NAMED]) + (f" (+{more})" if more > 0 else "")
 

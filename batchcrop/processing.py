@@ -91,7 +91,8 @@ def derivative_key(source_sha256: str, rendition: Rendition, variant: str) -> st
 
 PREVIEW_KEY_PREFIX = "previews/"
 WRITE_THREADS_MAX = 8
-"""At most this many of one item's objects are written at once."""
+"""Write threads per slot: a worker's pool (`write_pool`) has this many per slot, an attempt of
+its own (no pool given) at most this many; an item's objects are all submitted at once."""
 
 
 def write_pool(slots: int) -> ThreadPoolExecutor:

@@ -62,6 +62,11 @@ def _show(
     for row in rows:
         for i, cell in enumerate(row):
             natural[i] = max(natural[i], cell.cell_len)
+    # Free text may wrap inside its column: it needs only a readable width, not its length.
+    natural = [
+        min(width, FOLDED_WIDTH) if name in folded else width
+        for name, width in zip(columns, natural, strict=True)
+    ]
     if sum(natural) + 3 * len(columns) + 1 <= console.width:
         table = _table(columns, ids, folded)
         for row in rows:
@@ -75,6 +80,10 @@ def _show(
         for name, cell in zip(columns, row, strict=True):
             if cell.plain:
                 console.print(Text(f"{name:<{width}}  ") + cell)
+
+
+FOLDED_WIDTH = 24
+"""The width a wrapping column (a source, a message) needs for a table to be chosen."""
 
 
 def _table(columns: Sequence[str], ids: Sequence[str], folded: Sequence[str]) -> Table:

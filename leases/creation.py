@@ -98,7 +98,10 @@ def prepared_rows(dialect_name: str, items: Sequence[ItemPair]) -> str | None:
     None (PostgreSQL formats its COPY text while the server reads it)."""
     if dialect_name != "sqlite":
         return None
-    pairs = [f"[{encode_basestring_ascii(i)},{payload_text(p)}]" for i, p in items]
+    # Each payload goes in as a JSON string that SQLite parses on its own (`json()`): spliced in
+    # as it is, a text that is not one JSON value could close its pair and open another.
+    encode = encode_basestring_ascii
+    pairs = [f"[{encode(i)},{encode(payload_text(p))}]" for i, p in items]
     return "[" + ",".join(pairs) + "]"
 
 
@@ -121,8 +124,8 @@ def write_items(
         params = {"p_rows": rows, "p_group_id": group_id, "p_first_seq": first_seq, "p_now": now}
         written = db.rowcount(conn, group_queries.insert_items_from_json(), params)
         if written != len(items):
-            # Payload texts are spliced into one array unparsed: one that is not a single JSON
-            # value (`{}],["x",{}`) would add or merge rows. The chunk is rolled back.
+            # Not expected (each payload is a string parsed on its own): a second guard that the
+            # chunk is exactly its items. The chunk is rolled back.
             raise ValueError(f"a payload is not one JSON value: {written} rows from {len(items)}")
     elif db.dialect_name == "postgresql" and db.can_copy(conn):
         blocks = copy_blocks(group_id, items, first_seq, now)

@@ -201,7 +201,8 @@ def insert_items_from_json() -> Insert:
     """SQLite: insert one chunk of a new group's items, queued, from one JSON array of
     `[id, payload]` pairs (parameter `p_rows`), `seq` from `p_first_seq` in array order, due and
     dated `p_now`: SQLite's own JSON parser walks the chunk, with no per-row statement or
-    parameter binding. Each payload is stored as SQLite renders that JSON object."""
+    parameter binding. Each payload arrives as a JSON string and is parsed on its own (`json()`:
+    malformed JSON fails the chunk) and stored as SQLite renders that JSON value."""
     pairs = sa.func.json_each(sa.bindparam("p_rows", type_=sa.String)).table_valued("key", "value")
     now = sa.bindparam("p_now", type_=sa.BigInteger)
     source = sa.select(
@@ -214,7 +215,7 @@ def insert_items_from_json() -> Insert:
         now,
         now,
         now,
-        sa.func.json_extract(pairs.c.value, "$[1]"),
+        sa.func.json(sa.func.json_extract(pairs.c.value, "$[1]")),
     )
     columns = [
         "id",
@@ -323,11 +324,14 @@ def state_in_column(column: sa.ColumnElement[str], states: Collection[State]) ->
 
 
 def head_queued_age_ms() -> sa.Select[Any]:
-    """Milliseconds since the next queued item to be claimed (lowest `seq`) became queued, in
-    a sealed group: one probe of the queued-seq partial index (and of the group's row)."""
+    """Milliseconds since the next queued item to be claimed (lowest `seq`) became queued: one
+    probe of the queued-seq partial index. Items of a group still being created are not left
+    out here (unlike `queue_depth`): `seq` restarts in every group, so skipping them could walk
+    a crashed submission's whole chunk on every read; the reaper discards those within
+    `UNSEALED_EXPIRY_SECONDS`."""
     return (
         sa.select(db_now_ms() - items.c.updated_at)
-        .where(items.c.state == State.QUEUED.value, sa.not_(_being_created(items.c.group_id)))
+        .where(items.c.state == State.QUEUED.value)
         .order_by(items.c.seq)
         .limit(1)
     )

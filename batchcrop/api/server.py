@@ -123,11 +123,16 @@ def host_refusal(host: str, api_token: str | None) -> str | None:
 def _listen_problem(host: str, port: int) -> str | None:
     """Why `host:port` cannot be listened on (a port in use, an address not of this machine),
     tried as uvicorn will bind it, or None: one line instead of uvicorn's log and exit."""
+    if not host:
+        return None  # every interface: left to uvicorn
     try:
-        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            probe.bind(address)
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        for family, kind, proto, _, address in found:
+            with socket.socket(family, kind, proto) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:  # as asyncio binds it: beside an IPv4 listener
+                    probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                probe.bind(address)
     except OSError as exc:
         return exc.strerror or str(exc)
     return None

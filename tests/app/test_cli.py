@@ -666,6 +666,7 @@ def test_a_file_name_that_is_not_utf8_is_a_usage_error_on_every_database(
     [
         (("serve", "--port", "99999"), "argument --port: a port is 0 to 65535, not 99999"),
         (("worker", "--metrics-port", "http"), "argument --metrics-port: not a port number"),
+        (("worker", "--metrics-port", "0"), "a metrics port is 1 to 65535: a scraper must know"),
         (("run", "--quality", "abc", "x"), "argument --quality: invalid int value: 'abc'"),
     ],
 )
@@ -722,3 +723,22 @@ def test_a_table_too_wide_for_the_terminal_prints_as_records(cli: Cli, tmp_path:
     wide = cli("items", batch_id).stdout
     assert wide.startswith("┏")
     assert str(photo) in wide
+
+
+def test_a_refused_csv_read_from_a_pipe_names_the_item(cli: Cli) -> None:
+    """A CSV given as `/dev/stdin` cannot be read twice to find the refused row's line: the
+    error names the item's position instead (never a traceback)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "batchcrop", "submit", "--items-csv", "/dev/stdin"],
+        input="source,ref\n/photos/a.jpg,ok\n/photos/b.jpg,bad\x1b[0m\n",
+        env=cli.env,
+        cwd=cli.cwd,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_SECONDS,
+        check=False,
+    )
+    assert result.returncode == Exit.USAGE
+    assert result.stderr == (
+        "batchcrop: error: /dev/stdin: item 2: ref must not contain control characters\n"
+    )
