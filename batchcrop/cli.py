@@ -214,6 +214,16 @@ class _Parser(argparse.ArgumentParser):
         self.exit(int(Exit.USAGE), f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+def _states(text: str) -> list[str]:
+    """Comma-separated item state names, as a flag's type (`items`, `requeue`)."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names or any(name not in STATE_NAMES for name in names):
+        raise argparse.ArgumentTypeError(
+            f"states are {', '.join(STATE_NAMES)}, comma-separated; not {text!r}"
+        )
+    return names
+
+
 def _scrape_port(text: str) -> int:
     """A port a scraper can be told about: 0 (any free one) would be unknown to it."""
     port = _port(text)
@@ -350,7 +360,9 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table
 
     p = sub.add_parser("items", help="a batch's items")
     p.add_argument("batch")
-    p.add_argument("--state", choices=STATE_NAMES)
+    p.add_argument(
+        "--state", type=_states, metavar="STATES", help="only items in these states (a,b,...)"
+    )
     _json_flag(p, "items")
     _database_flags(p)
     p.set_defaults(handler=commands.items)
@@ -372,6 +384,8 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table
     p.add_argument("batch")
     p.add_argument(
         "--state",
+        type=_states,
+        metavar="STATES",
         default=REQUEUEABLE_NAMES,
         help=f"states to requeue (default {REQUEUEABLE_NAMES})",
     )

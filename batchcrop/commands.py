@@ -547,7 +547,7 @@ def status(args: argparse.Namespace) -> int:
 
 def items(args: argparse.Namespace) -> int:
     """`batchcrop items`: every item of a batch (all pages)."""
-    states = [State(args.state)] if args.state else None
+    states = [State(name) for name in args.state] if args.state else None
     with opened(args) as app:
         batch_id = app.batches.resolve_id(args.batch)
         documents: list[dict[str, Any]] = []
@@ -596,10 +596,7 @@ def cancel(args: argparse.Namespace) -> int:
 
 def requeue(args: argparse.Namespace) -> int:
     """`batchcrop requeue`: failed/abandoned items get a fresh budget (and a new deadline)."""
-    try:
-        states = [State(s.strip()) for s in args.state.split(",") if s.strip()]
-    except ValueError:
-        raise UsageError(f"--state takes failed and/or abandoned, got {args.state!r}") from None
+    states = [State(name) for name in args.state]  # names checked by the flag's type
     if not set(states) <= REQUEUEABLE:
         raise UsageError("only failed and abandoned items can be requeued")
     deadline = parse_duration(args.deadline) if args.deadline else None

@@ -196,6 +196,9 @@ def test_run_processes_a_folder_and_resumes_idempotently(cli: Cli, tmp_path: Pat
     assert [b["id"] for b in listed["batches"]] == [document["id"]]
     assert cli.json("batches", "--state", "failed")["batches"] == []
     items = cli.json("items", document["id"], "--state", "succeeded")["items"]
+    # A list of states, as `requeue --state` takes one: the same items here.
+    assert cli.json("items", document["id"], "--state", "failed,succeeded")["items"] == items
+    assert cli.json("items", document["id"], "--state", "failed,abandoned")["items"] == []
     derivatives = [k for k in keys if not k.startswith("previews/")]
     assert sorted(d["key"] for i in items for d in i["derivatives"]) == derivatives
     assert sorted(i["preview"]["key"] for i in items) == sorted(set(keys) - set(derivatives))
@@ -667,6 +670,7 @@ def test_a_file_name_that_is_not_utf8_is_a_usage_error_on_every_database(
         (("serve", "--port", "99999"), "argument --port: a port is 0 to 65535, not 99999"),
         (("worker", "--metrics-port", "http"), "argument --metrics-port: not a port number"),
         (("worker", "--metrics-port", "0"), "a metrics port is 1 to 65535: a scraper must know"),
+        (("items", "b", "--state", "failed,gone"), "argument --state: states are queued, "),
         (("run", "--quality", "abc", "x"), "argument --quality: invalid int value: 'abc'"),
     ],
 )

@@ -122,7 +122,9 @@ EXAMPLES: dict[str, Run | InBlock] = {
     "batchcrop items BATCH --state failed": Run(
         "items {BATCH} --state failed", out=r"cannot identify image file"
     ),
-    "batchcrop items BATCH [--state S]": Run("items {BATCH} --state succeeded", out=r"succeeded"),
+    "batchcrop items BATCH [--state S,...]": Run(
+        "items {BATCH} --state failed,succeeded", out=r"succeeded"
+    ),
     "batchcrop prune": PRUNE,
     "batchcrop prune --finished-before 30d": PRUNE,
     "batchcrop prune --finished-before 30d [--json]": Run(
