@@ -14,7 +14,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from batchcrop.app import App, NoDatabaseFile, build
 from batchcrop.batches import BatchRequest, check_deadline
 from batchcrop.crop.spec import RenderSpec
+from batchcrop.documents import parse_iso
 from batchcrop.errors import BatchcropError
 from batchcrop.exit_codes import Exit
 from batchcrop.fleet import fleet_summary, worker_documents
@@ -54,7 +55,7 @@ from storage import SourceReader
 if TYPE_CHECKING:
     from batchcrop.crop.window import Box
     from batchcrop.schema import History
-    from batchcrop.worker import WorkerOptions
+    from batchcrop.worker import Worker, WorkerOptions
 
 # The worker (and with it the crop engine) and prometheus_client are imported by the commands
 # that use them: reading commands start without them (`bench/startup.py`).
@@ -63,9 +64,6 @@ STATE_NAMES = state_names()
 RUN_IDLE_SLEEP_SECONDS = 0.2
 RUN_POLL_SECONDS = 0.25
 RUN_READ_MIN_SECONDS = 0.05
-HELD_ELSEWHERE = "{{}} held elsewhere: freed ~{:g} s after a crash"
-"""The progress bar's note when items stay in progress that this run is not processing (a
-killed earlier run's, most often), formatted with the worker timeout, then the count."""
 GIVE_BACK_WAIT_SECONDS = 10.0
 """After being told to give back, how long slots get to reach a checkpoint before the process
 exits anyway (a slot stuck past that has its item recovered by the reaper, lease expired)."""
@@ -347,14 +345,7 @@ def run(args: argparse.Namespace) -> int:
                 worker.start_presence()
                 worker.start()
             progress = not (args.no_progress or args.json)
-            final = _follow(
-                app,
-                batch_id,
-                interrupted,
-                progress=progress,
-                wait=worker.wait_for_progress,
-                ours=lambda: worker.attempts_under_way,
-            )
+            final = _follow(app, batch_id, worker, interrupted, progress=progress)
             worker.stop()
             ended = worker.join(GIVE_BACK_WAIT_SECONDS)
             worker.retire(forget=ended)
@@ -381,29 +372,29 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _follow(
-    app: App,
-    batch_id: str,
-    interrupted: threading.Event,
-    *,
-    progress: bool,
-    wait: Callable[[float], None] = time.sleep,
-    ours: Callable[[], int] = lambda: 0,
+    app: App, batch_id: str, worker: Worker, interrupted: threading.Event, *, progress: bool
 ) -> dict[str, Any]:
     """Read the batch until it is terminal (or Ctrl-C), drawing progress on stderr; between
-    reads, `wait(RUN_POLL_SECONDS)` (the in-process worker's `wait_for_progress` returns as
-    soon as an item ends, so the run ends with its last item rather than up to a poll later)."""
+    reads, the in-process `worker`'s `wait_for_progress(RUN_POLL_SECONDS)`, which returns as
+    soon as an item ends, so the run ends with its last item rather than up to a poll later.
+    Items in progress that `worker` is not processing (a killed earlier run's, most often) are
+    noted on the bar."""
     timeout = app.settings.worker_timeout_seconds
     read_at = -float("inf")
-    with progress_bar(enabled=progress, elsewhere_note=HELD_ELSEWHERE.format(timeout)) as bar:
+
+    def held_elsewhere(count: int) -> str:
+        return f"{count} held elsewhere: freed ~{timeout:g} s after a crash"
+
+    with progress_bar(enabled=progress, elsewhere_note=held_elsewhere) as bar:
         while True:
             # At most every RUN_READ_MIN_SECONDS however fast items end (small pictures).
             time.sleep(max(0.0, read_at + RUN_READ_MIN_SECONDS - time.monotonic()))
             read_at = time.monotonic()
             document = app.batches.status(batch_id)
-            bar(document, document["counts"][State.IN_PROGRESS.value] - ours())
+            bar(document, document["counts"][State.IN_PROGRESS.value] - worker.attempts_under_way)
             if document["state"] in TERMINAL or interrupted.is_set():
                 return document
-            wait(RUN_POLL_SECONDS)
+            worker.wait_for_progress(RUN_POLL_SECONDS)
 
 
 def worker(args: argparse.Namespace) -> int:
@@ -694,8 +685,7 @@ class StillUnfinished(BatchcropError):
 
 
 def _past(iso_time: str) -> bool:
-    when = datetime.fromisoformat(iso_time.replace("Z", "+00:00"))
-    return datetime.now(UTC) > when
+    return datetime.now(UTC) > parse_iso(iso_time)
 
 
 def serve(args: argparse.Namespace) -> int:

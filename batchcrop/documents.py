@@ -22,6 +22,11 @@ def iso(moment: datetime | None) -> str | None:
     return text.replace("+00:00", "Z")
 
 
+def parse_iso(text: str) -> datetime:
+    """The aware UTC moment of a document's time (`iso`'s text)."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
 @dataclass(frozen=True)
 class Batch:
     """The batch row: its id, the render request every item of the batch gets, and the store

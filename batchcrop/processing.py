@@ -8,7 +8,6 @@ public. Lease loss, cancellation and shutdown are not failures: they have their 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import threading
@@ -91,8 +90,8 @@ def derivative_key(source_sha256: str, rendition: Rendition, variant: str) -> st
 
 PREVIEW_KEY_PREFIX = "previews/"
 WRITE_THREADS_MAX = 8
-"""Write threads per slot: a worker's pool (`write_pool`) has this many per slot, an attempt of
-its own (no pool given) at most this many; an item's objects are all submitted at once."""
+"""Write threads per slot in a worker's pool (`write_pool`); an item's objects are all submitted
+to it at once."""
 
 
 def write_pool(slots: int) -> ThreadPoolExecutor:
@@ -240,13 +239,13 @@ class Attempt:
     max_source_bytes: int
     decode_budget: MemoryBudget | None
     give_back_now: threading.Event
+    writes: Executor
+    """The worker's `write_pool`."""
     on_stage: Callable[[str], None] = lambda stage: None
     on_write_differs: Callable[[], None] = lambda: None
     """Called when a taken key held other bytes of the same derivative (a metric)."""
     on_put_hit: Callable[[], None] = lambda: None
     """Called when a derivative's key already held the same bytes (a metric)."""
-    writes: Executor | None = None
-    """The worker's `write_pool`; None: threads of this attempt's own."""
 
     def run(self, heartbeat: HeldLease) -> Output:
         """Read, crop, store; return the manifest and preview to commit. Raises LeaseLost,
@@ -281,39 +280,32 @@ class Attempt:
         # fsyncs, an S3 round trip), so the item waits for the slowest rather than for the sum.
         # Every write is put-if-absent of a deterministic key, so the order does not matter; a
         # failure is raised as before, the first in rendition order, once the others are done.
-        with contextlib.ExitStack() as own:
-            writes = self.writes or own.enter_context(
-                ThreadPoolExecutor(
-                    max_workers=min(WRITE_THREADS_MAX, len(renditions) + 1),
-                    thread_name_prefix="write",
-                )
-            )
-            stored_preview = writes.submit(
-                store_preview,
+        stored_preview = self.writes.submit(
+            store_preview,
+            self.store,
+            preview,
+            source_sha256=source_sha256,
+            on_taken=self._preview_taken,
+        )
+        written = [
+            self.writes.submit(
+                store_rendition,
                 self.store,
-                preview,
+                derivative_key(source_sha256, rendition, variants[rendition.format]),
+                rendition,
                 source_sha256=source_sha256,
-                on_taken=self._preview_taken,
+                variant=variants[rendition.format],
+                on_put_hit=self.on_put_hit,
             )
-            written = [
-                writes.submit(
-                    store_rendition,
-                    self.store,
-                    derivative_key(source_sha256, rendition, variants[rendition.format]),
-                    rendition,
-                    source_sha256=source_sha256,
-                    variant=variants[rendition.format],
-                    on_put_hit=self.on_put_hit,
-                )
-                for rendition in renditions
-            ]
-            everything: list[Future[Any]] = [stored_preview, *written]
-            wait(everything)  # all ended, before a failure is raised
-            manifest = [
-                self._written(rendition, future.result())
-                for rendition, future in zip(renditions, written, strict=True)
-            ]
-            stored = stored_preview.result()
+            for rendition in renditions
+        ]
+        everything: list[Future[Any]] = [stored_preview, *written]
+        wait(everything)  # all ended, before a failure is raised
+        manifest = [
+            self._written(rendition, future.result())
+            for rendition, future in zip(renditions, written, strict=True)
+        ]
+        stored = stored_preview.result()
         self.checkpoint(heartbeat)
         return Output(manifest, stored)
 

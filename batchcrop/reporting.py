@@ -18,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from batchcrop.documents import parse_iso
 from leases import TERMINAL, DatabaseUnavailable, State
 
 WATCH_INTERVAL_SECONDS = 2.0
@@ -115,11 +116,11 @@ is counted in progress a moment before its attempt starts)."""
 
 @contextmanager
 def progress_bar(
-    *, enabled: bool, elsewhere_note: str = "{} held elsewhere"
+    *, enabled: bool, elsewhere_note: Callable[[int], str]
 ) -> Iterator[Callable[[dict[str, Any], int], None]]:
     """A progress bar on stderr fed with status documents and how many in-progress items are
-    held by other processes: done/total, rate, failures, and `elsewhere_note` (formatted with
-    that count) once such items have stayed for `ELSEWHERE_NOTE_SECONDS`."""
+    held by other processes: done/total, rate, failures, and `elsewhere_note(count)` once such
+    items have stayed for `ELSEWHERE_NOTE_SECONDS`."""
     if not enabled:
         yield lambda document, elsewhere: None
         return
@@ -158,7 +159,7 @@ def progress_bar(
             completed=done,
             rate=f"{rate:.1f} items/s",
             failures=f"[red]{bad} failed[/red]" if bad else "0 failed",
-            elsewhere=f"[yellow]{elsewhere_note.format(elsewhere)}[/yellow]" if noted else "",
+            elsewhere=f"[yellow]{elsewhere_note(elsewhere)}[/yellow]" if noted else "",
         )
 
     with progress:
@@ -290,8 +291,7 @@ def _age_seconds(iso_time: str | None) -> float:
     """Seconds since `iso_time` (a document's UTC time, "…Z"), at least 0; 0 when absent."""
     if not iso_time:
         return 0.0
-    when = datetime.fromisoformat(iso_time.replace("Z", "+00:00"))
-    return max(0.0, (datetime.now(UTC) - when).total_seconds())
+    return max(0.0, (datetime.now(UTC) - parse_iso(iso_time)).total_seconds())
 
 
 @dataclass

@@ -140,7 +140,7 @@ def copy_blocks(
     group_id: str, items: Sequence[ItemPair], first_seq: int, now: int
 ) -> Iterator[str]:
     """COPY text of the items, `COPY_BLOCK_ROWS` lines a block, in the columns of
-    `pgqueries.NEW_ITEM_COPY_COLUMNS`: id, seq, payload, then the values every new item shares."""
+    `group_queries.NEW_ITEM_COLUMNS`: id, seq, payload, then the values every new item shares."""
     shared = f"\t{_copy_escaped(group_id)}\t{State.QUEUED.value}\t0\t0\t{now}\t{now}\t{now}\n"
     for start in range(0, len(items), COPY_BLOCK_ROWS):
         block = items[start : start + COPY_BLOCK_ROWS]

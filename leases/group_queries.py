@@ -196,6 +196,23 @@ def insert_items() -> Insert:
     return sa.insert(items)
 
 
+NEW_ITEM_COLUMNS = (
+    "id",
+    "seq",
+    "payload",
+    "group_id",
+    "state",
+    "attempt",
+    "attempt_base",
+    "next_attempt_at",
+    "created_at",
+    "updated_at",
+)
+"""The columns a chunk of new items is written with, in order, by SQLite's JSON insert and
+PostgreSQL's COPY lines alike: the item's own values first, then those every item of the chunk
+shares. The rest are null."""
+
+
 @cache
 def insert_items_from_json() -> Insert:
     """SQLite: insert one chunk of a new group's items, queued, from one JSON array of
@@ -205,31 +222,19 @@ def insert_items_from_json() -> Insert:
     malformed JSON fails the chunk) and stored as SQLite renders that JSON value."""
     pairs = sa.func.json_each(sa.bindparam("p_rows", type_=sa.String)).table_valued("key", "value")
     now = sa.bindparam("p_now", type_=sa.BigInteger)
-    source = sa.select(
+    source = sa.select(  # in `NEW_ITEM_COLUMNS` order
         sa.func.json_extract(pairs.c.value, "$[0]"),
-        sa.bindparam("p_group_id", type_=sa.String),
         sa.bindparam("p_first_seq", type_=sa.Integer) + pairs.c.key,
+        sa.func.json(sa.func.json_extract(pairs.c.value, "$[1]")),
+        sa.bindparam("p_group_id", type_=sa.String),
         sa.literal(State.QUEUED.value),
         sa.literal(0),
         sa.literal(0),
         now,
         now,
         now,
-        sa.func.json(sa.func.json_extract(pairs.c.value, "$[1]")),
     )
-    columns = [
-        "id",
-        "group_id",
-        "seq",
-        "state",
-        "attempt",
-        "attempt_base",
-        "next_attempt_at",
-        "created_at",
-        "updated_at",
-        "payload",
-    ]
-    return sa.insert(items).from_select(columns, source)
+    return sa.insert(items).from_select(list(NEW_ITEM_COLUMNS), source)
 
 
 # --- event log and counters -----------------------------------------------------------------

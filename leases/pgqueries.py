@@ -16,6 +16,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.sql.dml import Update
 from sqlalchemy.sql.elements import ColumnElement
 
+from leases.group_queries import NEW_ITEM_COLUMNS
 from leases.models import CATEGORISED, State
 from leases.queries import MOVED, claimable, claimed_values, inline, literal_limit, state_in
 from leases.schema import counters, events, items
@@ -163,22 +164,7 @@ def claim(*, limit: int, lease_ms: int, filtered: bool) -> Update:
     )
 
 
-NEW_ITEM_COPY_COLUMNS = (
-    "id",
-    "seq",
-    "payload",
-    "group_id",
-    "state",
-    "attempt",
-    "attempt_base",
-    "next_attempt_at",
-    "created_at",
-    "updated_at",
-)
-"""The columns a new item's COPY line gives, in order (`leases.creation` formats the lines): the
-item's own values first, then those every item of the chunk shares. The rest are null."""
-
-
 def copy_new_items() -> str:
-    """Bulk-load new items: COPY in text format into `NEW_ITEM_COPY_COLUMNS` of `lease_items`."""
-    return f"COPY {items.name} ({', '.join(NEW_ITEM_COPY_COLUMNS)}) FROM STDIN"
+    """Bulk-load new items: COPY in text format into `NEW_ITEM_COLUMNS` of `lease_items` (one
+    line per item, formatted by `leases.creation`)."""
+    return f"COPY {items.name} ({', '.join(NEW_ITEM_COLUMNS)}) FROM STDIN"

@@ -23,7 +23,7 @@ from typing import Any
 from starlette.responses import Response
 
 from batchcrop.batches import BatchService
-from batchcrop.documents import Batch
+from batchcrop.documents import Batch, parse_iso
 from leases import TERMINAL
 
 RETRY_AFTER_MIN_SECONDS = 1
@@ -62,7 +62,7 @@ def retry_after_seconds(status: Mapping[str, Any], now: datetime) -> int | None:
     """Seconds a poller should wait, or None for a terminal batch; `now` is aware UTC."""
     if status["state"] in TERMINAL:
         return None
-    updated = datetime.fromisoformat(str(status["updated_at"]).replace("Z", "+00:00"))
+    updated = parse_iso(str(status["updated_at"]))
     quiet_seconds = max(0.0, (now - updated).total_seconds())
     grown = RETRY_AFTER_MIN_SECONDS + int(quiet_seconds // RETRY_AFTER_STEP_SECONDS)
     return min(RETRY_AFTER_MAX_SECONDS, grown)

@@ -49,13 +49,14 @@ class Cli:
         self.env.pop("BATCHCROP_API_TOKEN", None)
 
     def __call__(
-        self, *args: str, timeout: float = WAIT_SECONDS
+        self, *args: str, timeout: float = WAIT_SECONDS, stdin: str | None = None
     ) -> subprocess.CompletedProcess[str]:
-        """Run a command to its end."""
+        """Run a command to its end (with `stdin` as its standard input)."""
         return subprocess.run(
             [sys.executable, "-m", "batchcrop", *args],
             env=self.env,
             cwd=self.cwd,
+            input=stdin,
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -732,15 +733,11 @@ def test_a_table_too_wide_for_the_terminal_prints_as_records(cli: Cli, tmp_path:
 def test_a_refused_csv_read_from_a_pipe_names_the_item(cli: Cli) -> None:
     """A CSV given as `/dev/stdin` cannot be read twice to find the refused row's line: the
     error names the item's position instead (never a traceback)."""
-    result = subprocess.run(
-        [sys.executable, "-m", "batchcrop", "submit", "--items-csv", "/dev/stdin"],
-        input="source,ref\n/photos/a.jpg,ok\n/photos/b.jpg,bad\x1b[0m\n",
-        env=cli.env,
-        cwd=cli.cwd,
-        capture_output=True,
-        text=True,
-        timeout=WAIT_SECONDS,
-        check=False,
+    result = cli(
+        "submit",
+        "--items-csv",
+        "/dev/stdin",
+        stdin="source,ref\n/photos/a.jpg,ok\n/photos/b.jpg,bad\x1b[0m\n",
     )
     assert result.returncode == Exit.USAGE
     assert result.stderr == (

@@ -40,19 +40,26 @@ print(json.dumps(sorted(m for m in heavy if m in sys.modules)), file=sys.stderr)
 """
 
 
-@pytest.mark.parametrize("args", [["--help"], ["--version"]])
-def test_help_and_version_import_no_heavy_library(args: list[str]) -> None:
-    """Each of these commands answers without importing any of `HEAVY`."""
+def _probe(args: list[str], timeout: float) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """Run `batchcrop *args` in a fresh interpreter; its result and which of `HEAVY` it
+    imported."""
     result = subprocess.run(
         [sys.executable, "-c", PROBE],
         env={**os.environ, "PROBE_ARGS": json.dumps(args), "PROBE_HEAVY": json.dumps(HEAVY)},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout,
         check=False,
     )
+    return result, set(json.loads(result.stderr.strip().splitlines()[-1]))
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--version"]])
+def test_help_and_version_import_no_heavy_library(args: list[str]) -> None:
+    """Each of these commands answers without importing any of `HEAVY`."""
+    result, imported = _probe(args, timeout=60)
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stderr.strip().splitlines()[-1]) == []
+    assert imported == set()
 
 
 def test_a_run_into_a_folder_imports_no_web_stack_s3_client_or_http_client(tmp_path: Path) -> None:
@@ -68,15 +75,7 @@ def test_a_run_into_a_folder_imports_no_web_stack_s3_client_or_http_client(tmp_p
         str(tmp_path / "out"),
         str(tmp_path / "one.jpg"),
     ]
-    result = subprocess.run(
-        [sys.executable, "-c", PROBE],
-        env={**os.environ, "PROBE_ARGS": json.dumps(args), "PROBE_HEAVY": json.dumps(HEAVY)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result, imported = _probe(args, timeout=120)
     assert "succeeded" in result.stdout, result.stderr
-    imported = set(json.loads(result.stderr.strip().splitlines()[-1]))
     assert imported.isdisjoint({"boto3", "fastapi", "httpx", "uvicorn"}), imported
     assert {"sqlalchemy", "PIL", "pyvips"} <= imported  # the probe sees what the run used

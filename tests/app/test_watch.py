@@ -98,10 +98,10 @@ def test_the_progress_bar_notes_items_held_by_another_process(
         "_console",
         lambda stderr=False: Console(file=shown, force_terminal=True, width=200),
     )
-    with reporting.progress_bar(enabled=True, elsewhere_note="{} held elsewhere") as bar:
+    with reporting.progress_bar(enabled=True, elsewhere_note="{} held elsewhere".format) as bar:
         bar(_document(3), 2)
     assert "held elsewhere" not in shown.getvalue()  # not yet for long
     monkeypatch.setattr(reporting, "ELSEWHERE_NOTE_SECONDS", 0.0)
-    with reporting.progress_bar(enabled=True, elsewhere_note="{} held elsewhere") as bar:
+    with reporting.progress_bar(enabled=True, elsewhere_note="{} held elsewhere".format) as bar:
         bar(_document(3), 2)
     assert "2 held elsewhere" in shown.getvalue()
