@@ -2,6 +2,6 @@
 
 import sys
 
-from batchcrop.cli import main
+from batchcrop.cli.main import main
 
 sys.exit(main())

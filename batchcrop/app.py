@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
-from batchcrop.batches import BatchService
+from batchcrop.batches.service import BatchService
 from batchcrop.crop.budget import MIB, MemoryBudget
 from batchcrop.crop.limits import IMAGE_SUFFIXES
 from batchcrop.logs import log_event
@@ -21,10 +21,10 @@ from leases.executor import driver_reason, is_refusal
 from storage import ObjectStore, S3Settings, SourceReader, open_store
 
 if TYPE_CHECKING:
+    from batchcrop.callbacks.delivery import Deliverer
+    from batchcrop.db.revisions import History
     from batchcrop.metrics import Metrics
-    from batchcrop.notify import Deliverer
-    from batchcrop.schema import History
-    from batchcrop.worker import Worker, WorkerOptions
+    from batchcrop.worker.worker import Worker, WorkerOptions
 
 # The migrations (Alembic), the worker (the crop engine: NumPy, Pillow, OpenCV), the callback
 # deliverer (httpx) and the metrics (prometheus_client) are imported where first needed, so that
@@ -122,7 +122,7 @@ class App:
 
     def upgrade(self) -> None:
         """Create or migrate every table (lease engine first, then ours)."""
-        from batchcrop import migrations  # noqa: PLC0415  (see the imports)
+        from batchcrop.db import migrations  # noqa: PLC0415  (see the imports)
         from leases.migrate import upgrade as upgrade_leases  # noqa: PLC0415
 
         with _database_errors():
@@ -131,7 +131,7 @@ class App:
 
     def schema(self) -> list[History]:
         """Where both migration histories stand against this version (reads only)."""
-        from batchcrop.schema import histories  # noqa: PLC0415  (see the imports)
+        from batchcrop.db.revisions import histories  # noqa: PLC0415  (see the imports)
 
         with _database_errors():
             return histories(self.engine)
@@ -142,7 +142,7 @@ class App:
         history is behind this version's head (exit 3, naming `batchcrop db upgrade`). A schema
         a newer batchcrop migrated is accepted with a warning: during a rolling deploy the old
         processes keep running on it (migrations are additive; docs/operations.md, upgrades)."""
-        from batchcrop.schema import (  # noqa: PLC0415  (see the imports)
+        from batchcrop.db.revisions import (  # noqa: PLC0415  (see the imports)
             Position,
             SchemaBehind,
             ahead_message,
@@ -167,7 +167,7 @@ class App:
         if self.engine.url.get_backend_name() == "sqlite":
             self.upgrade()
             return
-        from batchcrop.schema import is_empty  # noqa: PLC0415  (see the imports)
+        from batchcrop.db.revisions import is_empty  # noqa: PLC0415  (see the imports)
 
         if is_empty(self.schema()):
             self.upgrade()
@@ -189,8 +189,8 @@ class App:
         root afterwards (a swapped symlink): so with source roots configured, the worker checks
         them again at read time. `trusted_sources` is for `run`, whose operator named them.
         """
-        from batchcrop.attempts import Attempts  # noqa: PLC0415  (see the imports)
-        from batchcrop.worker import Worker  # noqa: PLC0415
+        from batchcrop.worker.attempts import Attempts  # noqa: PLC0415  (see the imports)
+        from batchcrop.worker.worker import Worker  # noqa: PLC0415
 
         return Worker(
             deliverer=self.deliverer if deliver else None,
@@ -209,7 +209,7 @@ class App:
     def deliverer(self, worker_id: str) -> Deliverer | None:
         """The callback deliverer of a worker or `serve` (not started), or None when this
         process has no `BATCHCROP_NOTIFY_SECRET`: its deliveries wait for a process that has."""
-        from batchcrop.notify import Deliverer, delivery_leases  # noqa: PLC0415  (see the imports)
+        from batchcrop.callbacks.delivery import Deliverer, delivery_leases  # noqa: PLC0415  (see the imports)
 
         secret = self.settings.notify_secret
         if secret is None:

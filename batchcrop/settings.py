@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from batchcrop.notify_hosts import NotifyHostsError, parse_hosts
+from batchcrop.callbacks.hosts import NotifyHostsError, parse_hosts
 from leases import LEASE_SECONDS, MAX_ATTEMPT_SECONDS, WORKER_TIMEOUT_SECONDS
 
 DATABASE_URL = "sqlite:///batchcrop.db"

@@ -41,11 +41,11 @@ import sqlalchemy as sa
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from batchcrop.app import App, build
-from batchcrop.batches import BatchRequest
+from batchcrop.batches.items import ItemRequest
+from batchcrop.batches.service import BatchRequest
 from batchcrop.crop import RenderSpec
-from batchcrop.items import ItemRequest
+from batchcrop.db.tables import batches
 from batchcrop.settings import Settings
-from batchcrop.tables import batches
 from bench.leases import fresh_database
 from leases import LeaseManager, State, make_engine
 from leases.manager import COUNTER_SHARDS

@@ -18,9 +18,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from batchcrop.app import build
 from batchcrop.settings import Settings
-from tests.app.images import write_photos
-from tests.app.test_cli import Cli
-from tests.app.test_recovery import measure_recovery
+from tests.cli.test_cli import Cli
+from tests.images import write_photos
+from tests.worker.test_recovery import measure_recovery
 
 
 def main() -> int:

@@ -60,7 +60,7 @@ import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from batchcrop.items import time_ordered_uuids
+from batchcrop.batches.items import time_ordered_uuids
 from bench.leases import fresh_database
 from leases import LeaseManager, NewItem, creation, group_queries, make_engine, pgqueries, upgrade
 from tests.services import postgres

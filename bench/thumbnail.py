@@ -145,7 +145,7 @@ def bench_page(made: list[tuple[str, bytes]]) -> None:
 
     from batchcrop.app import build  # noqa: PLC0415
     from batchcrop.settings import Settings  # noqa: PLC0415
-    from batchcrop.worker import WorkerOptions  # noqa: PLC0415
+    from batchcrop.worker.worker import WorkerOptions  # noqa: PLC0415
     from storage import LocalStore  # noqa: PLC0415
     from tests.api.live import running  # noqa: PLC0415
 

@@ -17,7 +17,9 @@ import sqlalchemy as sa
 from leases import group_queries, pgqueries, queries
 from tests.services import postgres
 
-pytest_plugins = ["tests.s3_fixtures"]  # moto_s3, rgw, rgw_bucket for every suite
+# moto_s3, rgw, rgw_bucket for every suite; make_app, app, store, run_batch for the subsystems
+# tests (the API and page suites override make_app with their own source roots).
+pytest_plugins = ["tests.s3_fixtures", "tests.app_fixtures"]
 
 IN_CI = bool(os.environ.get("CI"))
 

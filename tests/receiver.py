@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from batchcrop.notify import IDEMPOTENCY_HEADER, SIGNATURE_HEADER, verify
+from batchcrop.callbacks.delivery import IDEMPOTENCY_HEADER, SIGNATURE_HEADER, verify
 
 SECRET = "test-callback-secret-0123456789"
 

@@ -20,8 +20,8 @@ import pytest
 import yaml
 
 from batchcrop.api.server import SHUTDOWN_GRACE_SECONDS as SERVE_GRACE_SECONDS
-from batchcrop.cli import build_parser
-from batchcrop.commands import GIVE_BACK_WAIT_SECONDS
+from batchcrop.cli.commands import GIVE_BACK_WAIT_SECONDS
+from batchcrop.cli.main import build_parser
 from batchcrop.settings import ENV_PREFIX, SHUTDOWN_GRACE_SECONDS, Settings
 
 HERE = Path(__file__).resolve().parents[1] / "deploy" / "container"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from batchcrop.api.server import SHUTDOWN_GRACE_SECONDS as SERVE_GRACE_SECONDS
-from batchcrop.commands import GIVE_BACK_WAIT_SECONDS
+from batchcrop.cli.commands import GIVE_BACK_WAIT_SECONDS
 from batchcrop.settings import SHUTDOWN_GRACE_SECONDS
 
 UNITS = Path(__file__).resolve().parents[1] / "deploy" / "systemd"

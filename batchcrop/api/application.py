@@ -19,7 +19,7 @@ from batchcrop.api.middleware import BODY_BYTES_MAX, AccessLog, BodyLimit, Crash
 from batchcrop.api.problems import Problem
 from batchcrop.api.routes import PROBLEM_RESPONSE, batch_router, json_response
 from batchcrop.app import App
-from batchcrop.fleet import worker_documents
+from batchcrop.batches.fleet import worker_documents
 from batchcrop.web import page_router
 from leases import REDOABLE, REQUEUEABLE, TERMINAL, UNFINISHED, DatabaseUnavailable, state_names
 

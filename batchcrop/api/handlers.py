@@ -16,7 +16,8 @@ from starlette.responses import Response
 from starlette.routing import Match
 
 from batchcrop.api.problems import Problem, field_problem, problem_response
-from batchcrop.batches import (
+from batchcrop.batches.recrop import BatchCancelled, RecropConflict
+from batchcrop.batches.service import (
     BadCursor,
     EmptyBatch,
     IdempotencyConflict,
@@ -25,8 +26,7 @@ from batchcrop.batches import (
     NoSuchRef,
     NothingToRedeliver,
 )
-from batchcrop.notify import NotifyUrlError
-from batchcrop.recrop import BatchCancelled, RecropConflict
+from batchcrop.callbacks.delivery import NotifyUrlError
 from leases import DatabaseUnavailable
 
 DATABASE_RETRY_AFTER_SECONDS = 5

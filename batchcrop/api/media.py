@@ -26,6 +26,7 @@ from batchcrop.api.problems import Problem, field_problem
 from batchcrop.api.requests import path_id
 from batchcrop.api.routes import PROBLEM_RESPONSE, PROBLEM_RESPONSES, json_response
 from batchcrop.app import App
+from batchcrop.batches.items import FocusError, focus_from_text
 from batchcrop.crop import (
     FORMATS,
     BudgetBusy,
@@ -39,7 +40,6 @@ from batchcrop.crop import (
 from batchcrop.crop.errors import InvalidFocus
 from batchcrop.crop.window import Box
 from batchcrop.crop.windows import preview_windows
-from batchcrop.items import FocusError, focus_from_text
 from storage import (
     AccessDenied,
     ObjectNotFound,

@@ -4,7 +4,7 @@ Request models are strict (a number is not a string, `true` is not `1`) and reje
 fields, so a typo is a 422 naming the field rather than a silently ignored setting. Every limit
 is a named constant: a request over a limit is a 422 (or a 413 for the body size), never a 500.
 Response models only document the contract in OpenAPI; the endpoints return the documents that
-`batchcrop.documents` builds, unchanged.
+`batchcrop.batches.documents` builds, unchanged.
 """
 
 from __future__ import annotations
@@ -13,7 +13,16 @@ from typing import Annotated, Literal, cast
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, WithJsonSchema
 
-from batchcrop.batches import LABEL_CHARS_MAX, label_text
+from batchcrop.batches.documents import DerivativeDocument, PreviewDocument
+from batchcrop.batches.items import (
+    FOCUS_PX_MAX,
+    REF_CHARS_MAX,
+    SOURCE_CHARS_MAX,
+    focus_box,
+    storable_text,
+)
+from batchcrop.batches.service import LABEL_CHARS_MAX, label_text
+from batchcrop.callbacks.delivery import NOTIFY_URL_CHARS_MAX
 from batchcrop.crop.spec import (
     FORMAT_NAMES,
     FORMATS_DEFAULT,
@@ -26,15 +35,6 @@ from batchcrop.crop.spec import (
     RATIOS_DEFAULT,
     RATIOS_MAX_COUNT,
 )
-from batchcrop.documents import DerivativeDocument, PreviewDocument
-from batchcrop.items import (
-    FOCUS_PX_MAX,
-    REF_CHARS_MAX,
-    SOURCE_CHARS_MAX,
-    focus_box,
-    storable_text,
-)
-from batchcrop.notify import NOTIFY_URL_CHARS_MAX
 from batchcrop.settings import (
     DEADLINE_SECONDS,
     DEADLINE_SECONDS_MAX,
@@ -91,7 +91,7 @@ class _Strict(BaseModel):
 
 
 def _focus_box(values: list[int]) -> list[int]:
-    """The checks of `batchcrop.batches.focus_box` (right after left, bottom after top)."""
+    """The checks of `batchcrop.batches.service.focus_box` (right after left, bottom after top)."""
     return list(focus_box(values))
 
 
@@ -380,9 +380,9 @@ class Health(BaseModel):
 
 
 class WorkerDocument(BaseModel):
-    """One worker of the registry (`batchcrop.fleet`); `status` `alive`, `absent` (not seen for
-    the worker timeout: its leases are being released) or `unregistered` (holds leases, never
-    registered: host, times and settings are null)."""
+    """One worker of the registry (`batchcrop.batches.fleet`); `status` `alive`, `absent` (not
+    seen for the worker timeout: its leases are being released) or `unregistered` (holds leases,
+    never registered: host, times and settings are null)."""
 
     id: str
     status: Literal["alive", "absent", "unregistered"]

@@ -22,8 +22,8 @@ from typing import Any
 
 from starlette.responses import Response
 
-from batchcrop.batches import BatchService
-from batchcrop.documents import Batch, parse_iso
+from batchcrop.batches.documents import Batch, parse_iso
+from batchcrop.batches.service import BatchService
 from leases import TERMINAL
 
 RETRY_AFTER_MIN_SECONDS = 1

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 
 from batchcrop.api.models import BatchBody
 from batchcrop.api.problems import Problem, field_problem
-from batchcrop.batches import BatchRequest
+from batchcrop.batches.items import ItemList, focus_box
+from batchcrop.batches.service import BatchRequest
 from batchcrop.crop import RenderSpec, SpecError
-from batchcrop.items import ItemList, focus_box
 from storage import SourceNotAllowed, SourceReader
 
 if TYPE_CHECKING:

@@ -22,8 +22,8 @@ from batchcrop import __version__
 from batchcrop.api.application import create_api
 from batchcrop.api.hosts import is_loopback
 from batchcrop.app import App
+from batchcrop.callbacks.delivery import DELIVERY_DEADLINE_SECONDS
 from batchcrop.logs import log_event
-from batchcrop.notify import DELIVERY_DEADLINE_SECONDS
 from leases import DatabaseUnavailable
 
 EXIT_OK = 0

@@ -17,7 +17,7 @@ import pytest
 
 from batchcrop.api.server import Reaper
 from batchcrop.app import App
-from batchcrop.worker import WorkerOptions
+from batchcrop.worker.worker import WorkerOptions
 from leases import State
 from storage import LocalStore
 from tests.api.conftest import batch_body

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from batchcrop import batches as batches_module
+from batchcrop.batches import service as batches_module
 from tests.api.conftest import assert_problem, batch_body
 from tests.api.live import LiveServer
 

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from tests.api.conftest import batch_body
 from tests.api.live import LiveServer
 
-BATCHES_MODULE = sys.modules["batchcrop.batches"]
+BATCHES_MODULE = sys.modules["batchcrop.batches.service"]
 
 
 class Poller:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import sqlalchemy as sa
 
 from batchcrop.app import App
-from batchcrop.worker import WorkerOptions
+from batchcrop.worker.worker import WorkerOptions
 from tests.api.conftest import TOKEN
 from tests.api.live import LiveServer
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from batchcrop.cli import main
+from batchcrop.cli.main import main
 from batchcrop.settings import LEASE_SECONDS, Settings, SettingsError, parse_duration
 
 

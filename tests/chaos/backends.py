@@ -52,7 +52,7 @@ class ChaosConfig:
     concurrency: int = 2
     lease_seconds: float = 3.0
     reaper_interval_seconds: float = 1.0
-    # Short, as in tests/app/test_recovery.py: a SIGKILLed worker's items come back `worker_lost`
+    # Short, as in tests/worker/test_recovery.py: a SIGKILLed worker's items come back `worker_lost`
     # within about this (or `lease_expired` after the lease, whichever is first).
     worker_timeout_seconds: float = 3.0
     max_attempt_seconds: float = 15.0

@@ -69,7 +69,7 @@ CALLBACKS_WAIT_SECONDS = 60.0
 # with no database fault (restart, dropped connections, stall) from this long before the kill to
 # the end of the bound: an outage stops every reaper and is measured by its own invariants.
 RECOVERY_FAULT_MARGIN_SECONDS = 10.0
-# Slack on the recovery bounds for a loaded 2-core machine (as tests/app/test_recovery.py).
+# Slack on the recovery bounds for a loaded 2-core machine (as tests/worker/test_recovery.py).
 RECOVERY_SLACK_SECONDS = 4.0
 # A slot's idle sleep before it looks for due work again, and one item's processing.
 RECOVERY_CLAIM_SLACK_SECONDS = 2.0

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from batchcrop.app import App
-from batchcrop.processing import PREVIEW_KEY_PREFIX
+from batchcrop.worker.processing import PREVIEW_KEY_PREFIX
 from leases import EventRow, ItemRow, State
 from storage import ObjectStore
 from tests.receiver import Receiver

@@ -48,7 +48,7 @@ def recoveries(kills: Iterable[Kill], events: Iterable[EventRow]) -> list[Recove
         by_item[event.item_id].append(event)
     found = []
     for kill in kills:
-        marker = f":{kill.pid}:"  # worker ids are host:pid:random (batchcrop.worker)
+        marker = f":{kill.pid}:"  # worker ids are host:pid:random (batchcrop.worker.worker)
         for item_id, timeline in by_item.items():
             recovery = _recovery(kill, marker, item_id, timeline)
             if recovery is not None:

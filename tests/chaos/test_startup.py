@@ -15,8 +15,8 @@ import pytest
 import sqlalchemy as sa
 
 from batchcrop.app import build
+from batchcrop.cli.startup import wait_until_ready
 from batchcrop.settings import Settings
-from batchcrop.startup import wait_until_ready
 from leases import DatabaseUnavailable
 from tests.chaos import corpus
 from tests.services.proxy import FaultProxy

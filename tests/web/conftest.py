@@ -22,7 +22,7 @@ import pytest
 from PIL import Image, ImageDraw
 
 from batchcrop.app import App
-from batchcrop.worker import WorkerOptions
+from batchcrop.worker.worker import WorkerOptions
 from storage import LocalStore
 from tests.api.live import LiveServer, running
 from tests.apps import app_factory

@@ -1,0 +1,408 @@
+"""Completion callbacks: who may be called, how a request is signed, and the delivery loop
+(docs/design.md §7, callbacks; ADR 0013).
+
+A delivery is a lease item (its own one-item group, written in the outbox transaction by
+`BatchService.on_group_finished`), so it is claimed, fenced, retried with backoff, released
+when its holder dies and abandoned at its deadline by the lease engine, like an image. The
+`Deliverer` thread of every worker and of `serve` claims due deliveries and POSTs them:
+signed, never following a redirect, with short timeouts, reading only the status code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import sqlalchemy as sa
+
+from batchcrop import __version__
+from batchcrop.callbacks.hosts import (
+    ADDRESS_NOT_ALLOWED,
+    DEFAULT_PORTS,
+    HOST_NOT_ALLOWED,
+    PORT_MAX,
+    PORT_NOT_ALLOWED,
+    address_refusal,
+    destination_refusal,
+)
+from batchcrop.db.queries import chunks
+from batchcrop.logs import log_event
+from leases import Claim, DatabaseUnavailable, LeaseLost, LeaseManager, State
+
+if TYPE_CHECKING:
+    import httpx
+
+NOTIFY_URL_CHARS_MAX = 2048
+DELIVERY_WINDOW_SECONDS = 24 * 3600.0
+"""A delivery is retried for this long after it is written, then abandoned
+(`deadline_exceeded`); an operator can redeliver."""
+DELIVERY_MAX_ATTEMPTS = 100
+"""More attempts than the backoff fits in the window: the window is what ends a delivery."""
+DELIVERY_RETRY_MAX_SECONDS = 3600.0
+DELIVERY_LEASE_SECONDS = 60.0
+"""A delivery's lease: well over its timeouts, so a live deliverer never loses it, while a
+dead unregistered one (`serve`) holds it no longer than this."""
+CONNECT_TIMEOUT_SECONDS = 5.0
+RESPONSE_TIMEOUT_SECONDS = 10.0
+"""Each of connect, write and read waits at most this; a receiver should answer at once and
+do its work afterwards."""
+DELIVERY_DEADLINE_SECONDS = 15.0
+"""A whole request (connect, send, the answer's status line and headers) ends within this, or
+the attempt is a `timeout`: a receiver trickling its answer cannot hold a deliverer."""
+POLL_SECONDS = 1.0
+DELIVERIES_PER_CLAIM = 3
+"""Deliveries claimed at once and sent one after another: their deadlines together fit in one
+lease, so the last is still held when its turn comes."""
+assert DELIVERIES_PER_CLAIM * DELIVERY_DEADLINE_SECONDS < DELIVERY_LEASE_SECONDS
+
+SIGNATURE_HEADER = "Batchcrop-Signature"
+TIMESTAMP_DIGITS_MAX = 12
+"""Digits of a signature's `t` (unix seconds) a verifier reads; more is malformed."""
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+NOTIFICATION_ID_FIELD = "notification_id"
+"""The body's first field: the `Idempotency-Key`, under the signature."""
+TIMEOUT = "timeout"
+CONNECT_ERROR = "connect_error"
+INVALID_URL = "invalid_url"
+NOTIFY_SCHEMES = ("http", "https")
+
+OpenDeliveries = Callable[[], list[str]]
+"""Asked by a `Deliverer` for the deliveries it may claim now (`BatchService.open_deliveries`)."""
+
+
+class NotifyUrlError(ValueError):
+    """A `notify_url` batchcrop will not call; the message says why (never echoing it)."""
+
+
+def parse_url(url: str) -> httpx.URL:
+    """`url` parsed as the deliverer will send it (httpx: IDNA host names, ports);
+    `NotifyUrlError` when it cannot be, so what submission accepts delivery can send."""
+    import httpx  # noqa: PLC0415  (imported when a URL is given: start-up of `run`, `status`)
+
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, ValueError):
+        # ValueError: the idna package's errors (a host name no IDNA encoding allows).
+        raise NotifyUrlError("is not a valid URL (or its host name is not valid IDNA)") from None
+    if parsed.port is not None and not 0 < parsed.port <= PORT_MAX:
+        raise NotifyUrlError(f"has a port outside 1..{PORT_MAX}")
+    return parsed
+
+
+def url_host(url: str) -> str | None:
+    """The host of `url` as sent (ASCII: IDNA-encoded), lower-case, without brackets; None
+    when it has none or cannot be parsed."""
+    try:
+        host = parse_url(url).raw_host.decode("ascii")
+    except NotifyUrlError:
+        return None
+    return host.lower() if host else None
+
+
+def check_notify_url(url: str, hosts: tuple[str, ...]) -> str:
+    """`url` if batchcrop may POST to it: http(s), a host and port on `hosts`
+    (`BATCHCROP_NOTIFY_HOSTS`, `batchcrop.callbacks.hosts`), no credentials, at most
+    `NOTIFY_URL_CHARS_MAX` characters; `NotifyUrlError` otherwise. What its name resolves to
+    is checked when it is called."""
+    if not 1 <= len(url) <= NOTIFY_URL_CHARS_MAX or any(ord(c) < 33 or c == "\x7f" for c in url):
+        raise NotifyUrlError(
+            f"must be an http(s) URL of at most {NOTIFY_URL_CHARS_MAX} characters, "
+            "without spaces or control characters"
+        )
+    parts = parse_url(url)
+    if parts.scheme not in NOTIFY_SCHEMES or not parts.raw_host:
+        raise NotifyUrlError("must be an http:// or https:// URL with a host")
+    if parts.userinfo:
+        raise NotifyUrlError("must not carry credentials (the request is signed instead)")
+    refusal = destination_refusal(parts, hosts)
+    if refusal == HOST_NOT_ALLOWED:
+        raise NotifyUrlError(
+            "its host is not allowed: callbacks go only to hosts listed in BATCHCROP_NOTIFY_HOSTS"
+        )
+    if refusal == PORT_NOT_ALLOWED:
+        raise NotifyUrlError(
+            "its port is not allowed: a BATCHCROP_NOTIFY_HOSTS entry allows the scheme's default "
+            "port unless it names another (host:port)"
+        )
+    return url
+
+
+def signature(secret: str, body: bytes, timestamp: int) -> str:
+    """The `Batchcrop-Signature` value: `t=<unix seconds>,v1=<hex HMAC-SHA256 of "t.body">`
+    (Stripe's scheme, so receivers' libraries fit)."""
+    signed = str(timestamp).encode() + b"." + body
+    digest = hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
+    return f"t={timestamp},v1={digest}"
+
+
+def notification_body(notification_id: str, stored: str) -> bytes:
+    """The bytes POSTed for a delivery: the stored status document with `notification_id` (the
+    `Idempotency-Key`) as its first field, so the signature covers the key too and a signed
+    body replayed under another key is detectable (ADR 0016). Composed at sending, so
+    deliveries written before the field existed carry it as well."""
+    document = json.loads(stored)
+    fields = {k: v for k, v in document.items() if k != NOTIFICATION_ID_FIELD}
+    signed = {NOTIFICATION_ID_FIELD: notification_id, **fields}
+    return json.dumps(signed, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def verify(
+    secret: str,
+    body: bytes,
+    header: str,
+    *,
+    idempotency_key: str | None = None,
+    tolerance_seconds: float = 300.0,
+) -> bool:
+    """A receiver's check of `header` over `body` (used by the tests; a model for receivers):
+    the timestamp within `tolerance_seconds` of now and some `v1` matching and, given the
+    request's `idempotency_key`, the signed body's `notification_id` equal to it. False, never
+    an exception, for any malformed header or body."""
+    fields = [part.split("=", 1) for part in header.split(",") if "=" in part]
+    stamps = [v for k, v in fields if k == "t"]
+    # Only ASCII digits, and few of them: `isdigit` alone accepts "²" (which `int` refuses)
+    # and other scripts' digits, and a huge number cannot be compared with a float.
+    if len(stamps) != 1 or not (stamps[0].isascii() and stamps[0].isdigit()):
+        return False
+    if len(stamps[0]) > TIMESTAMP_DIGITS_MAX:
+        return False
+    timestamp = int(stamps[0])
+    if abs(time.time() - timestamp) > tolerance_seconds:
+        return False
+    expected = signature(secret, body, timestamp).split("v1=", 1)[1].encode()
+    # Compared as bytes: `compare_digest` raises on str with non-ASCII characters.
+    if not any(
+        k == "v1" and hmac.compare_digest(v.encode(errors="replace"), expected) for k, v in fields
+    ):
+        return False
+    return idempotency_key is None or _signed_key(body) == idempotency_key
+
+
+def _signed_key(body: bytes) -> str | None:
+    """The `notification_id` of a (signature-checked) body, or None."""
+    try:
+        document = json.loads(body)
+    except ValueError:
+        return None
+    key = document.get(NOTIFICATION_ID_FIELD) if isinstance(document, dict) else None
+    return key if isinstance(key, str) else None
+
+
+def resolve(url: httpx.URL) -> list[str]:
+    """The addresses `url`'s host resolves to (an IP address: itself), in resolver order;
+    OSError (or UnicodeError, for a name the resolver cannot encode) when it resolves to
+    none."""
+    host = url.raw_host.decode("ascii")
+    port = DEFAULT_PORTS.get(url.scheme, 0) if url.port is None else url.port
+    found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(str(info[4][0]) for info in found))
+
+
+def delivery_leases(
+    engine: sa.Engine, *, retry_seconds: float, worker_timeout_seconds: float
+) -> LeaseManager:
+    """A lease manager for claiming deliveries: the same tables and fencing as the images',
+    with the deliveries' own lease and backoff (`retry_seconds` doubling to an hour)."""
+    return LeaseManager(
+        engine,
+        lease_seconds=DELIVERY_LEASE_SECONDS,
+        max_attempt_seconds=DELIVERY_LEASE_SECONDS,
+        retry_backoff_seconds=retry_seconds,
+        retry_backoff_max_seconds=DELIVERY_RETRY_MAX_SECONDS,
+        worker_timeout_seconds=worker_timeout_seconds,
+    )
+
+
+class Deliverer(threading.Thread):
+    """Claims due deliveries and POSTs them until `stop()` (a daemon thread)."""
+
+    def __init__(
+        self,
+        *,
+        leases: LeaseManager,
+        open_deliveries: OpenDeliveries,
+        secret: str,
+        hosts: tuple[str, ...],
+        worker_id: str,
+        poll_seconds: float = POLL_SECONDS,
+        timeout_seconds: float = RESPONSE_TIMEOUT_SECONDS,
+        deadline_seconds: float = DELIVERY_DEADLINE_SECONDS,
+    ) -> None:
+        super().__init__(name="deliverer", daemon=True)
+        self.leases = leases
+        self.open_deliveries = open_deliveries
+        self.secret = secret
+        self.hosts = hosts
+        self.worker_id = worker_id
+        self.poll_seconds = poll_seconds
+        self.deadline_seconds = deadline_seconds
+        import httpx  # noqa: PLC0415  (see parse_url)
+
+        from batchcrop.callbacks.transport import DeadlineBackend, DeadlineTransport  # noqa: PLC0415
+
+        self.backend = DeadlineBackend()
+        self.client = httpx.Client(
+            transport=DeadlineTransport(self.backend),
+            timeout=httpx.Timeout(
+                timeout_seconds, connect=min(timeout_seconds, CONNECT_TIMEOUT_SECONDS)
+            ),
+            follow_redirects=False,
+            trust_env=False,
+            headers={"User-Agent": f"batchcrop/{__version__}"},
+        )
+        self._stopping = threading.Event()
+        self._refused_logged: set[tuple[str | None, str]] = set()
+
+    def run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                delivered = self.deliver_due()
+            except DatabaseUnavailable as exc:
+                log_event("database_unavailable", level=logging.WARNING, error=type(exc).__name__)
+                delivered = 0
+            except Exception:
+                logging.getLogger("batchcrop").exception("delivery pass failed")
+                delivered = 0
+            if not delivered:
+                self._stopping.wait(self.poll_seconds)
+
+    def stop(self) -> None:
+        """Finish the delivery under way (within its deadline), give back the others claimed
+        with it, then end."""
+        self._stopping.set()
+
+    def deliver_due(self) -> int:
+        """Claim and deliver the due deliveries (a few at a time); returns how many were
+        claimed. Once stopping, the claimed ones not yet started are given back."""
+        claims: list[Claim] = []
+        # A bounded id list per claim statement, however many deliveries are open.
+        for chunk in chunks(self.open_deliveries()):
+            claims = self.leases.claim(self.worker_id, DELIVERIES_PER_CLAIM, group_ids=chunk)
+            if claims:
+                break
+        for claim in claims:
+            if self._stopping.is_set():
+                self._give_back(claim)
+            else:
+                self.deliver(claim)
+        return len(claims)
+
+    def _give_back(self, claim: Claim) -> None:
+        try:
+            self.leases.give_back(claim)
+        except LeaseLost:
+            log_event("delivery_lease_lost", level=logging.WARNING, delivery=claim.item_id)
+
+    def deliver(self, claim: Claim) -> State | None:
+        """POST one claimed delivery and end its attempt: `succeeded` on a 2xx; `failed`
+        `invalid_url` for a URL that cannot be sent, or `address_not_allowed` for a name that
+        resolves to an internal address; retryable `host_not_allowed` / `port_not_allowed` when
+        this process's allowlist refuses it (`_refused_here`); else retryable with
+        `http_<status>`, `timeout` or `connect_error`. None when the lease was lost."""
+        payload = claim.payload
+        url = str(payload["url"])
+        reason: str | None = None
+        code: int | None = None
+        started = time.monotonic()
+        try:
+            try:
+                parsed = parse_url(url)
+            except NotifyUrlError:
+                # A URL stored before submission parsed URLs as delivery does (an invalid
+                # IDNA name): it can never be sent.
+                self.leases.fail(claim, INVALID_URL)
+                return self._logged(claim, State.FAILED, INVALID_URL, None, started)
+            refusal = destination_refusal(parsed, self.hosts)
+            if refusal is not None:
+                return self._refused_here(claim, url, refusal, started)
+            code, reason = self._post(claim, parsed)
+            if reason == ADDRESS_NOT_ALLOWED:
+                self.leases.fail(claim, ADDRESS_NOT_ALLOWED)
+                return self._logged(claim, State.FAILED, ADDRESS_NOT_ALLOWED, None, started)
+            if reason is None:
+                self.leases.complete(claim)
+                return self._logged(claim, State.SUCCEEDED, None, code, started)
+            state = self.leases.retry_later(claim, reason)
+            return self._logged(claim, state, reason, code, started)
+        except LeaseLost:
+            log_event("delivery_lease_lost", level=logging.WARNING, delivery=claim.item_id)
+            return None
+
+    def _refused_here(self, claim: Claim, url: str, reason: str, started: float) -> State:
+        """This process's `BATCHCROP_NOTIFY_HOSTS` refuses what submission (perhaps in another
+        process) allowed: a difference of configuration, not the receiver's fault. The
+        attempt is retried with backoff, by whichever deliverer claims it next (one configured
+        like the submitter delivers it); logged once per host and reason in this process."""
+        host = url_host(url)
+        if (host, reason) not in self._refused_logged:
+            self._refused_logged.add((host, reason))
+            log_event(
+                "delivery_refused_here",
+                level=logging.WARNING,
+                reason=reason,
+                host=host,
+                hint="BATCHCROP_NOTIFY_HOSTS differs between the processes",
+            )
+        state = self.leases.retry_later(claim, reason)
+        return self._logged(claim, state, reason, None, started)
+
+    def _post(self, claim: Claim, url: httpx.URL) -> tuple[int | None, str | None]:
+        """(status code, failure reason or None); the response body is never read. The host
+        is resolved here, its addresses checked (`address_refusal`) and the connection made
+        to one of them, so a name cannot resolve to a checked address and then another."""
+        import httpx  # noqa: PLC0415  (see parse_url)
+
+        try:
+            addresses = resolve(url)
+        except (OSError, UnicodeError):
+            # UnicodeError: the resolver's own IDNA step refusing a name (a label over 63).
+            return None, CONNECT_ERROR
+        refusal = address_refusal(url, addresses)
+        if refusal is not None:
+            return None, refusal
+        notification_id = str(claim.payload["notification_id"])
+        body = notification_body(notification_id, str(claim.payload["body"]))
+        headers = {
+            "Content-Type": "application/json",
+            SIGNATURE_HEADER: signature(self.secret, body, int(time.time())),
+            IDEMPOTENCY_HEADER: notification_id,
+            "Batchcrop-Batch-Id": str(claim.payload["batch_id"]),
+            "Batchcrop-Delivery-Id": claim.item_id,
+            "Batchcrop-Delivery-Attempt": str(claim.attempt),
+        }
+        try:
+            with (
+                self.backend.request(self.deadline_seconds, addresses),
+                self.client.stream("POST", url, content=body, headers=headers) as response,
+            ):
+                code = response.status_code
+        except httpx.TimeoutException:
+            return None, TIMEOUT
+        except httpx.InvalidURL:
+            return None, INVALID_URL
+        except httpx.HTTPError:
+            return None, CONNECT_ERROR
+        return code, None if 200 <= code < 300 else f"http_{code}"
+
+    def _logged(
+        self, claim: Claim, state: State, reason: str | None, code: int | None, started: float
+    ) -> State:
+        log_event(
+            "delivery",
+            level=logging.INFO if state is State.SUCCEEDED else logging.WARNING,
+            delivery=claim.item_id,
+            batch=claim.payload.get("batch_id"),
+            attempt=claim.attempt,
+            state=state.value,
+            reason=reason,
+            status=code,
+            ms=round((time.monotonic() - started) * 1000),
+        )
+        return state

@@ -1,0 +1,654 @@
+"""The `batchcrop` command line (docs/design.md §7 is its contract): parsing and exit codes.
+
+Each `BATCHCROP_X_Y` variable has its flag `--x-y` on every command it applies to; the flag wins.
+Errors are one line on stderr and an exit code, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import NoReturn
+
+# Only light modules here: `--help`, `--version` and reading commands must start fast
+# (`bench/startup.py`). The commands, and whatever they need, are imported when one runs.
+from batchcrop import __version__
+from batchcrop.callbacks.hosts import PORT_MAX
+from batchcrop.cli.exit_codes import Exit
+from batchcrop.crop.spec import (
+    FORMAT_NAMES,
+    FORMATS_DEFAULT,
+    MAX_SIDE_PX_DEFAULT,
+    QUALITY_DEFAULT,
+    RATIOS_DEFAULT,
+)
+from batchcrop.settings import (
+    CONCURRENCY,
+    DATABASE_URL,
+    DEADLINE_SECONDS,
+    DEADLINE_SECONDS_MAX,
+    DECODE_MEMORY_MIB,
+    MAX_ATTEMPTS,
+    MAX_SOURCE_BYTES,
+    REAPER_INTERVAL_SECONDS,
+    SHUTDOWN_GRACE_SECONDS,
+)
+from leases.defaults import LEASE_SECONDS, MAX_ATTEMPT_SECONDS, WORKER_TIMEOUT_SECONDS
+from leases.models import REQUEUEABLE, state_names
+
+STATE_NAMES = state_names()
+LOG_LEVEL_DEFAULT = "WARNING"
+LOG_LEVEL_LONG_RUNNING = "INFO"
+LONG_RUNNING_COMMANDS = frozenset({"worker", "serve"})
+"""Commands that log at INFO unless told otherwise: their log is how an operator follows them."""
+METRICS_HOST_DEFAULT = "127.0.0.1"
+EXIT_BROKEN_PIPE = 141
+"""128 + SIGPIPE: what a shell reports for a command whose reader went away (`| head`)."""
+
+
+class _Commands:
+    """`batchcrop.cli.commands`, imported only once a command runs (not to parse or show help):
+    `commands.run` is a handler that imports the module and calls its `run`."""
+
+    def __getattr__(self, name: str) -> Callable[[argparse.Namespace], int]:
+        def handler(args: argparse.Namespace) -> int:
+            from batchcrop.cli import commands as module  # noqa: PLC0415  (see the imports)
+
+            function: Callable[[argparse.Namespace], int] = getattr(module, name)
+            return function(args)
+
+        return handler
+
+
+commands = _Commands()
+
+REQUEUEABLE_NAMES = ",".join(state_names(REQUEUEABLE))
+
+
+def _database_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("database")
+    g.add_argument(
+        "--database-url",
+        metavar="URL",
+        help=f"BATCHCROP_DATABASE_URL (default {DATABASE_URL})",
+    )
+    g.add_argument(
+        "--lease-seconds",
+        type=float,
+        metavar="S",
+        help=f"BATCHCROP_LEASE_SECONDS (default {LEASE_SECONDS:g})",
+    )
+    g.add_argument(
+        "--max-attempt-seconds",
+        type=float,
+        metavar="S",
+        help=f"BATCHCROP_MAX_ATTEMPT_SECONDS (default {MAX_ATTEMPT_SECONDS:g})",
+    )
+    g.add_argument(
+        "--reaper-interval-seconds",
+        type=float,
+        metavar="S",
+        help=f"BATCHCROP_REAPER_INTERVAL_SECONDS (default {REAPER_INTERVAL_SECONDS:g})",
+    )
+    g.add_argument(
+        "--worker-timeout-seconds",
+        type=float,
+        metavar="S",
+        help="BATCHCROP_WORKER_TIMEOUT_SECONDS: a worker not seen this long is taken for dead and "
+        f"its leases are released (default {WORKER_TIMEOUT_SECONDS:g})",
+    )
+
+
+def _store_flags(p: argparse.ArgumentParser, *, with_store: bool = True) -> None:
+    g = p.add_argument_group("storage")
+    if with_store:
+        g.add_argument(
+            "--store", metavar="URL", help="BATCHCROP_STORE: file://DIR or s3://bucket/prefix"
+        )
+    g.add_argument(
+        "--s3-endpoint-url",
+        metavar="URL",
+        help="BATCHCROP_S3_ENDPOINT_URL for S3-compatible stores",
+    )
+    g.add_argument(
+        "--s3-request-checksum",
+        choices=["when_supported", "when_required"],
+        help="BATCHCROP_S3_REQUEST_CHECKSUM",
+    )
+    g.add_argument(
+        "--max-source-bytes",
+        type=int,
+        metavar="N",
+        help=f"BATCHCROP_MAX_SOURCE_BYTES (default {MAX_SOURCE_BYTES // 2**20} MiB)",
+    )
+    g.add_argument(
+        "--decode-memory-mib",
+        type=int,
+        metavar="N",
+        help="BATCHCROP_DECODE_MEMORY_MIB: decoded-pixel memory shared by this process's renders "
+        f"(default {DECODE_MEMORY_MIB}); a source needing more fails image_too_large",
+    )
+
+
+def _render_flags(p: argparse.ArgumentParser) -> None:
+    # One flag per `RenderSpec` field, same name; unset flags take the spec's own defaults.
+    g = p.add_argument_group("batch")
+    g.add_argument("--ratios", help=f"comma-separated ratios (default {','.join(RATIOS_DEFAULT)})")
+    g.add_argument(
+        "--max-side",
+        type=int,
+        help=f"longest output side in pixels (default {MAX_SIDE_PX_DEFAULT})",
+    )
+    g.add_argument(
+        "--quality",
+        type=int,
+        help=f"quality 1-100 on the JPEG scale, the same look in every format "
+        f"(default {QUALITY_DEFAULT})",
+    )
+    g.add_argument(
+        "--formats",
+        help=f"comma-separated output formats among {','.join(FORMAT_NAMES)} "
+        f"(default {','.join(FORMATS_DEFAULT)}); one derivative per ratio and format",
+    )
+    g.add_argument(
+        "--deadline",
+        default=f"{DEADLINE_SECONDS / 3600:g}h",
+        help=(
+            "batch deadline from now, e.g. 90m, 2h, 1d "
+            f"(default {DEADLINE_SECONDS / 3600:g}h, at most {DEADLINE_SECONDS_MAX / 86400:g}d)"
+        ),
+    )
+    g.add_argument(
+        "--max-attempts",
+        type=int,
+        default=MAX_ATTEMPTS,
+        help=f"attempts per item before it fails (default {MAX_ATTEMPTS})",
+    )
+    g.add_argument("--label", help="a human label for the batch (listings, `batches --label`)")
+
+
+def _notify_flags(p: argparse.ArgumentParser, *, with_url: bool) -> None:
+    g = p.add_argument_group("completion callbacks")
+    if with_url:
+        g.add_argument(
+            "--notify-url",
+            metavar="URL",
+            help="POST the final status document here, signed, when the batch ends "
+            "(its host must be in BATCHCROP_NOTIFY_HOSTS)",
+        )
+    g.add_argument(
+        "--notify-hosts",
+        metavar="HOSTS",
+        help="BATCHCROP_NOTIFY_HOSTS: comma-separated hosts callbacks may go to (*.example.com "
+        "for subdomains; empty: none). The secret is BATCHCROP_NOTIFY_SECRET (environment only)",
+    )
+    g.add_argument(
+        "--notify-retry-seconds",
+        type=float,
+        metavar="S",
+        help="BATCHCROP_NOTIFY_RETRY_SECONDS: first retry of a failed delivery, doubling to an "
+        "hour, for 24 h (default 10)",
+    )
+
+
+def _migrate_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--migrate",
+        action="store_true",
+        help="create or migrate the schema at start (one-machine deployments); by default the "
+        "schema is only checked and `batchcrop db upgrade` is a deploy step",
+    )
+
+
+def _json_flag(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--json", action="store_true", help=f"print the {what} as JSON on stdout")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line and a pointer to `--help`, not the whole
+    usage block above the line that matters (the README: mistakes are one line)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(int(Exit.USAGE), f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _states(text: str) -> list[str]:
+    """Comma-separated item state names, as a flag's type (`items`, `requeue`)."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names or any(name not in STATE_NAMES for name in names):
+        raise argparse.ArgumentTypeError(
+            f"states are {', '.join(STATE_NAMES)}, comma-separated; not {text!r}"
+        )
+    return names
+
+
+def _scrape_port(text: str) -> int:
+    """A port a scraper can be told about: 0 (any free one) would be unknown to it."""
+    port = _port(text)
+    if port == 0:
+        raise argparse.ArgumentTypeError("a metrics port is 1 to 65535: a scraper must know it")
+    return port
+
+
+def _port(text: str) -> int:
+    """A TCP port number (0: any free one), as a flag's type: anything else is a usage error."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= PORT_MAX:
+        raise argparse.ArgumentTypeError(f"a port is 0 to {PORT_MAX}, not {port}")
+    return port
+
+
+def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table, one command per block
+    """The full parser; `--help` on each command documents its flags."""
+    parser = _Parser(
+        prog="batchcrop",
+        description="Smart-crop catalogue images into several aspect ratios, as leased batch work.",
+    )
+    parser.add_argument("--version", action="version", version=f"batchcrop {__version__}")
+    _global_flags(parser)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser(
+        "run", help="the one-shot job: submit, process with in-process workers, report"
+    )
+    p.add_argument(
+        "sources", nargs="+", metavar="SRC", help="image files, folders or s3:// prefixes"
+    )
+    p.add_argument(
+        "--out", metavar="DIR", help="store derivatives in this folder (same as --store file://DIR)"
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=CONCURRENCY,
+        metavar="N",
+        help=f"concurrent items (default {CONCURRENCY})",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _render_flags(p)
+    _json_flag(p, "final status document")
+    _database_flags(p)
+    _store_flags(p)
+    p.set_defaults(handler=commands.run)
+
+    p = sub.add_parser("submit", help="create a batch and print its id")
+    p.add_argument(
+        "sources", nargs="*", metavar="SRC", help="image files, folders or s3:// prefixes"
+    )
+    p.add_argument(
+        "--items-csv",
+        metavar="FILE",
+        help="CSV with a source column and optional ref and focus_left,focus_top,focus_right,"
+        "focus_bottom columns (one item per row; focus in upright source pixels)",
+    )
+    p.add_argument(
+        "--idempotency-key", metavar="K", help="same key + same request ⇒ the same batch"
+    )
+    _render_flags(p)
+    _json_flag(p, "status document")
+    _database_flags(p)
+    # The batch records this store: only workers of the same store serve it.
+    _store_flags(p)
+    _notify_flags(p, with_url=True)
+    p.set_defaults(handler=commands.submit)
+
+    p = sub.add_parser("worker", help="long-running worker claiming from every open batch")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=CONCURRENCY,
+        metavar="N",
+        help=f"items at once (default {CONCURRENCY})",
+    )
+    p.add_argument(
+        "--batch", action="append", dest="batch_ids", metavar="ID", help="only these batches"
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=_scrape_port,
+        metavar="PORT",
+        help="serve Prometheus metrics on this port",
+    )
+    p.add_argument(
+        "--metrics-host",
+        default=METRICS_HOST_DEFAULT,
+        metavar="HOST",
+        help=f"address the metrics endpoint listens on (default {METRICS_HOST_DEFAULT}; "
+        "0.0.0.0 or :: for a Prometheus on another host)",
+    )
+    p.add_argument(
+        "--shutdown-grace-seconds",
+        type=float,
+        default=SHUTDOWN_GRACE_SECONDS,
+        metavar="S",
+        help="on SIGTERM, time to finish held items before giving them back "
+        f"(default {SHUTDOWN_GRACE_SECONDS:g})",
+    )
+    _migrate_flag(p)
+    _database_flags(p)
+    _store_flags(p)
+    _notify_flags(p, with_url=False)
+    p.set_defaults(handler=commands.worker)
+
+    p = sub.add_parser("workers", help="the worker registry: who is alive, what each holds")
+    _json_flag(p, "workers")
+    _database_flags(p)
+    p.set_defaults(handler=commands.workers)
+
+    p = sub.add_parser("reap", help="one reaper pass")
+    _database_flags(p)
+    p.set_defaults(handler=commands.reap)
+
+    p = sub.add_parser("batches", help="list batches, newest first")
+    p.add_argument("--state", choices=STATE_NAMES)
+    p.add_argument("--label", help="only batches with this label")
+    _json_flag(p, "list")
+    _database_flags(p)
+    p.set_defaults(handler=commands.batches)
+
+    p = sub.add_parser("status", help="a batch's status document")
+    p.add_argument("batch")
+    p.add_argument("--watch", action="store_true", help="redraw until the batch is terminal")
+    _json_flag(p, "status document")
+    _database_flags(p)
+    p.set_defaults(handler=commands.status)
+
+    p = sub.add_parser("items", help="a batch's items")
+    p.add_argument("batch")
+    p.add_argument(
+        "--state", type=_states, metavar="STATES", help="only items in these states (a,b,...)"
+    )
+    _json_flag(p, "items")
+    _database_flags(p)
+    p.set_defaults(handler=commands.items)
+
+    p = sub.add_parser("events", help="a batch's transition timeline")
+    p.add_argument("batch")
+    p.add_argument("--item", metavar="ID")
+    _json_flag(p, "events")
+    _database_flags(p)
+    p.set_defaults(handler=commands.events)
+
+    p = sub.add_parser("cancel", help="cancel a batch")
+    p.add_argument("batch")
+    _json_flag(p, "status document")
+    _database_flags(p)
+    p.set_defaults(handler=commands.cancel)
+
+    p = sub.add_parser("requeue", help="give failed/abandoned items a fresh attempt budget")
+    p.add_argument("batch")
+    p.add_argument(
+        "--state",
+        type=_states,
+        metavar="STATES",
+        default=REQUEUEABLE_NAMES,
+        help=f"states to requeue (default {REQUEUEABLE_NAMES})",
+    )
+    p.add_argument(
+        "--item", action="append", dest="item_ids", metavar="ID", help="only these items"
+    )
+    p.add_argument(
+        "--deadline", help="new deadline from now (needed for a cancelled or expired batch)"
+    )
+    _json_flag(p, "status document")
+    _database_flags(p)
+    p.set_defaults(handler=commands.requeue)
+
+    p = sub.add_parser(
+        "redeliver", help="deliver a batch's completion callback again (same Idempotency-Key)"
+    )
+    p.add_argument("batch")
+    _json_flag(p, "status document")
+    _database_flags(p)
+    p.set_defaults(handler=commands.redeliver)
+
+    p = sub.add_parser("recrop", help="render one succeeded or failed item again with a focus box")
+    p.add_argument("batch")
+    p.add_argument("item", help="the item's id (or a unique prefix of it)")
+    p.add_argument(
+        "--focus",
+        required=True,
+        metavar="L,T,R,B",
+        help="the focus box: left,top,right,bottom in upright source pixels",
+    )
+    _json_flag(p, "item document")
+    _database_flags(p)
+    p.set_defaults(handler=commands.recrop)
+
+    p = sub.add_parser("serve", help="the HTTP API (and the reaper on a timer)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=_port, default=8000)
+    p.add_argument(
+        "--api-token-file",
+        metavar="FILE",
+        help="BATCHCROP_API_TOKEN_FILE: a file whose first line is the token every request "
+        "must bear (Authorization: Bearer); or set BATCHCROP_API_TOKEN. Never on the command "
+        "line, where `ps` shows it",
+    )
+    p.add_argument(
+        "--source-roots", metavar="ROOTS", help="BATCHCROP_SOURCE_ROOTS: where API sources may lie"
+    )
+    p.add_argument(
+        "--allowed-hosts",
+        metavar="NAMES",
+        help="BATCHCROP_ALLOWED_HOSTS: comma-separated Host names to answer besides loopback "
+        "(with a token set: the only ones)",
+    )
+    p.add_argument(
+        "--prune-finished-before",
+        metavar="D",
+        help="BATCHCROP_PRUNE_FINISHED_BEFORE: every hour, prune batches finished at least this "
+        "long ago, e.g. 30d (default: never)",
+    )
+    _migrate_flag(p)
+    _database_flags(p)
+    _store_flags(p)
+    _notify_flags(p, with_url=False)
+    p.set_defaults(handler=commands.serve)
+
+    p = sub.add_parser(
+        "prune", help="delete the rows of batches finished long ago (never stored objects)"
+    )
+    p.add_argument(
+        "--finished-before",
+        metavar="D",
+        required=True,
+        help="delete batches whose items all ended at least this long ago, e.g. 30d",
+    )
+    _json_flag(p, "result")
+    _database_flags(p)
+    p.set_defaults(handler=commands.prune)
+
+    p = sub.add_parser("db", help="database maintenance")
+    db = p.add_subparsers(dest="db_command", required=True, metavar="ACTION")
+    up = db.add_parser(
+        "upgrade", help="create or migrate the schema (SQLite and PostgreSQL): the deploy step"
+    )
+    _database_flags(up)
+    up.set_defaults(handler=commands.db_upgrade)
+    current = db.add_parser(
+        "current",
+        help="each migration history's revision and this version's head "
+        "(exit 0 at head, 1 otherwise)",
+    )
+    _database_flags(current)
+    current.set_defaults(handler=commands.db_current)
+    check = db.add_parser(
+        "check", help="exit 0 when the schema is at this version's head, else 1 saying what to run"
+    )
+    _database_flags(check)
+    check.set_defaults(handler=commands.db_check)
+
+    p = sub.add_parser(
+        "wait", help="wait until a batch is terminal: exit 0 if it succeeded, 1 if not"
+    )
+    p.add_argument("batch")
+    _json_flag(p, "final status document")
+    _database_flags(p)
+    p.set_defaults(handler=commands.wait)
+    _add_global_flags_everywhere(sub)
+    return parser
+
+
+def _global_flags(p: argparse.ArgumentParser) -> None:
+    # SUPPRESS: a subcommand's copy sets the value only when given, so the flags work before
+    # and after the subcommand alike.
+    p.add_argument(
+        "--log-level",
+        default=argparse.SUPPRESS,
+        metavar="LEVEL",
+        help="DEBUG, INFO, WARNING or ERROR; BATCHCROP_LOG_LEVEL (default INFO for worker and "
+        "serve, WARNING otherwise)",
+    )
+    p.add_argument(
+        "--log-format",
+        default=argparse.SUPPRESS,
+        metavar="FORMAT",
+        help="logfmt (default) or json; BATCHCROP_LOG_FORMAT",
+    )
+
+
+def _add_global_flags_everywhere(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """Give every (sub)command the global flags, so `batchcrop worker --log-format json` works."""
+    for parser in set(sub.choices.values()):
+        _global_flags(parser)
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                _add_global_flags_everywhere(action)
+
+
+def _fail(code: Exit, message: str) -> int:
+    print(f"batchcrop: error: {printable(message)}", file=sys.stderr)
+    return int(code)
+
+
+def printable(text: str) -> str:
+    """`text` with every control character shown as an escape: an error line quotes what the
+    user typed (an id, a path), which must not act on the terminal."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
+def _errors() -> tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], Exit], ...]:
+    """Which error means which exit code; imported only once a command failed."""
+    # The error classes live with the (heavier) modules that raise them.
+    from batchcrop.batches.recrop import BatchCancelled, RecropConflict  # noqa: PLC0415
+    from batchcrop.batches.service import (  # noqa: PLC0415
+        AmbiguousId,
+        BadCursor,
+        EmptyBatch,
+        IdempotencyConflict,
+        NeedsNewDeadline,
+        NoSuchBatch,
+        NothingToRedeliver,
+    )
+    from batchcrop.cli import commands as module  # noqa: PLC0415
+    from batchcrop.db.revisions import SchemaBehind  # noqa: PLC0415
+    from batchcrop.settings import SettingsError  # noqa: PLC0415
+    from leases import DatabaseUnavailable, SchemaMissing  # noqa: PLC0415
+    from leases.errors import DatabaseRefused  # noqa: PLC0415
+    from storage import (  # noqa: PLC0415
+        ConditionalWritesUnsupported,
+        ObjectNotFound,
+        SourceNotAllowed,
+        StorageError,
+        StorageUnavailable,
+    )
+
+    return (
+        (
+            (
+                SettingsError,
+                ValueError,
+                EmptyBatch,
+                IdempotencyConflict,
+                BadCursor,
+                AmbiguousId,
+                NeedsNewDeadline,
+                NothingToRedeliver,
+                RecropConflict,
+                BatchCancelled,
+                SourceNotAllowed,
+                module.UsageError,
+            ),
+            Exit.USAGE,
+        ),
+        (NoSuchBatch, Exit.NO_SUCH_BATCH),
+        (module.StillUnfinished, Exit.BATCH_NOT_SUCCEEDED),
+        (
+            (DatabaseUnavailable, DatabaseRefused, SchemaMissing, SchemaBehind),
+            Exit.DATABASE_UNREACHABLE,
+        ),
+        (ObjectNotFound, Exit.USAGE),
+        ((StorageUnavailable, ConditionalWritesUnsupported, StorageError), Exit.STORE_UNREACHABLE),
+    )
+
+
+def _configure_logs(args: argparse.Namespace) -> None:
+    from batchcrop.logs import configure  # noqa: PLC0415  (see the imports)
+
+    default = LOG_LEVEL_LONG_RUNNING if args.command in LONG_RUNNING_COMMANDS else LOG_LEVEL_DEFAULT
+    level = getattr(args, "log_level", None) or os.environ.get("BATCHCROP_LOG_LEVEL") or default
+    fmt = getattr(args, "log_format", None) or os.environ.get("BATCHCROP_LOG_FORMAT") or "logfmt"
+    configure(level, fmt)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `batchcrop` command; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    code = _run(args)
+    # Flush here, where a reader that went away (`batchcrop items X | head`) is caught, rather
+    # than at interpreter exit, where Python complains on stderr.
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return _broken_pipe()
+    return code
+
+
+def _run(args: argparse.Namespace) -> int:
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        _configure_logs(args)
+        if args.command in ("run", "worker", "serve"):
+            from batchcrop.crop.budget import return_freed_pixels_promptly  # noqa: PLC0415
+
+            return_freed_pixels_promptly()
+        return handler(args)
+    except KeyboardInterrupt:
+        return _fail(Exit.INTERRUPTED, "interrupted")
+    except BrokenPipeError:
+        return _broken_pipe()
+    except Exception as exc:
+        for kinds, code in _errors():
+            if isinstance(exc, kinds):
+                return _fail(code, _message(exc))
+        raise
+
+
+def _broken_pipe() -> int:
+    # Point stdout at /dev/null: the interpreter's final flush must not fail again.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_BROKEN_PIPE
+
+
+SCHEMA_MISSING_MESSAGE = (
+    "this database has no batchcrop tables: check --database-url (BATCHCROP_DATABASE_URL), "
+    "or create them with `batchcrop db upgrade`"
+)
+
+
+def _message(exc: BaseException) -> str:
+    from leases import SchemaMissing  # noqa: PLC0415
+
+    if isinstance(exc, SchemaMissing):
+        return SCHEMA_MISSING_MESSAGE
+    text = str(exc) or type(exc).__name__
+    return text.splitlines()[0]

@@ -1,0 +1,368 @@
+"""One attempt at one item: read the source, crop, store each derivative and the source's
+preview — checking the lease between steps. The worker then ends the attempt through
+`batchcrop.worker.attempts`.
+
+Every failure is turned into an ItemError whose class decides retry and whose category is
+public. Lease loss, cancellation and shutdown are not failures: they have their own exits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import Executor, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any
+
+from batchcrop.batches.documents import Derivative, Preview
+from batchcrop.batches.items import payload_focus
+from batchcrop.crop import (
+    FORMATS,
+    MemoryBudget,
+    PreviewTaker,
+    RenderSpec,
+    Rendition,
+    Thumbnail,
+    preview_variant,
+    render,
+    variant_of,
+)
+from batchcrop.errors import Category, PermanentItemError, TransientItemError
+from batchcrop.logs import log_event
+from batchcrop.worker.facts import (
+    derivative_facts,
+    preview_facts,
+    stored_derivative,
+    stored_preview,
+)
+from leases import Claim, HeldLease, LeaseManager, StopReason
+from storage import (
+    AccessDenied,
+    ObjectConflict,
+    ObjectNotFound,
+    ObjectStore,
+    ObjectTooLarge,
+    SourceNotAllowed,
+    SourceReader,
+    StorageError,
+    StorageUnavailable,
+)
+
+DERIVATIVE_CONTENT_TYPE = FORMATS["jpeg"].media_type
+"""A JPEG derivative's type; each format has its own (`FORMATS[name].media_type`)."""
+PREVIEW_CONTENT_TYPE = FORMATS["jpeg"].media_type
+
+
+@dataclass(frozen=True)
+class Output:
+    """What a successful attempt stored: the manifest, and the source's preview (None when its
+    key holds an object that is not this source's preview)."""
+
+    derivatives: list[Derivative]
+    preview: Preview | None
+
+
+class Interruption(Exception):
+    """The attempt must stop without a failure: shutdown, cancel, deadline."""
+
+    category: Category = Category.INTERRUPTED
+
+
+class GiveBack(Interruption):
+    """Shutdown: return the item to `queued`, attempt not counted (F)."""
+
+
+class Cancelled(Interruption):
+    """Cancel requested: the item ends `abandoned` (I)."""
+
+    category = Category.CANCELLED
+
+
+class DeadlinePassed(Interruption):
+    """The batch deadline passed while the item was held: it ends `abandoned`."""
+
+    category = Category.DEADLINE_EXCEEDED
+
+
+def derivative_key(source_sha256: str, rendition: Rendition, variant: str) -> str:
+    """docs/design.md §5: `derivatives/{source_sha256}/{rw}x{rh}-{variant}.{ext}` (`jpg`,
+    `webp`, `avif`); `variant` is the rendition's format's (`variant_of(..., output=...)`)."""
+    extension = FORMATS[rendition.format].extension
+    return f"derivatives/{source_sha256}/{rendition.ratio.key}-{variant}.{extension}"
+
+
+PREVIEW_KEY_PREFIX = "previews/"
+WRITE_THREADS_MAX = 8
+"""Write threads per slot in a worker's pool (`write_pool`); an item's objects are all submitted
+to it at once."""
+
+
+def write_pool(slots: int) -> ThreadPoolExecutor:
+    """The threads a worker's `slots` write their items' objects with (`Attempt.writes`): kept
+    for the worker's life, since starting threads for every item cost about 3 ms of it."""
+    return ThreadPoolExecutor(max_workers=WRITE_THREADS_MAX * slots, thread_name_prefix="write")
+
+
+def preview_key(source_sha256: str, variant: str) -> str:
+    """docs/design.md §5, previews: `previews/{source_sha256}/{variant}.jpg`, `variant` being
+    `preview_variant()`: one preview per source, whichever batch rendered it."""
+    return f"{PREVIEW_KEY_PREFIX}{source_sha256}/{variant}.jpg"
+
+
+def read_source(sources: SourceReader, source: str, *, max_bytes: int) -> bytes:
+    """The source bytes, or the ItemError that says why not."""
+    try:
+        return sources.read(source, max_bytes=max_bytes)
+    except (ObjectNotFound, SourceNotAllowed) as exc:
+        raise PermanentItemError(str(exc), category=Category.SOURCE_NOT_FOUND) from exc
+    except ObjectTooLarge as exc:
+        raise PermanentItemError(str(exc), category=Category.SOURCE_TOO_LARGE) from exc
+    except AccessDenied as exc:
+        raise PermanentItemError(
+            f"source refused the read: {exc}", category=Category.STORAGE_ACCESS_DENIED
+        ) from exc
+    except StorageError as exc:
+        raise TransientItemError(
+            f"source unavailable: {exc}", category=Category.SOURCE_UNAVAILABLE
+        ) from exc
+
+
+def store_rendition(
+    store: ObjectStore,
+    key: str,
+    rendition: Rendition,
+    *,
+    source_sha256: str,
+    variant: str,
+    on_put_hit: Callable[[], None] = lambda: None,
+) -> Derivative:
+    """put_if_absent one derivative with its facts (`worker.facts`); return its manifest row.
+
+    An identical object already there is success. So is other bytes whose stored facts name the
+    same source, ratio and variant (the same derivative rendered on another CPU): the row is then
+    the STORED object's, since the store is the truth. Anything else is `derivative_conflict`.
+    """
+    ratio = str(rendition.ratio)
+    try:
+        put = store.put_if_absent(
+            key,
+            rendition.data,
+            content_type=FORMATS[rendition.format].media_type,
+            metadata=derivative_facts(source_sha256, variant, rendition),
+        )
+    except ObjectConflict as exc:
+        stored = stored_derivative(
+            exc.existing,
+            source_sha256=source_sha256,
+            ratio=ratio,
+            variant=variant,
+            output=rendition.format,
+            source_size=rendition.source_size,
+        )
+        if stored is None:
+            raise PermanentItemError(
+                f"another object stands under the key: {exc}",
+                category=Category.DERIVATIVE_CONFLICT,
+            ) from exc
+        return stored
+    except AccessDenied as exc:
+        raise PermanentItemError(
+            f"store refused the write: {exc}", category=Category.STORAGE_ACCESS_DENIED
+        ) from exc
+    except (StorageUnavailable, StorageError) as exc:
+        raise TransientItemError(
+            f"store unavailable: {exc}", category=Category.STORAGE_UNAVAILABLE
+        ) from exc
+    if not put.created:
+        on_put_hit()  # the same bytes were already there: an earlier attempt or batch wrote them
+    return Derivative(
+        ratio=ratio,
+        format=rendition.format,
+        key=key,
+        width=rendition.width,
+        height=rendition.height,
+        bytes=len(rendition.data),
+        sha256=rendition.sha256,
+        crop_box=rendition.crop_box,
+    )
+
+
+def store_preview(
+    store: ObjectStore,
+    preview: Thumbnail,
+    *,
+    source_sha256: str,
+    on_taken: Callable[[str], None] = lambda key: None,
+) -> Preview | None:
+    """put_if_absent the source's preview with its facts; return its record.
+
+    Identical bytes already there are success, and so are other bytes whose facts name the same
+    source and preview variant (another CPU's rounding): the record is then the stored object's.
+    A key held by anything else is left alone and the item simply has no preview (`on_taken` is
+    told): the page then decodes the source, as for items rendered before previews existed.
+    """
+    variant = preview_variant()
+    key = preview_key(source_sha256, variant)
+    try:
+        store.put_if_absent(
+            key,
+            preview.data,
+            content_type=PREVIEW_CONTENT_TYPE,
+            metadata=preview_facts(source_sha256, variant, preview),
+        )
+    except ObjectConflict as exc:
+        stored = stored_preview(exc.existing, source_sha256=source_sha256, variant=variant)
+        if stored is None:
+            on_taken(key)
+        return stored
+    except AccessDenied as exc:
+        raise PermanentItemError(str(exc), category=Category.STORAGE_ACCESS_DENIED) from exc
+    except (StorageUnavailable, StorageError) as exc:
+        raise TransientItemError(str(exc), category=Category.STORAGE_UNAVAILABLE) from exc
+    return Preview(
+        key=key,
+        width=preview.width,
+        height=preview.height,
+        bytes=len(preview.data),
+        sha256=preview.sha256,
+        source_width=preview.source_width,
+        source_height=preview.source_height,
+    )
+
+
+@dataclass
+class Attempt:
+    """The pipeline of one claimed item; `run` raises on every exit but success."""
+
+    claim: Claim
+    leases: LeaseManager
+    store: ObjectStore
+    sources: SourceReader
+    spec: RenderSpec
+    max_source_bytes: int
+    decode_budget: MemoryBudget | None
+    give_back_now: threading.Event
+    writes: Executor
+    """The worker's `write_pool`."""
+    on_stage: Callable[[str], None] = lambda stage: None
+    on_write_differs: Callable[[], None] = lambda: None
+    """Called when a taken key held other bytes of the same derivative (a metric)."""
+    on_put_hit: Callable[[], None] = lambda: None
+    """Called when a derivative's key already held the same bytes (a metric)."""
+
+    def run(self, heartbeat: HeldLease) -> Output:
+        """Read, crop, store; return the manifest and preview to commit. Raises LeaseLost,
+        Interruption or ItemError (and DatabaseUnavailable from a lease check)."""
+        claim = self.claim
+        data = read_source(self.sources, claim.payload["source"], max_bytes=self.max_source_bytes)
+        source_sha256 = hashlib.sha256(data).hexdigest()
+        self.checkpoint(heartbeat)
+        # The item's focus box (a JSON list in the payload) reaches the window and the variant.
+        focus = payload_focus(claim.payload)
+        # The page's picture of the source, made once here rather than on every view: a large
+        # PNG takes seconds to decode (docs/design.md §5, previews); from the render's own
+        # decode when it is the one the preview needs.
+        taker = PreviewTaker(data)
+        renditions = render(
+            data, self.spec, focus=focus, budget=self.decode_budget, on_decode=taker
+        )
+        preview = taker.preview(data, budget=self.decode_budget)
+        del data
+        log_event(
+            "crop",
+            level=logging.DEBUG,
+            item=claim.item_id,
+            batch=claim.group_id,
+            attempt=claim.attempt,
+            corr=claim.correlation_id,
+            ratios=len(renditions),
+        )
+        variants = {name: variant_of(self.spec, focus, name) for name in self.spec.formats}
+        self.checkpoint(heartbeat)
+        # One item's objects are written at once: a write mostly waits on the store (a folder's
+        # fsyncs, an S3 round trip), so the item waits for the slowest rather than for the sum.
+        # Every write is put-if-absent of a deterministic key, so the order does not matter; a
+        # failure is raised as before, the first in rendition order, once the others are done.
+        stored_preview = self.writes.submit(
+            store_preview,
+            self.store,
+            preview,
+            source_sha256=source_sha256,
+            on_taken=self._preview_taken,
+        )
+        written = [
+            self.writes.submit(
+                store_rendition,
+                self.store,
+                derivative_key(source_sha256, rendition, variants[rendition.format]),
+                rendition,
+                source_sha256=source_sha256,
+                variant=variants[rendition.format],
+                on_put_hit=self.on_put_hit,
+            )
+            for rendition in renditions
+        ]
+        everything: list[Future[Any]] = [stored_preview, *written]
+        wait(everything)  # all ended, before a failure is raised
+        manifest = [
+            self._written(rendition, future.result())
+            for rendition, future in zip(renditions, written, strict=True)
+        ]
+        stored = stored_preview.result()
+        self.checkpoint(heartbeat)
+        return Output(manifest, stored)
+
+    def _written(self, rendition: Rendition, derivative: Derivative) -> Derivative:
+        """Log the write of `rendition` (and a stored object of other bytes); its manifest row."""
+        claim = self.claim
+        which = {
+            "item": claim.item_id,
+            "attempt": claim.attempt,
+            "corr": claim.correlation_id,
+            "ratio": str(rendition.ratio),
+            "format": rendition.format,
+        }
+        log_event("write", level=logging.DEBUG, **which, bytes=len(rendition.data))
+        if derivative.sha256 != rendition.sha256:
+            self.on_write_differs()
+            log_event(
+                "write_differs",
+                level=logging.WARNING,
+                **which,
+                key=derivative.key,
+                ours=rendition.sha256,
+                stored=derivative.sha256,
+                stored_bytes=derivative.bytes,
+            )
+        return derivative
+
+    def _preview_taken(self, key: str) -> None:
+        claim = self.claim
+        log_event(
+            "preview_key_taken",
+            level=logging.WARNING,
+            item=claim.item_id,
+            attempt=claim.attempt,
+            corr=claim.correlation_id,
+            key=key,
+        )
+
+    def checkpoint(self, heartbeat: HeldLease) -> None:
+        """Stop here if shutdown can't wait, the lease is lost or the attempt was told to stop."""
+        if self.give_back_now.is_set():
+            raise GiveBack
+        # The heartbeat thread may lag; the database is the authority (raises LeaseLost).
+        reason = heartbeat.stop_reason or self.leases.check(self.claim)
+        match reason:
+            case None:
+                return
+            case StopReason.CANCELLED:
+                raise Cancelled
+            case StopReason.DEADLINE_EXCEEDED:
+                raise DeadlinePassed
+            case StopReason.MAX_ATTEMPT_SECONDS:
+                raise TransientItemError(
+                    "attempt ran past max_attempt_seconds", category=Category.DEPENDENCY_TIMEOUT
+                )
