@@ -35,10 +35,20 @@ def test_each_package_ships_with_its_py_typed_marker(wheel_names: set[str], pack
 
 def test_both_migration_histories_ship(wheel_names: set[str]) -> None:
     """The Alembic environments and revisions of the app and of the lease engine are packaged."""
-    for package in ("batchcrop", "leases"):
-        scripts = [n for n in wheel_names if n.startswith(f"{package}/migrations/versions/")]
-        assert any(n.endswith(".py") for n in scripts), package
-        assert f"{package}/migrations/env.py" in wheel_names
+    for home in ("batchcrop/db", "leases"):
+        scripts = [n for n in wheel_names if n.startswith(f"{home}/migrations/versions/")]
+        assert any(n.endswith(".py") for n in scripts), home
+        assert f"{home}/migrations/env.py" in wheel_names
+        assert f"{home}/migrations/script.py.mako" in wheel_names
+
+
+def test_every_subsystem_package_ships(wheel_names: set[str]) -> None:
+    """Each package of `batchcrop/` (docs/design.md §2) is in the wheel, not only the top level."""
+    here = Path(__file__).resolve().parents[1] / "batchcrop"
+    packages = sorted(p.parent.name for p in here.glob("*/__init__.py"))
+    assert len(packages) >= 8
+    for package in packages:
+        assert f"batchcrop/{package}/__init__.py" in wheel_names, package
 
 
 def test_tests_and_tooling_stay_out_of_the_wheel(wheel_names: set[str]) -> None:
