@@ -5,9 +5,11 @@ default, and no other default than the spec's own."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
+from batchcrop.cli.exit_codes import Exit
 from batchcrop.cli.main import build_parser, main
 from batchcrop.crop import RenderSpec
 from batchcrop.crop.spec import RenderField
@@ -84,3 +86,22 @@ def test_help_shows_every_render_flag_with_its_argument(capsys: pytest.CaptureFi
     for declared in DECLARED:
         value = f"{declared.noun.upper()},..." if declared.is_list else "N"
         assert f"{declared.flag} {value} {declared.help}" in shown
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--max-side", "5"], "max_side must be in 16..10000, got 5"),
+        (["--quality", "101"], "quality must be in 1..100, got 101"),
+        (["--ratios", "1:1,16/9"], "ratio must look like 16:9 (two whole numbers), got '16/9'"),
+        (["--ratios", "1:1,1:1"], "ratios must be distinct"),
+        (["--formats", "jpeg,gif"], "formats: 'gif' is not one of jpeg, webp, avif"),
+    ],
+)
+def test_a_bad_render_flag_is_a_usage_error_naming_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+) -> None:
+    """A value outside the declaration is exit 2 and one line saying which field and why."""
+    database = f"sqlite:///{tmp_path / 'batchcrop.db'}"
+    code = main(["submit", str(tmp_path), "--database-url", database, *flags])
+    assert (code, capsys.readouterr().err) == (Exit.USAGE, f"batchcrop: error: {message}\n")
