@@ -17,7 +17,8 @@ from typing import NoReturn
 from batchcrop import __version__
 from batchcrop.callbacks.hosts import PORT_MAX
 from batchcrop.cli.exit_codes import Exit
-from batchcrop.crop.spec import RenderField, RenderSpec
+from batchcrop.crop.fields import RenderField
+from batchcrop.crop.spec import RenderSpec
 from batchcrop.settings import (
     CONCURRENCY,
     DATABASE_URL,

@@ -2,19 +2,26 @@
 
 All three are frozen values validated at construction, so a `RenderSpec` that exists is valid and
 can be shared between threads freely. `RenderSpec` is the one home of the render request
-(docs/design.md §6): each of its fields is declared once, with its default, limits, help text and
-its part in a derivative's storage key (`RenderField`), and everything else is built from that
-declaration: its checks, its stored record, the factory that reads user input, the variant
-(`batchcrop/crop/variant.py`), the CLI flags and the API body fields.
+(docs/design.md §6): each of its fields is declared once, with its default, limits, help text
+and its part in a derivative's storage key (`batchcrop/crop/fields.py`), and everything else is
+built from that declaration: its checks, its stored record, the factory that reads user input,
+the variant (`batchcrop/crop/variant.py`), the CLI flags and the API body fields.
 """
 
 from __future__ import annotations
 
-import enum
 import re
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
 from typing import Any
+
+from batchcrop.crop.fields import (
+    DECLARATION,
+    KeyPart,
+    RenderField,
+    list_field,
+    whole_field,
+)
 
 RATIO_TERM_MAX = 100
 RATIOS_MAX_COUNT = 16
@@ -30,8 +37,6 @@ FORMAT_NAMES = ("jpeg", "webp", "avif")
 FORMATS_DEFAULT = ("jpeg",)
 
 _RATIO_PATTERN = re.compile(r"\s*([0-9]+)\s*[:xX]\s*([0-9]+)\s*")
-_DECLARATION = "batchcrop.render_field"
-"""The dataclass field metadata key holding a field's `RenderField`."""
 _DECLARED: dict[type[RenderSpec], tuple[RenderField, ...]] = {}
 """Each spec class's declarations, read once (`RenderSpec.declarations`)."""
 
@@ -72,155 +77,6 @@ class Ratio:
         return self.w / self.h
 
 
-class SpecError(ValueError):
-    """A render request field with an unusable value; `field` names it (`ratios[1]`, `quality`)."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(message)
-        self.field = field
-
-
-class KeyPart(enum.Enum):
-    """A render field's part in a derivative's storage key (docs/design.md §5)."""
-
-    VARIANT = "variant"
-    """It changes the bytes and the key does not name it: the variant hashes it (`max_side`)."""
-    NAMED = "named"
-    """It changes the bytes and the key names it by itself: the ratio, the format's extension."""
-    NONE = "none"
-    """It changes no derivative's bytes (how the outputs are listed, say)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class RenderField:
-    """Everything about one render request field: made once by `whole_field` or `list_field`,
-    read back (with the dataclass field's `name` and `default`) from `RenderSpec.declarations`.
-
-    Its checks, its record, its reading of user input, its part in the variant, its CLI flag
-    and its API body field are all built from this. A whole number lies in `low..high`; a list
-    holds `low..high` distinct items of `item_type`, given as texts (`"16:9"`, `"webp"`) that
-    `parse_item` reads, each among `choices` when there are any. `original`: one of the first
-    release's fields, which the idempotency fingerprint and the variant always hash; a field
-    added later is hashed only when it is not at its default, so fingerprints and keys made
-    before it existed stay what they were.
-    """
-
-    help: str
-    key: KeyPart
-    low: int
-    high: int
-    original: bool = False
-    item_type: type | None = None
-    parse_item: Callable[[str], Any] | None = None
-    noun: str = ""
-    example: str = ""
-    choices: tuple[str, ...] = ()
-    name: str = ""
-    default: Any = None
-
-    @property
-    def is_list(self) -> bool:
-        """A list of texts (`ratios`, `formats`) rather than a whole number."""
-        return self.item_type is not None
-
-    @property
-    def flag(self) -> str:
-        """The CLI flag of the same name: `--max-side`."""
-        return "--" + self.name.replace("_", "-")
-
-    @property
-    def default_record(self) -> Any:
-        """The default as a record, an API body or a flag gives it: `["1:1", "4:3"]`, `1200`."""
-        return self.record(self.default)
-
-    def record(self, value: Any) -> Any:
-        """`value` as JSON: a list of texts for a list (`Ratio` prints as `16:9`)."""
-        return [str(item) for item in value] if self.is_list else value
-
-    def read(self, raw: Any) -> Any:
-        """The value that user input `raw` gives (a list: a sequence of texts or one
-        comma-separated text); raise `SpecError` naming the field or item when it cannot."""
-        if self.parse_item is None:
-            return raw  # a whole number: `check` refuses anything else
-        if isinstance(raw, str):
-            raw = [text for text in raw.split(",") if text.strip()]
-        if not isinstance(raw, Sequence):
-            raise SpecError(
-                self.name, f"{self.name} must be a list of texts such as {self.example}"
-            )
-        items = []
-        for index, text in enumerate(raw):
-            where = f"{self.name}[{index}]"
-            if not isinstance(text, str):
-                raise SpecError(
-                    where, f"{self.noun} must be a text such as {self.example}, got {text!r}"
-                )
-            try:
-                items.append(self.parse_item(text))
-            except ValueError as exc:
-                raise SpecError(where, str(exc)) from exc
-        return tuple(items)
-
-    def check(self, value: Any) -> None:
-        """Raise `SpecError` naming the field unless `value` is one of its values."""
-        name = self.name
-        if self.item_type is None:
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise SpecError(name, f"{name} must be a whole number, got {value!r}")
-            if not self.low <= value <= self.high:
-                raise SpecError(name, f"{name} must be in {self.low}..{self.high}, got {value}")
-            return
-        if not isinstance(value, tuple) or not all(isinstance(v, self.item_type) for v in value):
-            raise SpecError(name, f"{name} must be a tuple of {self.item_type.__name__}")
-        if not self.low <= len(value) <= self.high:
-            raise SpecError(
-                name, f"{name} must hold {self.low}..{self.high} {self.noun}s, got {len(value)}"
-            )
-        for item in value:
-            if self.choices and item not in self.choices:
-                raise SpecError(name, f"{name}: {item!r} is not one of {', '.join(self.choices)}")
-        if len(set(value)) != len(value):
-            raise SpecError(name, f"{name} must be distinct")
-
-
-def whole_field(
-    default: int, low: int, high: int, *, help: str, key: KeyPart, original: bool = False
-) -> Any:
-    """A `RenderSpec` field holding a whole number in `low..high` (see `RenderField`)."""
-    declared = RenderField(help=help, key=key, low=low, high=high, original=original)
-    return field(default=default, metadata={_DECLARATION: declared})
-
-
-def list_field(
-    default: Sequence[str],
-    high: int,
-    *,
-    item_type: type,
-    parse_item: Callable[[str], Any],
-    noun: str,
-    example: str,
-    help: str,
-    key: KeyPart,
-    choices: tuple[str, ...] = (),
-    original: bool = False,
-) -> Any:
-    """A `RenderSpec` field holding 1..`high` distinct items, given and recorded as texts; its
-    default is given as texts too (see `RenderField`)."""
-    declared = RenderField(
-        help=help,
-        key=key,
-        low=1,
-        high=high,
-        original=original,
-        item_type=item_type,
-        parse_item=parse_item,
-        noun=noun,
-        example=example,
-        choices=choices,
-    )
-    return field(default=declared.read(default), metadata={_DECLARATION: declared})
-
-
 def _format_name(text: str) -> str:
     return text.strip().lower()
 
@@ -233,7 +89,8 @@ class RenderSpec:
     Each field is declared once with `whole_field` or `list_field` (docs/design.md §6). Its
     record (`to_record`) is what a batch stores, what the status document shows and what the
     idempotency fingerprint hashes; a field added here reaches those, the variant (by its
-    `KeyPart`), the CLI flags and the API body by itself.
+    `KeyPart`) and the CLI flags by itself, and the API body by one typed line that
+    `tests/api/test_render_fields.py` asks for.
     """
 
     ratios: tuple[Ratio, ...] = list_field(
@@ -354,7 +211,7 @@ class RenderSpec:
 def _declarations(cls: type[RenderSpec]) -> tuple[RenderField, ...]:
     declared = []
     for spec_field in fields(cls):
-        declaration = spec_field.metadata.get(_DECLARATION)
+        declaration = spec_field.metadata.get(DECLARATION)
         if not isinstance(declaration, RenderField):
             raise TypeError(
                 f"{cls.__name__}.{spec_field.name} is not declared: render fields are made by "

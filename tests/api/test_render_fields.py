@@ -11,7 +11,7 @@ import pytest
 from batchcrop.api.models import BatchBody
 from batchcrop.api.requests import render_spec
 from batchcrop.crop import RenderSpec
-from batchcrop.crop.spec import RenderField
+from batchcrop.crop.fields import RenderField
 
 DECLARED = RenderSpec.declarations()
 

@@ -12,7 +12,7 @@ import pytest
 from batchcrop.cli.exit_codes import Exit
 from batchcrop.cli.main import build_parser, main
 from batchcrop.crop import RenderSpec
-from batchcrop.crop.spec import RenderField
+from batchcrop.crop.fields import RenderField
 
 COMMANDS = ("run", "submit")
 DECLARED = RenderSpec.declarations()

@@ -14,7 +14,7 @@ from batchcrop.crop import (
     SpecError,
     variant_of,
 )
-from batchcrop.crop.spec import KeyPart, whole_field
+from batchcrop.crop.fields import KeyPart, whole_field
 
 SQUARE = (Ratio(1, 1),)
 
