@@ -9,7 +9,7 @@ Response models only document the contract in OpenAPI; the endpoints return the 
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, cast
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, WithJsonSchema
 
@@ -23,18 +23,7 @@ from batchcrop.batches.items import (
 )
 from batchcrop.batches.service import LABEL_CHARS_MAX, label_text
 from batchcrop.callbacks.delivery import NOTIFY_URL_CHARS_MAX
-from batchcrop.crop.spec import (
-    FORMAT_NAMES,
-    FORMATS_DEFAULT,
-    MAX_SIDE_PX_DEFAULT,
-    MAX_SIDE_PX_MAX,
-    MAX_SIDE_PX_MIN,
-    QUALITY_DEFAULT,
-    QUALITY_MAX,
-    QUALITY_MIN,
-    RATIOS_DEFAULT,
-    RATIOS_MAX_COUNT,
-)
+from batchcrop.crop.spec import RenderSpec
 from batchcrop.settings import (
     DEADLINE_SECONDS,
     DEADLINE_SECONDS_MAX,
@@ -113,6 +102,25 @@ FormatName = Literal["jpeg", "webp", "avif"]
 """An output format (`batchcrop.crop.spec.FORMAT_NAMES`)."""
 
 
+def _render_field(name: str) -> Any:
+    """The body field of the `RenderSpec` field `name`: its default, limits and description are
+    the field's declaration (`RenderSpec.declared`), so they cannot drift from its checks."""
+    declared = RenderSpec.declared(name)
+    if declared.is_list:
+        return Field(
+            default=declared.default_record,
+            min_length=declared.low,
+            max_length=declared.high,
+            description=declared.help,
+        )
+    return Field(
+        default=declared.default_record,
+        ge=declared.low,
+        le=declared.high,
+        description=declared.help,
+    )
+
+
 class ItemBody(_Strict):
     """One source image: a path under an allowed root or `s3://bucket/key`, a caller ref, and
     optionally where the product is (`focus_box`)."""
@@ -126,26 +134,13 @@ class BatchBody(_Strict):
     """`POST /v1/batches`: the items and how to render them."""
 
     items: Annotated[list[ItemBody], Field(min_length=1, max_length=ITEMS_PER_BATCH_MAX)]
-    ratios: Annotated[list[RatioText], Field(min_length=1, max_length=RATIOS_MAX_COUNT)] = Field(
-        default_factory=lambda: list(RATIOS_DEFAULT)
-    )
-    max_side: Annotated[int, Field(ge=MAX_SIDE_PX_MIN, le=MAX_SIDE_PX_MAX)] = MAX_SIDE_PX_DEFAULT
-    quality: Annotated[
-        int,
-        Field(
-            ge=QUALITY_MIN,
-            le=QUALITY_MAX,
-            description="on the JPEG scale; WebP and AVIF are encoded to look the same",
-        ),
-    ] = QUALITY_DEFAULT
-    formats: Annotated[
-        list[FormatName],
-        Field(
-            min_length=1,
-            max_length=len(FORMAT_NAMES),
-            description="output formats, distinct: one derivative per ratio and format",
-        ),
-    ] = Field(default_factory=lambda: [cast("FormatName", name) for name in FORMATS_DEFAULT])
+    # The render request (`RenderSpec`): types here, for mypy and the schema; default, limits
+    # and description from the field's declaration (`tests/api/test_render_fields.py` checks
+    # every declared field is here, with the declared type).
+    ratios: list[RatioText] = _render_field("ratios")
+    max_side: int = _render_field("max_side")
+    quality: int = _render_field("quality")
+    formats: list[FormatName] = _render_field("formats")
     deadline_seconds: Seconds = DEADLINE_SECONDS
     max_attempts: Annotated[int, Field(ge=1, le=MAX_ATTEMPTS_MAX)] = MAX_ATTEMPTS
     label: Annotated[

@@ -17,13 +17,8 @@ from typing import NoReturn
 from batchcrop import __version__
 from batchcrop.callbacks.hosts import PORT_MAX
 from batchcrop.cli.exit_codes import Exit
-from batchcrop.crop.spec import (
-    FORMAT_NAMES,
-    FORMATS_DEFAULT,
-    MAX_SIDE_PX_DEFAULT,
-    QUALITY_DEFAULT,
-    RATIOS_DEFAULT,
-)
+from batchcrop.crop.fields import RenderField
+from batchcrop.crop.spec import RenderSpec
 from batchcrop.settings import (
     CONCURRENCY,
     DATABASE_URL,
@@ -133,25 +128,16 @@ def _store_flags(p: argparse.ArgumentParser, *, with_store: bool = True) -> None
 
 
 def _render_flags(p: argparse.ArgumentParser) -> None:
-    # One flag per `RenderSpec` field, same name; unset flags take the spec's own defaults.
     g = p.add_argument_group("batch")
-    g.add_argument("--ratios", help=f"comma-separated ratios (default {','.join(RATIOS_DEFAULT)})")
-    g.add_argument(
-        "--max-side",
-        type=int,
-        help=f"longest output side in pixels (default {MAX_SIDE_PX_DEFAULT})",
-    )
-    g.add_argument(
-        "--quality",
-        type=int,
-        help=f"quality 1-100 on the JPEG scale, the same look in every format "
-        f"(default {QUALITY_DEFAULT})",
-    )
-    g.add_argument(
-        "--formats",
-        help=f"comma-separated output formats among {','.join(FORMAT_NAMES)} "
-        f"(default {','.join(FORMATS_DEFAULT)}); one derivative per ratio and format",
-    )
+    # One flag per `RenderSpec` field, built from its declaration; unset flags are None and
+    # take the spec's own defaults (`RenderSpec.from_input`), which the help states.
+    for declared in RenderSpec.declarations():
+        g.add_argument(
+            declared.flag,
+            type=str if declared.is_list else int,
+            metavar=f"{declared.noun.upper()},..." if declared.is_list else "N",
+            help=_render_flag_help(declared),
+        )
     g.add_argument(
         "--deadline",
         default=f"{DEADLINE_SECONDS / 3600:g}h",
@@ -167,6 +153,20 @@ def _render_flags(p: argparse.ArgumentParser) -> None:
         help=f"attempts per item before it fails (default {MAX_ATTEMPTS})",
     )
     g.add_argument("--label", help="a human label for the batch (listings, `batches --label`)")
+
+
+def _render_flag_help(declared: RenderField) -> str:
+    """A render flag's help: the declaration's help, limits and default (`%` escaped: argparse
+    formats help texts)."""
+    if not declared.is_list:
+        limits = f"{declared.low} to {declared.high}"
+    elif declared.choices:
+        limits = f"comma-separated among {', '.join(declared.choices)}"
+    else:
+        limits = f"comma-separated, {declared.low} to {declared.high} of them"
+    default = declared.default_record
+    shown = ",".join(default) if isinstance(default, list) else default
+    return f"{declared.help}; {limits} (default {shown})".replace("%", "%%")
 
 
 def _notify_flags(p: argparse.ArgumentParser, *, with_url: bool) -> None:

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from batchcrop.crop.budget import MIB, BudgetBusy, MemoryBudget
     from batchcrop.crop.encode import FORMATS, OutputFormat
     from batchcrop.crop.errors import CropError, ImageTooLarge, InvalidImage, UnsupportedImage
+    from batchcrop.crop.fields import SpecError
     from batchcrop.crop.limits import IMAGE_SUFFIXES, MAX_SOURCE_PIXELS
     from batchcrop.crop.preview import (
         PREVIEW_MAX_SIDE_PX,
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
         thumbnail,
     )
     from batchcrop.crop.render import render
-    from batchcrop.crop.spec import RATIOS_DEFAULT, Ratio, RenderSpec, Rendition, SpecError
+    from batchcrop.crop.spec import RATIOS_DEFAULT, Ratio, RenderSpec, Rendition
     from batchcrop.crop.variant import ALGORITHM_VERSION, preview_variant, variant_of
 
 _HOMES = {
@@ -51,7 +52,7 @@ _HOMES = {
     "Ratio": "batchcrop.crop.spec",
     "RenderSpec": "batchcrop.crop.spec",
     "Rendition": "batchcrop.crop.spec",
-    "SpecError": "batchcrop.crop.spec",
+    "SpecError": "batchcrop.crop.fields",
     "ALGORITHM_VERSION": "batchcrop.crop.variant",
     "variant_of": "batchcrop.crop.variant",
     "preview_variant": "batchcrop.crop.variant",

@@ -1,17 +1,27 @@
 """What to render: aspect ratios, the render request, and the rendered derivative.
 
 All three are frozen values validated at construction, so a `RenderSpec` that exists is valid and
-can be shared between threads freely. `RenderSpec` is the one home of the render request: its
-public fields, their defaults and limits, its stored record and the factory that builds it from
-user input (CLI flags or an API body) all live here (docs/design.md §6).
+can be shared between threads freely. `RenderSpec` is the one home of the render request
+(docs/design.md §6): each of its fields is declared once, with its default, limits, help text
+and its part in a derivative's storage key (`batchcrop/crop/fields.py`), and everything else is
+built from that declaration: its checks, its stored record, the factory that reads user input,
+the variant (`batchcrop/crop/variant.py`), the CLI flags and the API body fields.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
 from typing import Any
+
+from batchcrop.crop.fields import (
+    DECLARATION,
+    KeyPart,
+    RenderField,
+    list_field,
+    whole_field,
+)
 
 RATIO_TERM_MAX = 100
 RATIOS_MAX_COUNT = 16
@@ -25,10 +35,10 @@ RATIOS_DEFAULT = ("1:1", "4:3", "16:9", "3:4")
 FORMAT_NAMES = ("jpeg", "webp", "avif")
 """The output formats a request may ask for (`batchcrop/crop/encode.py` encodes them)."""
 FORMATS_DEFAULT = ("jpeg",)
-FINGERPRINTED_ALWAYS = ("ratios", "max_side", "quality")
-"""The first release's fields: idempotency fingerprints always hash them (see `fingerprinted`)."""
 
 _RATIO_PATTERN = re.compile(r"\s*([0-9]+)\s*[:xX]\s*([0-9]+)\s*")
+_DECLARED: dict[type[RenderSpec], tuple[RenderField, ...]] = {}
+"""Each spec class's declarations, read once (`RenderSpec.declarations`)."""
 
 
 @dataclass(frozen=True, order=True)
@@ -67,12 +77,8 @@ class Ratio:
         return self.w / self.h
 
 
-class SpecError(ValueError):
-    """A render request field with an unusable value; `field` names it (`ratios[1]`, `quality`)."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(message)
-        self.field = field
+def _format_name(text: str) -> str:
+    return text.strip().lower()
 
 
 @dataclass(frozen=True)
@@ -80,69 +86,97 @@ class RenderSpec:
     """The derivatives wanted per source: ratios (in output order), longest side, quality (on
     the JPEG scale, the same visual quality in every format) and output formats (in output order).
 
-    Its record (`to_record`) is what a batch stores, what the status document shows and what
-    the idempotency fingerprint hashes; a field added here reaches all three by itself.
+    Each field is declared once with `whole_field` or `list_field` (docs/design.md §6). Its
+    record (`to_record`) is what a batch stores, what the status document shows and what the
+    idempotency fingerprint hashes; a field added here reaches those, the variant (by its
+    `KeyPart`) and the CLI flags by itself, and the API body by one typed line that
+    `tests/api/test_render_fields.py` asks for.
     """
 
-    ratios: tuple[Ratio, ...]
-    max_side: int = MAX_SIDE_PX_DEFAULT
-    quality: int = QUALITY_DEFAULT
-    formats: tuple[str, ...] = FORMATS_DEFAULT
+    ratios: tuple[Ratio, ...] = list_field(
+        RATIOS_DEFAULT,
+        RATIOS_MAX_COUNT,
+        item_type=Ratio,
+        parse_item=Ratio.parse,
+        noun="ratio",
+        example="16:9",
+        help="aspect ratios w:h (16:9 or 16x9), distinct, in output order",
+        key=KeyPart.NAMED,
+        original=True,
+    )
+    max_side: int = whole_field(
+        MAX_SIDE_PX_DEFAULT,
+        MAX_SIDE_PX_MIN,
+        MAX_SIDE_PX_MAX,
+        help="longest output side in pixels",
+        key=KeyPart.VARIANT,
+        original=True,
+    )
+    quality: int = whole_field(
+        QUALITY_DEFAULT,
+        QUALITY_MIN,
+        QUALITY_MAX,
+        help="quality on the JPEG scale: WebP and AVIF are encoded to look the same",
+        key=KeyPart.VARIANT,
+        original=True,
+    )
+    formats: tuple[str, ...] = list_field(
+        FORMATS_DEFAULT,
+        len(FORMAT_NAMES),
+        item_type=str,
+        parse_item=_format_name,
+        noun="format",
+        example="webp",
+        help="output formats, distinct, in output order: one derivative per ratio and format",
+        key=KeyPart.NAMED,
+        choices=FORMAT_NAMES,
+    )
 
     def __post_init__(self) -> None:
-        if not isinstance(self.ratios, tuple) or not all(
-            isinstance(ratio, Ratio) for ratio in self.ratios
-        ):
-            raise ValueError("ratios must be a tuple of Ratio")
-        if not 1 <= len(self.ratios) <= RATIOS_MAX_COUNT:
-            raise ValueError(
-                f"ratios must hold 1..{RATIOS_MAX_COUNT} ratios, got {len(self.ratios)}"
-            )
-        if len(set(self.ratios)) != len(self.ratios):
-            raise ValueError("ratios must be distinct")
-        _check_whole("max_side", self.max_side, MAX_SIDE_PX_MIN, MAX_SIDE_PX_MAX)
-        _check_whole("quality", self.quality, QUALITY_MIN, QUALITY_MAX)
-        if not isinstance(self.formats, tuple) or not 1 <= len(self.formats) <= len(FORMAT_NAMES):
-            raise ValueError(f"formats must hold 1..{len(FORMAT_NAMES)} formats")
-        for name in self.formats:
-            if name not in FORMAT_NAMES:
-                raise ValueError(f"formats: {name!r} is not one of {', '.join(FORMAT_NAMES)}")
-        if len(set(self.formats)) != len(self.formats):
-            raise ValueError("formats must be distinct")
+        for declared in self.declarations():
+            declared.check(getattr(self, declared.name))
+
+    @classmethod
+    def declarations(cls) -> tuple[RenderField, ...]:
+        """The fields' declarations in record order, each with its name and default; raise
+        TypeError if a field was not made by `whole_field` or `list_field`."""
+        declared = _DECLARED.get(cls)
+        if declared is None:  # two threads may both read them: the same tuple either way
+            declared = _DECLARED[cls] = _declarations(cls)
+        return declared
+
+    @classmethod
+    def declared(cls, name: str) -> RenderField:
+        """The declaration of the field `name`; KeyError if there is none."""
+        for declared in cls.declarations():
+            if declared.name == name:
+                return declared
+        raise KeyError(name)
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
         """The public fields, in record order: CLI flags and API body fields of the same names."""
-        return tuple(f.name for f in fields(cls))
+        return tuple(declared.name for declared in cls.declarations())
 
     @classmethod
     def from_input(cls, values: Mapping[str, Any]) -> RenderSpec:
         """The one factory for user input (CLI and API): raise `SpecError` naming the field.
 
         `values` maps field names to raw values; absent or None fields take their defaults.
-        `ratios` is a sequence of `"16:9"` texts or one comma-separated text; so is `formats`
-        (`"jpeg,webp"`).
+        A list field (`ratios`, `formats`) takes a sequence of texts or one comma-separated
+        text (`"16:9,1:1"`, `"jpeg,webp"`).
         """
-        given = {name: values[name] for name in cls.field_names() if values.get(name) is not None}
-        raw_ratios = given.pop("ratios", RATIOS_DEFAULT)
-        if isinstance(raw_ratios, str):
-            raw_ratios = [r for r in raw_ratios.split(",") if r.strip()]
-        given["ratios"] = _parse_ratios(raw_ratios)
-        if "formats" in given:
-            given["formats"] = _parse_formats(given["formats"])
-        try:
-            return cls(**given)
-        except ValueError as exc:
-            message = str(exc)
-            field = next((n for n in cls.field_names() if message.startswith(n)), "ratios")
-            raise SpecError(field, message) from exc
+        return cls(
+            **{
+                declared.name: declared.read(values[declared.name])
+                for declared in cls.declarations()
+                if values.get(declared.name) is not None
+            }
+        )
 
     def to_record(self) -> dict[str, Any]:
         """The public fields as JSON values (ratios as `"16:9"` texts), in declaration order."""
-        record: dict[str, Any] = {name: getattr(self, name) for name in self.field_names()}
-        record["ratios"] = [str(r) for r in self.ratios]
-        record["formats"] = list(self.formats)
-        return record
+        return {d.name: d.record(getattr(self, d.name)) for d in self.declarations()}
 
     def fingerprinted(self) -> dict[str, Any]:
         """The record as idempotency fingerprints hash it.
@@ -151,15 +185,22 @@ class RenderSpec:
         request that does not use it keeps the fingerprint it had before the field existed (an
         idempotency key in flight across an upgrade still matches its batch).
         """
-        defaults = {
-            f.name: list(f.default) if isinstance(f.default, tuple) else f.default
-            for f in fields(self)
-        }
-        return {
-            name: value
-            for name, value in self.to_record().items()
-            if name in FINGERPRINTED_ALWAYS or value != defaults[name]
-        }
+        return {d.name: d.record(value) for d, value in self._hashed()}
+
+    def variant_settings(self) -> dict[str, Any]:
+        """The byte-changing fields the key does not name (`KeyPart.VARIANT`), as JSON values in
+        declaration order, as the variant hashes them (`batchcrop/crop/variant.py`).
+
+        As in `fingerprinted`, a field added after the first release is left out while it holds
+        its default, so the keys of derivatives stored before it existed stay the same.
+        """
+        return {d.name: d.record(value) for d, value in self._hashed() if d.key is KeyPart.VARIANT}
+
+    def _hashed(self) -> list[tuple[RenderField, Any]]:
+        """The fields a hash of the request includes: the first release's always, any other
+        when it is not at its default."""
+        pairs = [(d, getattr(self, d.name)) for d in self.declarations()]
+        return [(d, value) for d, value in pairs if d.original or value != d.default]
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> RenderSpec:
@@ -167,33 +208,17 @@ class RenderSpec:
         return cls.from_input(record)
 
 
-def _parse_ratios(texts: Sequence[Any]) -> tuple[Ratio, ...]:
-    if isinstance(texts, str) or not isinstance(texts, Sequence):
-        raise SpecError("ratios", "ratios must be a list of texts such as 16:9")
-    ratios = []
-    for index, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise SpecError(f"ratios[{index}]", f"ratio must be a text such as 16:9, got {text!r}")
-        try:
-            ratios.append(Ratio.parse(text))
-        except ValueError as exc:
-            raise SpecError(f"ratios[{index}]", str(exc)) from exc
-    return tuple(ratios)
-
-
-def _parse_formats(raw: Any) -> tuple[str, ...]:
-    if isinstance(raw, str):
-        raw = [name for name in raw.split(",") if name.strip()]
-    if not isinstance(raw, Sequence):
-        raise SpecError("formats", "formats must be a list of texts such as jpeg")
-    names = []
-    for index, name in enumerate(raw):
-        if not isinstance(name, str):
-            raise SpecError(
-                f"formats[{index}]", f"format must be a text such as webp, got {name!r}"
+def _declarations(cls: type[RenderSpec]) -> tuple[RenderField, ...]:
+    declared = []
+    for spec_field in fields(cls):
+        declaration = spec_field.metadata.get(DECLARATION)
+        if not isinstance(declaration, RenderField):
+            raise TypeError(
+                f"{cls.__name__}.{spec_field.name} is not declared: render fields are made by "
+                "whole_field or list_field (docs/design.md §6)"
             )
-        names.append(name.strip().lower())
-    return tuple(names)
+        declared.append(replace(declaration, name=spec_field.name, default=spec_field.default))
+    return tuple(declared)
 
 
 @dataclass(frozen=True)
@@ -213,10 +238,3 @@ class Rendition:
     crop_box: tuple[int, int, int, int]
     format: str = "jpeg"
     source_size: tuple[int, int] | None = None
-
-
-def _check_whole(name: str, value: int, low: int, high: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be a whole number, got {value!r}")
-    if not low <= value <= high:
-        raise ValueError(f"{name} must be in {low}..{high}, got {value}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from functools import cache
+from typing import Any
 
 import cv2
 import numpy as np
@@ -44,23 +45,40 @@ def _library_versions() -> str:
 
 
 def variant_of(spec: RenderSpec, focus: Box | None = None, output: str = "jpeg") -> str:
-    """A 12-hex-digit hash of max side, quality, the output format's encoder settings, algorithm,
-    library versions and the item's focus box when it has one.
+    """A 12-hex-digit hash of `variant_text`. Pure and thread-safe."""
+    return hashlib.sha256(variant_text(spec, focus, output).encode()).hexdigest()[
+        :VARIANT_HEX_CHARS
+    ]
 
-    The ratios and the other formats asked for are not part of it: the key names the ratio and
-    the format's extension separately. A JPEG's variant is the one JPEG derivatives always had;
-    another format adds its encoder settings and library versions (`encoder_settings`). Pure
-    and thread-safe.
+
+def variant_text(spec: RenderSpec, focus: Box | None = None, output: str = "jpeg") -> str:
+    """What the variant hashes: the request's byte-changing fields the key does not name
+    (`RenderSpec.variant_settings`: max side, quality, and any field added later that is not at
+    its default), the output format's encoder settings, algorithm, library versions and the
+    item's focus box when it has one.
+
+    The ratios and the formats asked for are not part of it: the key names the ratio and the
+    format's extension separately. A JPEG's variant is the one JPEG derivatives always had;
+    another format adds its encoder settings and library versions (`encoder_settings`). The
+    text of the first release's fields is fixed (`max_side=1200;quality=85;format=…`): stored
+    derivatives keep their keys (docs/design.md §5).
     """
-    text = (
-        f"max_side={spec.max_side};quality={spec.quality};format={OUTPUT_FORMAT};"
-        f"algorithm={ALGORITHM_VERSION};{_library_versions()}"
+    settings = ";".join(
+        f"{name}={_setting_text(value)}" for name, value in spec.variant_settings().items()
     )
+    text = f"{settings};format={OUTPUT_FORMAT};algorithm={ALGORITHM_VERSION};{_library_versions()}"
     if output != "jpeg":
         text += f";output={encoder_settings(output, spec.quality)}"
     if focus is not None:
         text += ";focus={},{},{},{}".format(*focus)
-    return hashlib.sha256(text.encode()).hexdigest()[:VARIANT_HEX_CHARS]
+    return text
+
+
+def _setting_text(value: Any) -> str:
+    """A record value in the variant's text: `1200`, a list as `a,b`."""
+    if isinstance(value, list):
+        return ",".join(str(item) for item in value)
+    return str(value)
 
 
 @cache

@@ -14,6 +14,7 @@ from batchcrop.crop import (
     SpecError,
     variant_of,
 )
+from batchcrop.crop.fields import KeyPart, whole_field
 
 SQUARE = (Ratio(1, 1),)
 
@@ -135,6 +136,11 @@ def test_from_input_fills_defaults_and_reads_comma_separated_ratios() -> None:
         ({"ratios": []}, "ratios"),
         ({"max_side": 5}, "max_side"),
         ({"quality": 101}, "quality"),
+        ({"max_side": "1200"}, "max_side"),
+        ({"formats": "jpeg,gif"}, "formats"),
+        ({"formats": ["jpeg", 1]}, "formats[1]"),
+        ({"formats": ["jpeg", "JPEG"]}, "formats"),
+        ({"formats": 7}, "formats"),
     ],
 )
 def test_from_input_names_the_bad_field(values: dict[str, object], field: str) -> None:
@@ -151,10 +157,10 @@ def test_image_suffixes_are_the_contracts_eight() -> None:
 
 
 @dataclass(frozen=True)
-class _WithFormat(RenderSpec):
+class _WithSharpening(RenderSpec):
     """The spec as it would be with a render setting added after the first release."""
 
-    output_format: str = "jpeg"
+    sharpen: int = whole_field(0, 0, 10, help="extra sharpening", key=KeyPart.VARIANT)
 
 
 def test_a_later_field_at_its_default_leaves_the_fingerprint_alone() -> None:
@@ -163,7 +169,31 @@ def test_a_later_field_at_its_default_leaves_the_fingerprint_alone() -> None:
     the first release's fields are always fingerprinted."""
     base = RenderSpec(ratios=SQUARE)
     assert base.fingerprinted() == {"ratios": ["1:1"], "max_side": 1200, "quality": 85}
-    assert base.fingerprinted() == _WithFormat(ratios=SQUARE).fingerprinted()
+    assert base.fingerprinted() == _WithSharpening(ratios=SQUARE).fingerprinted()
+    assert _WithSharpening(ratios=SQUARE, sharpen=3).fingerprinted()["sharpen"] == 3
+
+
+def test_a_later_field_is_checked_read_and_recorded_by_its_declaration() -> None:
+    """A declared field gets its limits checked (naming it), is read from input and appears in
+    the record, with no code of its own."""
+    with pytest.raises(SpecError) as caught:
+        _WithSharpening.from_input({"sharpen": 11})
     assert (
-        _WithFormat(ratios=SQUARE, output_format="webp").fingerprinted()["output_format"] == "webp"
-    )
+        caught.value.field,
+        str(caught.value),
+    ) == ("sharpen", "sharpen must be in 0..10, got 11")
+    spec = _WithSharpening.from_input({"sharpen": 4})
+    assert spec.to_record()["sharpen"] == 4
+    assert spec == _WithSharpening.from_record(spec.to_record())
+
+
+def test_a_field_without_a_declaration_is_refused() -> None:
+    """A field not made by `whole_field` or `list_field` cannot be used: it would have no flag,
+    no body field and no part in the key."""
+
+    @dataclass(frozen=True)
+    class Undeclared(RenderSpec):
+        crop_mode: str = "smart"
+
+    with pytest.raises(TypeError, match=r"Undeclared\.crop_mode is not declared"):
+        Undeclared()

@@ -1,0 +1,122 @@
+"""The variant follows the render request's declaration: today's keys are pinned, and a field
+added later changes every key off its default and none at it (docs/design.md §5)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import make_dataclass
+from typing import Any
+
+import pytest
+
+from batchcrop.crop import ALGORITHM_VERSION, Ratio, RenderSpec, variant_of
+from batchcrop.crop.encode import encoder_settings
+from batchcrop.crop.fields import KeyPart, list_field, whole_field
+from batchcrop.crop.spec import FORMAT_NAMES
+from batchcrop.crop.variant import _library_versions, variant_text
+
+SQUARE = (Ratio(1, 1),)
+FOCUS = (10, 20, 300, 400)
+EVERY_KEY = [(focus, output) for focus in (None, FOCUS) for output in FORMAT_NAMES]
+"""A variant per kind of key: each output format, without and with a focus box."""
+
+
+def _text(spec: Any, focus: tuple[int, int, int, int] | None = None, output: str = "jpeg") -> str:
+    """The variant text with the library versions part (which changes with every upgrade)
+    written `LIBS`."""
+    return variant_text(spec, focus, output).replace(_library_versions(), "LIBS")
+
+
+def _keys(spec: Any) -> list[str]:
+    return [variant_of(spec, focus, output) for focus, output in EVERY_KEY]
+
+
+def test_the_variant_text_of_todays_fields_is_pinned() -> None:
+    """The text is what it was before the fields were declared, so stored derivatives keep
+    their keys: max side and quality in that order, then format, algorithm and libraries, an
+    other format's encoder settings, the focus box; ratios and formats asked for are not in it."""
+    spec = RenderSpec(ratios=(Ratio(16, 9), Ratio(1, 1)), max_side=640, quality=70)
+    head = f"max_side=640;quality=70;format=jpeg-baseline-420;algorithm={ALGORITHM_VERSION};LIBS"
+    assert head == _text(spec)
+    assert f"{head};focus=10,20,300,400" == _text(spec, FOCUS)
+    webp = f"{head};output={encoder_settings('webp', 70)};focus=10,20,300,400"
+    assert webp == _text(spec, FOCUS, "webp")
+    other_request = RenderSpec(ratios=SQUARE, max_side=640, quality=70, formats=FORMAT_NAMES)
+    assert _text(spec, FOCUS, "avif") == _text(other_request, FOCUS, "avif")
+
+
+def test_the_variant_is_the_texts_hash() -> None:
+    """The variant is the first 12 hex digits of the text's sha256, for every kind of key."""
+    spec = RenderSpec(ratios=SQUARE, max_side=800, quality=90)
+    for focus, output in EVERY_KEY:
+        text = variant_text(spec, focus, output)
+        assert hashlib.sha256(text.encode()).hexdigest()[:12] == variant_of(spec, focus, output)
+
+
+_LATER_FIELDS = [
+    pytest.param(
+        whole_field(0, 0, 10, help="extra sharpening", key=KeyPart.VARIANT),
+        3,
+        "extra=3",
+        id="whole number",
+    ),
+    pytest.param(
+        list_field(
+            ("srgb",),
+            2,
+            item_type=str,
+            parse_item=str.strip,
+            noun="profile",
+            example="p3",
+            help="colour spaces",
+            key=KeyPart.VARIANT,
+            choices=("srgb", "p3"),
+        ),
+        ("p3", "srgb"),
+        "extra=p3,srgb",
+        id="list",
+    ),
+]
+
+
+@pytest.mark.parametrize(("declaration", "value", "setting"), _LATER_FIELDS)
+def test_a_byte_changing_field_added_later_changes_every_key_only_off_its_default(
+    declaration: Any, value: Any, setting: str
+) -> None:
+    """A `KeyPart.VARIANT` field added to the declaration leaves every key as it was at its
+    default (requests that do not use it meet their stored derivatives) and changes every key
+    otherwise (a batch using it never takes another batch's bytes for its own)."""
+    later = make_dataclass(
+        "Later", [("extra", type(value), declaration)], bases=(RenderSpec,), frozen=True
+    )
+    today = RenderSpec(ratios=SQUARE, formats=FORMAT_NAMES)
+    assert _keys(today) == _keys(later(ratios=SQUARE, formats=FORMAT_NAMES))
+    changed = _keys(later(ratios=SQUARE, formats=FORMAT_NAMES, extra=value))
+    assert [key for key in changed if key in _keys(today)] == []
+    head = f"max_side=1200;quality=85;{setting};format=jpeg-baseline-420;"
+    assert _text(later(ratios=SQUARE, extra=value)).startswith(head)
+
+
+@pytest.mark.parametrize("part", [KeyPart.NAMED, KeyPart.NONE])
+def test_a_field_the_key_names_or_that_changes_no_bytes_is_not_in_the_variant(
+    part: KeyPart,
+) -> None:
+    """Only `KeyPart.VARIANT` fields are hashed: a field named in the key by itself (as the
+    ratio is) or one that changes no bytes leaves every variant alone, whatever its value."""
+    declaration = whole_field(0, 0, 10, help="a setting", key=part)
+    later = make_dataclass(
+        "Later", [("setting", int, declaration)], bases=(RenderSpec,), frozen=True
+    )
+    assert _keys(RenderSpec(ratios=SQUARE)) == _keys(later(ratios=SQUARE, setting=7))
+
+
+def test_todays_byte_changing_fields_are_max_side_and_quality() -> None:
+    """The declaration gives each field its part in the key: max side and quality are hashed,
+    ratios and formats named in the key by themselves."""
+    parts = {declared.name: declared.key for declared in RenderSpec.declarations()}
+    assert parts == {
+        "ratios": KeyPart.NAMED,
+        "max_side": KeyPart.VARIANT,
+        "quality": KeyPart.VARIANT,
+        "formats": KeyPart.NAMED,
+    }
