@@ -1,8 +1,9 @@
 """`python -m tests.services status|down [--run ID]`: this checkout's test services at once.
 
-`status` prints where PostgreSQL and the Ceph RGW of this checkout run. `down` stops both;
-`down --run ID` stops only those that run ID started (`tests/services/runs.py`): `scripts/check`
-and `.ci/run` call it when they end, so a service that was already running before them stays.
+`status` prints where PostgreSQL and the Ceph RGW of this checkout run. `down` stops both (and
+any that this tooling's own tests left in `.tmp/checkouts/`); `down --run ID` stops only those
+that run ID started (`tests/services/runs.py`): `scripts/check` and `.ci/run` call it when they
+end, so a service that was already running before them stays.
 """
 
 from __future__ import annotations
@@ -40,10 +41,16 @@ def main(argv: list[str]) -> int:
         ("postgres", cluster.root, cluster.stop),
         ("rgw", gateway.root, gateway.stop),
     ):
-        if args.run is not None and not runs.started_by(root, args.run):
-            continue
-        stopped = stop()
-        print(f"{name}: {'stopped' if stopped else 'was not running'} ({root})")
+        if args.run is None or runs.started_by(root, args.run):
+            stopped = stop()
+            print(f"{name}: {'stopped' if stopped else 'was not running'} ({root})")
+    for tmp in sorted((postgres.ROOT.parent / runs.SCRATCH_CHECKOUTS).glob("*/.tmp")):
+        for name, root, stop in (
+            ("postgres", tmp / "postgres", postgres.Cluster(tmp / "postgres").stop),
+            ("rgw", tmp / "rgw", rgw.Gateway(tmp / "rgw").stop),
+        ):
+            if (args.run is None or runs.started_by(root, args.run)) and stop():
+                print(f"{name}: stopped ({root}, left by a test)")
     return 0
 
 

@@ -15,12 +15,12 @@ from tests.services import postgres, rgw, runs
 
 REPO = Path(__file__).resolve().parents[2]
 COMMAND_TIMEOUT_SECONDS = 120
-# Variables of the calling run that would leak into a copy's services.
+# Variables of the calling run that would leak into a copy's services. The run id is passed on
+# (a test may override it), so the run's clean-up also reaches a copy an interrupted test left.
 SERVICE_ENV = (
     postgres.PORT_ENV,
     rgw.RGW_PORT_ENV,
     rgw.MON_PORT_ENV,
-    runs.RUN_ENV,
     "BATCHCROP_TEST_POSTGRES_URL",
 )
 
@@ -33,7 +33,7 @@ class Checkout:
     """
 
     def __init__(self) -> None:
-        root = REPO / ".tmp" / "checkouts" / uuid.uuid4().hex[:12]
+        root = REPO / ".tmp" / runs.SCRATCH_CHECKOUTS / uuid.uuid4().hex[:12]
         self.root = root
         shutil.copytree(
             REPO / "tests" / "services",
@@ -44,7 +44,8 @@ class Checkout:
         self.tmp = root / ".tmp"
 
     def run(self, module: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-        """`python -m module args` in this checkout, with only the given service variables."""
+        """`python -m module args` in this checkout, with the given service variables and the
+        calling run's id, none of its pinned ports."""
         environ = {k: v for k, v in os.environ.items() if k not in SERVICE_ENV}
         environ["PYTHONPATH"] = str(self.root)
         return subprocess.run(

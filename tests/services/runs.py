@@ -15,6 +15,9 @@ from pathlib import Path
 
 RUN_ENV = "BATCHCROP_TEST_SERVICES_RUN"
 MARKER_NAME = "started-by-run"
+# `.tmp/checkouts/*/`: copies of this tooling that its own tests run as other checkouts; they pass
+# the run id on, so `down --run` also stops what an interrupted test left running there.
+SCRATCH_CHECKOUTS = "checkouts"
 
 
 def mark_started(root: Path) -> None:

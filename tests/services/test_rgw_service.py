@@ -163,3 +163,25 @@ def test_down_run_stops_only_the_gateway_that_run_started(
         assert _dead(daemon)
     finally:
         checkout.remove()
+
+
+def test_down_run_also_stops_what_an_interrupted_test_left_in_a_scratch_checkout(
+    daemons: list[subprocess.Popen[bytes]],
+) -> None:
+    """`down --run ID` also stops a gateway that run ID started in one of the checkout's scratch
+    copies (`.tmp/checkouts/`), which a test interrupted before its clean-up leaves behind."""
+    checkout = Checkout()
+    try:
+        root = checkout.tmp / runs.SCRATCH_CHECKOUTS / "left" / ".tmp" / "rgw"
+        daemon = fake_daemon(_lay_out(root, rgw.Ports(rgw=1, mon=2)))
+        daemons.append(daemon)
+        _pid_file(root, rgw.GATEWAY_PID_FILE, daemon)
+        (root / runs.MARKER_NAME).write_text("run-a\n")
+        assert checkout.ok("tests.services", "down", "--run", "run-b") == ""
+        assert daemon.poll() is None
+        assert f"rgw: stopped ({root}, left by a test)" == checkout.ok(
+            "tests.services", "down", "--run", "run-a"
+        )
+        assert _dead(daemon)
+    finally:
+        checkout.remove()
