@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.services import runs
+from tests.services import apt, runs
 from tests.services.ports import LOOPBACK, PortTakenError, env_port, pick_port
 
 RGW_PORT_ENV = "BATCHCROP_TEST_RGW_PORT"
@@ -41,7 +41,7 @@ ACCESS_KEY = "batchcroptestaccess"
 SECRET_KEY = "batchcroptestsecretkey0123456789"
 MEMSTORE_DEVICE_BYTES = 2 * 1024**3
 APT_PACKAGES = ("radosgw", "ceph-mon", "ceph-osd")
-APT_TIMEOUT_SECONDS = 300.0
+PROGRAMS = ("radosgw", "ceph-mon", "ceph-osd", "monmaptool")
 LOCK_TIMEOUT_SECONDS = 400.0
 COMMAND_TIMEOUT_SECONDS = 30.0
 MON_STARTUP_TIMEOUT_SECONDS = 30.0
@@ -121,7 +121,10 @@ class Gateway:
             with _locked(self.root.parent / f"{self.root.name}.lock"):
                 ports = self.running_ports()  # another worker may have bootstrapped meanwhile
                 if ports is None:
-                    _install_packages()
+                    try:
+                        apt.install_missing(PROGRAMS, APT_PACKAGES)
+                    except apt.PackagesUnavailableError as exc:
+                        raise RGWUnavailableError(str(exc)) from exc
                     self.stop()  # the remains of a cut-off bootstrap, freeing their ports
                     ports = self.pick_ports()
                     self._bootstrap(ports)
@@ -308,27 +311,6 @@ def _locked(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _install_packages() -> None:
-    if all(shutil.which(name) for name in ("radosgw", "ceph-mon", "ceph-osd", "monmaptool")):
-        return
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
-        raise RGWUnavailableError("Ceph is not installed and apt-get cannot run here")
-    apt = ["apt-get", "-q", "-o", "DPkg::Lock::Timeout=120"]
-    install = [*apt, "install", "-y", "--no-install-recommends", *APT_PACKAGES]
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    try:
-        # A fresh machine may have no package lists yet: refresh them once if install fails.
-        for command in (install, [*apt, "update"], install):
-            done = subprocess.run(
-                command, check=False, capture_output=True, timeout=APT_TIMEOUT_SECONDS, env=env
-            )
-            if done.returncode == 0 and command is install:
-                return
-    except (subprocess.SubprocessError, OSError) as exc:
-        raise RGWUnavailableError(f"could not install {' '.join(APT_PACKAGES)}: {exc}") from exc
-    raise RGWUnavailableError(f"apt-get could not install {' '.join(APT_PACKAGES)}")
 
 
 def _conf_value(conf: Path, name: str) -> str:
