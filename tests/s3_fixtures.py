@@ -59,7 +59,7 @@ def empty_and_delete_bucket(client: Any, bucket: str) -> None:
 
 @pytest.fixture(scope="session")
 def rgw() -> rgw_service.RGWEndpoint:
-    """A running Ceph RGW (started once per machine, shared by xdist workers)."""
+    """This checkout's running Ceph RGW (started once, shared by xdist workers and reruns)."""
     try:
         return rgw_service.ensure()
     except (rgw_service.RGWUnavailableError, OSError) as exc:

@@ -1,7 +1,7 @@
 """A private PostgreSQL cluster for chaos runs, which may be restarted at will.
 
-The shared test cluster (`tests.services.postgres`, port 54329) serves every other test run on
-this machine, so chaos never restarts it: `PrivateCluster` runs its own `initdb`/`pg_ctl` cluster
+This checkout's test cluster (`tests.services.postgres`) serves every other test of the run, so
+chaos never restarts it: `PrivateCluster` runs its own `initdb`/`pg_ctl` cluster
 in its own folder on its own port, and `restart()` is `pg_ctl restart -m fast` on it.
 """
 
