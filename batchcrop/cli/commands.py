@@ -33,7 +33,7 @@ from batchcrop.batches.items import (
     focus_from_text,
 )
 from batchcrop.batches.service import BatchRequest, check_deadline
-from batchcrop.callbacks.delivery import NotifyUrlError
+from batchcrop.callbacks.delivery import CallbackUrlError
 from batchcrop.cli.exit_codes import Exit
 from batchcrop.cli.reporting import (
     print_batches,
@@ -94,8 +94,8 @@ SETTING_FLAGS = (
     "source_roots",
     "allowed_hosts",
     "prune_finished_before",
-    "notify_hosts",
-    "notify_retry_seconds",
+    "callback_hosts",
+    "callback_retry_seconds",
 )
 
 
@@ -247,7 +247,7 @@ def _request(args: argparse.Namespace, reader: SourceReader) -> BatchRequest:
         deadline_seconds=deadline_seconds,
         max_attempts=args.max_attempts,
         label=args.label,
-        notify_url=getattr(args, "notify_url", None),
+        callback_url=getattr(args, "callback_url", None),
     )
 
 
@@ -261,8 +261,8 @@ def submit(args: argparse.Namespace) -> int:
             # half-created batch is discarded now instead of waiting for the reaper.
             with _signals(_interrupt):
                 document, _ = app.batches.submit(request, idempotency_key=args.idempotency_key)
-        except NotifyUrlError as exc:
-            raise UsageError(f"--notify-url {exc}") from exc
+        except CallbackUrlError as exc:
+            raise UsageError(f"--callback-url {exc}") from exc
     if args.json:
         _print_json(document)
     else:
