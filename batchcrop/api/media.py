@@ -37,9 +37,9 @@ from batchcrop.crop import (
     Thumbnail,
     thumbnail,
 )
+from batchcrop.crop.crop_boxes import preview_windows
 from batchcrop.crop.errors import InvalidFocus
-from batchcrop.crop.window import Box
-from batchcrop.crop.windows import preview_windows
+from batchcrop.crop.geometry import Box
 from storage import (
     AccessDenied,
     ObjectNotFound,

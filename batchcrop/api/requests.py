@@ -18,7 +18,7 @@ from batchcrop.crop import RenderSpec, SpecError
 from storage import SourceNotAllowed, SourceReader
 
 if TYPE_CHECKING:
-    from batchcrop.crop.window import Box
+    from batchcrop.crop.geometry import Box
 
 SOURCE_REFUSED = (
     "not allowed: sources must be local paths or s3:// URLs under the configured "

@@ -53,7 +53,7 @@ from leases import REQUEUEABLE, TERMINAL, DatabaseUnavailable, State, state_name
 from storage import SourceReader
 
 if TYPE_CHECKING:
-    from batchcrop.crop.window import Box
+    from batchcrop.crop.geometry import Box
     from batchcrop.db.revisions import History
     from batchcrop.worker.worker import Worker, WorkerOptions
 

@@ -25,8 +25,8 @@ import cv2
 import numpy as np
 from PIL import Image
 
+from batchcrop.crop.geometry import Box
 from batchcrop.crop.saliency import skin_mask
-from batchcrop.crop.window import Box
 
 DETECT_SIDE_PX = 256
 """Faces are searched in a grey copy of at most this many pixels on its longer side."""

@@ -16,10 +16,10 @@ from PIL import Image
 from batchcrop.crop.decode import OpenedImage, decode_cost, reduction
 from batchcrop.crop.errors import InvalidFocus
 from batchcrop.crop.faces import DETECTION_BYTES, find_faces, keep_box
+from batchcrop.crop.geometry import Box, needed_scale, output_size, place_window, window_size
 from batchcrop.crop.resample import Cut
 from batchcrop.crop.saliency import saliency_map, small_copy
 from batchcrop.crop.spec import Ratio, RenderSpec
-from batchcrop.crop.window import Box, needed_scale, output_size, place_window, window_size
 
 AVIF_ENCODER_BYTES_PER_PIXEL = 24
 """libaom's working memory while it encodes one output (frame buffers, look-ahead, statistics),

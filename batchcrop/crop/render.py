@@ -25,11 +25,11 @@ from batchcrop.crop.budget import MemoryBudget, reserved
 from batchcrop.crop.colour import GREY_MODES, has_alpha
 from batchcrop.crop.decode import OpenedImage, decode_rgb, open_image
 from batchcrop.crop.encode import FORMATS, encode
+from batchcrop.crop.geometry import Box
 from batchcrop.crop.limits import MAX_SOURCE_PIXELS
 from batchcrop.crop.planning import Plan, clipped_focus, cut_for, placed_windows, plan
 from batchcrop.crop.resample import resample_all
 from batchcrop.crop.spec import Ratio, RenderSpec, Rendition
-from batchcrop.crop.window import Box
 
 __all__ = ["Plan", "plan", "render"]
 

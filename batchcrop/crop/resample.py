@@ -27,7 +27,7 @@ import cv2
 import numpy as np
 from PIL import Image
 
-from batchcrop.crop.window import Box, round_half_up
+from batchcrop.crop.geometry import Box, round_half_up
 
 RESIZE_REDUCING_GAP = 3.0
 """Pillow reduces by an integer box first while the remaining factor stays ≥ this; at 3.0 the
