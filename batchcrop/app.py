@@ -129,7 +129,7 @@ class App:
             upgrade_leases(self.engine)
             migrations.upgrade(self.engine)
 
-    def schema(self) -> list[History]:
+    def histories(self) -> list[History]:
         """Where both migration histories stand against this version (reads only)."""
         from batchcrop.db.revisions import histories  # noqa: PLC0415  (see the imports)
 
@@ -150,7 +150,7 @@ class App:
             is_empty,
         )
 
-        found = self.schema()
+        found = self.histories()
         if is_empty(found):
             raise SchemaMissing("no batchcrop tables")
         positions = {h.position for h in found}
@@ -169,7 +169,7 @@ class App:
             return
         from batchcrop.db.revisions import is_empty  # noqa: PLC0415  (see the imports)
 
-        if is_empty(self.schema()):
+        if is_empty(self.histories()):
             self.upgrade()
         else:
             self.check_schema()

@@ -719,7 +719,7 @@ def prune(args: argparse.Namespace) -> int:
 def db_upgrade(args: argparse.Namespace) -> int:
     """`batchcrop db upgrade`: create or migrate the schema (the deploy step)."""
     with opened(args, creates=True) as app:
-        before = app.schema()
+        before = app.histories()
         app.upgrade()
     moved = [f"{h.name} {h.current or 'none'} -> {h.head}" for h in before if h.current != h.head]
     print(
@@ -771,7 +771,7 @@ def _schema_or_none(args: argparse.Namespace) -> list[History] | None:
     file does not exist (`db current` and `db check` never create it)."""
     try:
         with opened(args) as app:
-            return app.schema()
+            return app.histories()
     except NoDatabaseFile as exc:
         print(f"batchcrop: {exc}", file=sys.stderr)
         return None
