@@ -35,6 +35,7 @@ from batchcrop.crop.spec import (
     RATIOS_DEFAULT,
     RATIOS_MAX_COUNT,
 )
+from batchcrop.crop.thumbnails import PREVIEW_MAX_SIDE_PX
 from batchcrop.settings import (
     DEADLINE_SECONDS,
     DEADLINE_SECONDS_MAX,
@@ -164,7 +165,7 @@ class BatchBody(_Strict):
         CallbackUrlText | None,
         Field(
             json_schema_extra={"deprecated": True},  # marked, without pydantic's warning on reads
-            description="the former name of `callback_url` (ADR 0030)",
+            description="deprecated: the former name of `callback_url`",
         ),
     ] = None
 
@@ -325,7 +326,8 @@ class ItemDocument(BaseModel):
     preview: Annotated[
         PreviewDocument | None,
         Field(
-            description="the stored preview of the upright source (a JPEG of at most 640 px), "
+            description="the stored preview of the upright source (a JPEG of at most "
+            f"{PREVIEW_MAX_SIDE_PX} px), "
             "with the upright source's size; null until a worker rendered the item"
         ),
     ]
