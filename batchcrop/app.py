@@ -15,7 +15,7 @@ from batchcrop.batches.service import BatchService
 from batchcrop.crop.budget import MIB, MemoryBudget
 from batchcrop.crop.limits import IMAGE_SUFFIXES
 from batchcrop.logs import log_event
-from batchcrop.settings import Settings, SettingsError, redact_url
+from batchcrop.settings import RENAMED_ENV, Settings, SettingsError, redact_url
 from leases import DatabaseRefused, DatabaseUnavailable, LeaseManager, SchemaMissing, make_engine
 from leases.executor import driver_reason, is_refusal
 from storage import ObjectStore, S3Settings, SourceReader, open_store
@@ -129,7 +129,7 @@ class App:
             upgrade_leases(self.engine)
             migrations.upgrade(self.engine)
 
-    def schema(self) -> list[History]:
+    def histories(self) -> list[History]:
         """Where both migration histories stand against this version (reads only)."""
         from batchcrop.db.revisions import histories  # noqa: PLC0415  (see the imports)
 
@@ -150,7 +150,7 @@ class App:
             is_empty,
         )
 
-        found = self.schema()
+        found = self.histories()
         if is_empty(found):
             raise SchemaMissing("no batchcrop tables")
         positions = {h.position for h in found}
@@ -169,7 +169,7 @@ class App:
             return
         from batchcrop.db.revisions import is_empty  # noqa: PLC0415  (see the imports)
 
-        if is_empty(self.schema()):
+        if is_empty(self.histories()):
             self.upgrade()
         else:
             self.check_schema()
@@ -208,23 +208,23 @@ class App:
 
     def deliverer(self, worker_id: str) -> Deliverer | None:
         """The callback deliverer of a worker or `serve` (not started), or None when this
-        process has no `BATCHCROP_NOTIFY_SECRET`: its deliveries wait for a process that has."""
+        process has no `BATCHCROP_CALLBACK_SECRET`: its deliveries wait for a process that has."""
         from batchcrop.callbacks.delivery import Deliverer, delivery_leases  # noqa: PLC0415  (see the imports)
 
-        secret = self.settings.notify_secret
+        secret = self.settings.callback_secret
         if secret is None:
-            log_event("callbacks_not_delivered_here", reason="no BATCHCROP_NOTIFY_SECRET")
+            log_event("callbacks_not_delivered_here", reason="no BATCHCROP_CALLBACK_SECRET")
             return None
         leases = delivery_leases(
             self.engine,
-            retry_seconds=self.settings.notify_retry_seconds,
+            retry_seconds=self.settings.callback_retry_seconds,
             worker_timeout_seconds=self.settings.worker_timeout_seconds,
         )
         return Deliverer(
             leases=leases,
             open_deliveries=self.batches.open_deliveries,
             secret=secret,
-            hosts=self.settings.notify_hosts,
+            hosts=self.settings.callback_hosts,
             worker_id=worker_id,
         )
 
@@ -284,7 +284,10 @@ def database_url(text: str) -> str:
 
 
 def build(settings: Settings) -> App:
-    """Wire the app from settings; touches no network until a command runs."""
+    """Wire the app from settings; touches no network until a command runs. Logs
+    `setting_renamed` once for each former variable name the settings were read from."""
+    for old in settings.renamed_env:
+        log_event("setting_renamed", level=logging.WARNING, old=old, new=RENAMED_ENV[old])
     url = database_url(settings.database_url)
     try:
         engine = make_engine(url)
@@ -304,7 +307,7 @@ def build(settings: Settings) -> App:
         leases,
         poll_margin_seconds=settings.lease_seconds + settings.reaper_interval_seconds,
         store=settings.store,
-        notify_hosts=settings.notify_hosts,
+        callback_hosts=settings.callback_hosts,
     )
     # Completion callbacks: the outbox row is written by the transaction that ends a batch.
     leases.on_group_finished = batches.on_group_finished

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from batchcrop.callbacks.hosts import NotifyHostsError, parse_hosts
+from batchcrop.callbacks.hosts import CallbackHostsError, parse_hosts
 from leases import LEASE_SECONDS, MAX_ATTEMPT_SECONDS, WORKER_TIMEOUT_SECONDS
 
 DATABASE_URL = "sqlite:///batchcrop.db"
@@ -38,13 +38,20 @@ times the database stores, with centuries to spare."""
 DECODE_MEMORY_MIB_MIN = 64
 """Below this even a 12 MP JPEG could not be decoded."""
 
-NOTIFY_RETRY_SECONDS = 10.0
+CALLBACK_RETRY_SECONDS = 10.0
 """The first retry of a failed callback delivery waits about this long, doubling per attempt up
 to an hour (docs/design.md §7, callbacks)."""
-NOTIFY_SECRET_CHARS_MIN = 16
+CALLBACK_SECRET_CHARS_MIN = 16
 """Shorter callback secrets are refused: the signature is all a receiver can trust."""
 
 ENV_PREFIX = "BATCHCROP_"
+RENAMED_ENV = {
+    "BATCHCROP_NOTIFY_SECRET": "BATCHCROP_CALLBACK_SECRET",
+    "BATCHCROP_NOTIFY_HOSTS": "BATCHCROP_CALLBACK_HOSTS",
+    "BATCHCROP_NOTIFY_RETRY_SECONDS": "BATCHCROP_CALLBACK_RETRY_SECONDS",
+}
+"""Former variable names (ADR 0030) → their names now: still read, each logged as deprecated
+(`setting_renamed`); the new name wins when both are set."""
 API_TOKEN_CHARS_MIN = 32
 """Shorter tokens are refused: a token is the only lock on the API."""
 
@@ -86,9 +93,12 @@ class Settings:
     allowed_hosts: tuple[str, ...] = field(default_factory=tuple)
     prune_finished_before: float | None = None
     """`serve` prunes batches finished at least this many seconds ago, every hour (off: None)."""
-    notify_secret: str | None = None
-    notify_hosts: tuple[str, ...] = field(default_factory=tuple)
-    notify_retry_seconds: float = NOTIFY_RETRY_SECONDS
+    callback_secret: str | None = None
+    callback_hosts: tuple[str, ...] = field(default_factory=tuple)
+    callback_retry_seconds: float = CALLBACK_RETRY_SECONDS
+    renamed_env: tuple[str, ...] = field(default=(), compare=False)
+    """The former variable names (`RENAMED_ENV`) this was read from: not a setting, but what
+    the composition root logs once, naming each new name."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -96,7 +106,7 @@ class Settings:
             "max_attempt_seconds",
             "reaper_interval_seconds",
             "worker_timeout_seconds",
-            "notify_retry_seconds",
+            "callback_retry_seconds",
         ):
             # `not 0 < x <= max` also refuses NaN, which compares false with everything.
             if not 0 < getattr(self, name) <= DURATION_SECONDS_MAX:
@@ -112,14 +122,17 @@ class Settings:
                 f"the API token must be at least {API_TOKEN_CHARS_MIN} characters "
                 "(for example: python3 -c 'import secrets; print(secrets.token_urlsafe(32))')"
             )
-        if self.notify_secret is not None and len(self.notify_secret) < NOTIFY_SECRET_CHARS_MIN:
+        if (
+            self.callback_secret is not None
+            and len(self.callback_secret) < CALLBACK_SECRET_CHARS_MIN
+        ):
             raise SettingsError(
-                f"the callback secret (BATCHCROP_NOTIFY_SECRET) must be at least "
-                f"{NOTIFY_SECRET_CHARS_MIN} characters"
+                f"the callback secret (BATCHCROP_CALLBACK_SECRET) must be at least "
+                f"{CALLBACK_SECRET_CHARS_MIN} characters"
             )
         try:
-            parse_hosts(self.notify_hosts)
-        except NotifyHostsError as exc:
+            parse_hosts(self.callback_hosts)
+        except CallbackHostsError as exc:
             raise SettingsError(str(exc)) from None
         if self.s3_request_checksum not in ("when_supported", "when_required"):
             raise SettingsError("s3_request_checksum must be when_supported or when_required")
@@ -135,16 +148,22 @@ class Settings:
         """Build settings: `overrides` (CLI flags, None values ignored) > environment > defaults."""
         env = os.environ if env is None else env
         values: dict[str, Any] = {}
+        renamed = tuple(old for old in RENAMED_ENV if env.get(old) not in (None, ""))
+        unset = (None, "")
+        env = {
+            **env,
+            **{RENAMED_ENV[old]: env[old] for old in renamed if env.get(RENAMED_ENV[old]) in unset},
+        }
         for f in fields(cls):
             raw = env.get(ENV_PREFIX + f.name.upper())
-            if raw not in (None, ""):
+            if f.name != "renamed_env" and raw not in (None, ""):
                 values[f.name] = _convert(f.name, raw)
         for name, value in (overrides or {}).items():
             if value is not None:
                 values[name] = _convert(name, value) if isinstance(value, str) else value
         if values.get("api_token_file"):
             values["api_token"] = _read_token(values["api_token_file"])
-        return cls(**values)
+        return cls(**values, renamed_env=renamed)
 
 
 def _read_token(path: str) -> str:
@@ -161,14 +180,14 @@ def _read_token(path: str) -> str:
 def _convert(name: str, raw: str) -> Any:
     if name == "source_roots":
         return _parse_roots(raw)
-    if name in ("allowed_hosts", "notify_hosts"):
+    if name in ("allowed_hosts", "callback_hosts"):
         return tuple(h.strip() for h in raw.split(",") if h.strip())
     if name in (
         "lease_seconds",
         "max_attempt_seconds",
         "reaper_interval_seconds",
         "worker_timeout_seconds",
-        "notify_retry_seconds",
+        "callback_retry_seconds",
     ):
         try:
             return float(raw)

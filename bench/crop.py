@@ -34,8 +34,8 @@ from PIL import Image, ImageDraw
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from batchcrop.crop import RATIOS_DEFAULT, Ratio, RenderSpec, render
+from batchcrop.crop.geometry import needed_scale, output_size, window_size
 from batchcrop.crop.spec import MAX_SIDE_PX_DEFAULT, QUALITY_DEFAULT
-from batchcrop.crop.window import needed_scale, output_size, window_size
 
 WIDTH_PX, HEIGHT_PX = 4000, 3000
 MAX_SIDE_PX = MAX_SIDE_PX_DEFAULT

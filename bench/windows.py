@@ -23,10 +23,10 @@ from PIL import Image, ImageDraw
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from batchcrop.crop import MIB, RenderSpec, render
+from batchcrop.crop.crop_boxes import preview_windows
 from batchcrop.crop.decode import decode_cost, open_image
 from batchcrop.crop.faces import DETECTION_BYTES
 from batchcrop.crop.planning import plan
-from batchcrop.crop.windows import preview_windows
 
 SOURCES = (("JPEG 12 MP", (4000, 3000), "JPEG"), ("JPEG 24 MP", (6000, 4000), "JPEG"),
            ("PNG 6 MP", (3000, 2000), "PNG"))  # fmt: skip

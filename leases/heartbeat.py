@@ -33,9 +33,10 @@ class HeldLease:
 
 
 class Heartbeats:
-    """Renews every lease held through `holding` every `interval_seconds` (default lease/3),
-    all of them in ONE statement per interval (`LeaseManager.heartbeat_many`), whatever their
-    number: one holder's heartbeat costs one round trip, not one per item.
+    """Renews every lease held through `holding` every `interval_seconds` (default the lease
+    over `HEARTBEATS_PER_LEASE`), all of them in ONE statement per interval
+    (`LeaseManager.heartbeat_many`), whatever their number: one holder's heartbeat costs one
+    round trip, not one per item.
 
     Each lease is fenced by its own token: a lost one sets its own `lost` and a refused one its
     own `stop_reason`, and the others are renewed as usual. A lease is first renewed at most
@@ -124,8 +125,9 @@ class Heartbeats:
 
 
 class Heartbeater(HeldLease):
-    """Context manager renewing one `claim`'s lease every `interval_seconds` (default lease/3)
-    in a thread of its own, with the signals of `HeldLease`. Exit stops and joins the thread."""
+    """Context manager renewing one `claim`'s lease every `interval_seconds` (default the lease
+    over `HEARTBEATS_PER_LEASE`) in a thread of its own, with the signals of `HeldLease`. Exit
+    stops and joins the thread."""
 
     def __init__(
         self, manager: LeaseManager, claim: Claim, *, interval_seconds: float | None = None

@@ -26,7 +26,6 @@ from batchcrop.batches.service import (
     NoSuchRef,
     NothingToRedeliver,
 )
-from batchcrop.callbacks.delivery import NotifyUrlError
 from leases import DatabaseUnavailable
 
 DATABASE_RETRY_AFTER_SECONDS = 5
@@ -138,7 +137,6 @@ def install(api: FastAPI) -> None:
     api.add_exception_handler(EmptyBatch, mapped(422, "invalid-request", field="items"))
     api.add_exception_handler(BadCursor, mapped(422, "invalid-request", field="cursor"))
     api.add_exception_handler(NeedsNewDeadline, _requeue_needs_deadline)
-    api.add_exception_handler(NotifyUrlError, mapped(422, "invalid-request", field="notify_url"))
     api.add_exception_handler(NothingToRedeliver, mapped(409, "nothing-to-redeliver"))
     api.add_exception_handler(DatabaseUnavailable, _database_unavailable)
     api.add_exception_handler(RecropConflict, _recrop_conflict)

@@ -37,9 +37,9 @@ from batchcrop.crop import (
     Thumbnail,
     thumbnail,
 )
+from batchcrop.crop.crop_boxes import preview_windows
 from batchcrop.crop.errors import InvalidFocus
-from batchcrop.crop.window import Box
-from batchcrop.crop.windows import preview_windows
+from batchcrop.crop.geometry import Box
 from storage import (
     AccessDenied,
     ObjectNotFound,
@@ -158,7 +158,7 @@ def thumbnail_of_preview(
     document entry), or None when the preview cannot give it: the answer would be larger than
     the preview, or the object is missing, unreadable or not the recorded bytes. The stored
     bytes are answered as they are when they have the size asked for; a smaller thumbnail is
-    scaled from them (a 640 px JPEG decodes DCT-scaled in a few milliseconds). Raises
+    scaled from them (a `PREVIEW_MAX_SIDE_PX` JPEG decodes DCT-scaled in a few milliseconds). Raises
     `BudgetBusy` like `thumbnail`."""
     side = max(int(preview["width"]), int(preview["height"]))
     source_size = int(preview["source_width"]), int(preview["source_height"])

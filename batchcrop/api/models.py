@@ -22,8 +22,9 @@ from batchcrop.batches.items import (
     storable_text,
 )
 from batchcrop.batches.service import LABEL_CHARS_MAX, label_text
-from batchcrop.callbacks.delivery import NOTIFY_URL_CHARS_MAX
+from batchcrop.callbacks.delivery import CALLBACK_URL_CHARS_MAX
 from batchcrop.crop.spec import RenderSpec
+from batchcrop.crop.thumbnails import PREVIEW_MAX_SIDE_PX
 from batchcrop.settings import (
     DEADLINE_SECONDS,
     DEADLINE_SECONDS_MAX,
@@ -67,6 +68,14 @@ LabelText = Annotated[
     AfterValidator(label_text),
 ]
 Seconds = Annotated[float, Field(gt=0, le=DEADLINE_SECONDS_MAX)]
+CallbackUrlText = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=CALLBACK_URL_CHARS_MAX),
+    Field(
+        description="POSTed the final status document, signed, when the batch ends; its "
+        "host must be listed in BATCHCROP_CALLBACK_HOSTS"
+    ),
+]
 SearchText = Annotated[
     str,
     StringConstraints(min_length=1, max_length=SOURCE_CHARS_MAX),
@@ -146,14 +155,24 @@ class BatchBody(_Strict):
     label: Annotated[
         LabelText | None, Field(description="a human label, shown in listings and filterable")
     ] = None
+    callback_url: CallbackUrlText | None = None
     notify_url: Annotated[
-        str | None,
-        StringConstraints(min_length=1, max_length=NOTIFY_URL_CHARS_MAX),
+        CallbackUrlText | None,
         Field(
-            description="POSTed the final status document, signed, when the batch ends; its "
-            "host must be listed in BATCHCROP_NOTIFY_HOSTS"
+            json_schema_extra={"deprecated": True},  # marked, without pydantic's warning on reads
+            description="deprecated: the former name of `callback_url`",
         ),
     ] = None
+
+    @property
+    def callback_url_field(self) -> str:
+        """The body field that carries the callback URL (`notify_url`: its deprecated name)."""
+        return "notify_url" if self.notify_url is not None else "callback_url"
+
+    @property
+    def given_callback_url(self) -> str | None:
+        """The callback URL, under whichever name it was given."""
+        return self.callback_url if self.notify_url is None else self.notify_url
 
 
 class RecropBody(_Strict):
@@ -263,8 +282,15 @@ class StatusDocument(BaseModel):
         ),
     ]
     label: str | None
-    notify_url: Annotated[
+    callback_url: Annotated[
         str | None, Field(description="where the final status document is POSTed, or null")
+    ]
+    notify_url: Annotated[
+        str | None,
+        Field(
+            json_schema_extra={"deprecated": True},  # marked, without pydantic's warning on reads
+            description="the same as `callback_url`, its former name",
+        ),
     ]
     deliveries: Annotated[
         list[DeliveryDocument],
@@ -295,7 +321,8 @@ class ItemDocument(BaseModel):
     preview: Annotated[
         PreviewDocument | None,
         Field(
-            description="the stored preview of the upright source (a JPEG of at most 640 px), "
+            description="the stored preview of the upright source (a JPEG of at most "
+            f"{PREVIEW_MAX_SIDE_PX} px), "
             "with the upright source's size; null until a worker rendered the item"
         ),
     ]

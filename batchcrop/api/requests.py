@@ -18,12 +18,14 @@ from batchcrop.crop import RenderSpec, SpecError
 from storage import SourceNotAllowed, SourceReader
 
 if TYPE_CHECKING:
-    from batchcrop.crop.window import Box
+    from batchcrop.crop.geometry import Box
 
 SOURCE_REFUSED = (
     "not allowed: sources must be local paths or s3:// URLs under the configured "
     "source roots (BATCHCROP_SOURCE_ROOTS)"
 )
+
+DEPRECATED_NOTIFY_URL = "is the deprecated name of callback_url: give callback_url only"
 
 
 def path_id(text: str, *, what: str) -> str:
@@ -54,6 +56,8 @@ def render_spec(body: BatchBody) -> RenderSpec:
 def batch_request(body: BatchBody, sources: SourceReader) -> BatchRequest:
     """The domain request for `POST /v1/batches`, every source normalised and confined."""
     spec = render_spec(body)
+    if body.callback_url is not None and body.notify_url is not None:
+        raise field_problem("notify_url", DEPRECATED_NOTIFY_URL)
     paths: list[str] = []
     refs: list[str | None] = []
     focus: dict[int, Box] = {}
@@ -73,5 +77,5 @@ def batch_request(body: BatchBody, sources: SourceReader) -> BatchRequest:
         deadline_seconds=body.deadline_seconds,
         max_attempts=body.max_attempts,
         label=body.label,
-        notify_url=body.notify_url,
+        callback_url=body.given_callback_url,
     )

@@ -10,10 +10,12 @@ from fastapi import APIRouter, Body, Header, Query
 from starlette.responses import Response
 
 from batchcrop.api import models, polling
+from batchcrop.api.problems import field_problem
 from batchcrop.api.requests import batch_request, path_id, query_id
 from batchcrop.app import App
 from batchcrop.batches.recrop import recrop
 from batchcrop.batches.service import IDEMPOTENCY_KEY_CHARS_MAX, PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX
+from batchcrop.callbacks.delivery import CallbackUrlError
 from leases import State
 
 CURSOR_CHARS_MAX = 64
@@ -68,7 +70,11 @@ def batch_router(app: App) -> APIRouter:
     ) -> Response:
         """Create a batch; with `Idempotency-Key`, a repeat of the same body returns it (200)."""
         request = batch_request(body, sources)
-        document, created = app.batches.submit(request, idempotency_key=idempotency_key)
+        try:
+            document, created = app.batches.submit(request, idempotency_key=idempotency_key)
+        except CallbackUrlError as exc:
+            # Named as the client named it: `notify_url` is the deprecated name (ADR 0030).
+            raise field_problem(body.callback_url_field, str(exc)) from exc
         location = f"/v1/batches/{document['id']}"
         return json_response(document, 201 if created else 200, {"Location": location})
 

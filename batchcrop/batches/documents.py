@@ -36,7 +36,7 @@ class Batch:
     spec: RenderSpec
     store: str | None = None
     label: str | None = None
-    notify_url: str | None = None
+    callback_url: str | None = None
 
 
 def batch_state(summary: GroupSummary) -> State:
@@ -100,7 +100,9 @@ def status_document(
         "poll_until": iso(summary.deadline_at + timedelta(seconds=poll_margin_seconds)),
         "store": batch.store,
         "label": batch.label,
-        "notify_url": batch.notify_url,
+        "callback_url": batch.callback_url,
+        # The deprecated former name, kept for readers of status documents (ADR 0030).
+        "notify_url": batch.callback_url,
         "deliveries": [dict(d) for d in deliveries],
     }
 
@@ -108,8 +110,8 @@ def status_document(
 def delivery_document(item: ItemRow, notification_id: str) -> dict[str, Any]:
     """One callback delivery (docs/design.md §7, callbacks): its lease item's state (`queued`,
     `in_progress`, `retryable`, then `succeeded` = delivered, `failed` or `abandoned`), attempts
-    made, why the last one failed (`http_503`, `timeout`, ...), and the notification it carries
-    (the `Idempotency-Key` sent)."""
+    made, why the last one failed (`http_503`, `timeout`, ...), and the callback it sends
+    (`notification_id`: the `Idempotency-Key` sent)."""
     return {
         "id": item.id,
         "notification_id": notification_id,

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, overload
 from batchcrop.crop.limits import MAX_SOURCE_PIXELS
 
 if TYPE_CHECKING:
-    from batchcrop.crop.window import Box
+    from batchcrop.crop.geometry import Box
 
 FOCUS_TERMS = ("left", "top", "right", "bottom")
 FOCUS_PX_MAX = MAX_SOURCE_PIXELS

@@ -26,7 +26,7 @@ from batchcrop.batches.items import ItemList, ItemRequest, time_ordered_uuids
 from batchcrop.callbacks.delivery import (
     DELIVERY_MAX_ATTEMPTS,
     DELIVERY_WINDOW_SECONDS,
-    check_notify_url,
+    check_callback_url,
 )
 from batchcrop.crop.spec import RenderSpec
 from batchcrop.db import queries
@@ -130,7 +130,7 @@ class BatchRequest:
     deadline_seconds: float
     max_attempts: int
     label: str | None = None
-    notify_url: str | None = None
+    callback_url: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "items", ItemList.of(self.items))
@@ -155,8 +155,8 @@ class BatchRequest:
         }
         if self.label is not None:
             body["label"] = self.label
-        if self.notify_url is not None:
-            body["notify_url"] = self.notify_url
+        if self.callback_url is not None:
+            body["notify_url"] = self.callback_url
         slot = '"items": ' + json.dumps(_ITEMS_PLACEHOLDER)
         before, after = json.dumps(body, sort_keys=True).split(slot, 1)
         digest = hashlib.sha256(before.encode())
@@ -189,12 +189,12 @@ class BatchService:
         *,
         poll_margin_seconds: float,
         store: str | None = None,
-        notify_hosts: tuple[str, ...] = (),
+        callback_hosts: tuple[str, ...] = (),
     ) -> None:
         self.leases = leases
         self.poll_margin_seconds = poll_margin_seconds
         self.store = store
-        self.notify_hosts = notify_hosts
+        self.callback_hosts = callback_hosts
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -211,8 +211,8 @@ class BatchService:
         if not request.items:
             raise EmptyBatch("a batch needs at least one source image")
         _check_limits(request)
-        if request.notify_url is not None:
-            check_notify_url(request.notify_url, self.notify_hosts)
+        if request.callback_url is not None:
+            check_callback_url(request.callback_url, self.callback_hosts)
         store = None if self.store is None else canonical_store_url(self.store)
         fingerprint = request.fingerprint()
         if idempotency_key is not None:
@@ -230,7 +230,7 @@ class BatchService:
             request_hash=fingerprint,
             store=store,
             label=request.label,
-            notify_url=request.notify_url,
+            notify_url=request.callback_url,
         )
         try:
             # The batch row is written by the transaction that seals the group, so the batch
@@ -241,7 +241,7 @@ class BatchService:
                 max_attempts=request.max_attempts,
                 items=items,
                 on_seal=lambda conn: conn.execute(row),
-                notify_finish=request.notify_url is not None,
+                notify_finish=request.callback_url is not None,
             )
         except ConstraintViolation:
             # Two submissions raced on one idempotency key: the loser returns the winner's batch.
@@ -445,7 +445,7 @@ class BatchService:
         payload = {
             "batch_id": batch.id,
             "notification_id": notification_id,
-            "url": batch.notify_url,
+            "url": batch.callback_url,
             "body": body,
         }
         self.leases.add_group(
@@ -479,9 +479,9 @@ class BatchService:
             if conn.execute(queries.batch_by_id(batch_id)).first() is None:
                 raise NoSuchBatch(f"no batch {batch_id}")  # pruned since it was read
             rows = list(conn.execute(queries.deliveries_of(batch_id)).mappings())
-            if batch.notify_url is None or not rows:
+            if batch.callback_url is None or not rows:
                 raise NothingToRedeliver(
-                    f"batch {batch_id} has no callback to redeliver (no notify_url, or it has "
+                    f"batch {batch_id} has no callback to redeliver (no callback_url, or it has "
                     "not ended yet)"
                 )
             latest = rows[-1]
@@ -540,7 +540,7 @@ class BatchService:
         """The status document of a batch whose row the caller has already read (a batch's row
         never changes after submission): its counters, and its deliveries if it has a callback."""
         summary = self.summary(batch.id)
-        deliveries = self.deliveries(batch.id) if batch.notify_url is not None else []
+        deliveries = self.deliveries(batch.id) if batch.callback_url is not None else []
         return status_document(
             batch, summary, poll_margin_seconds=self.poll_margin_seconds, deliveries=deliveries
         )
@@ -549,7 +549,7 @@ class BatchService:
         """A token that changes whenever `status_of(batch)` may change (docs/design.md §7,
         polling): the lease version of the batch's group and of its callback deliveries' groups,
         one read of a row per group. None when the batch is gone. Read it before the document."""
-        if batch.notify_url is None:
+        if batch.callback_url is None:
             return self.leases.version([batch.id])  # one statement, no transaction around it
         with self.leases.reading() as conn:
             rows = conn.execute(queries.deliveries_of(batch.id)).mappings()
@@ -617,7 +617,7 @@ class BatchService:
             if state is not None and batch_state(summary) is not state:
                 continue
             batch = _batch(row)
-            deliveries = self.deliveries(batch.id) if batch.notify_url is not None else []
+            deliveries = self.deliveries(batch.id) if batch.callback_url is not None else []
             documents.append(
                 status_document(
                     batch,
@@ -716,7 +716,7 @@ class BatchService:
         batch = self.batch(batch_id)
         limit = max(1, min(limit, PAGE_LIMIT_MAX))
         groups = [batch_id]
-        if batch.notify_url is not None:
+        if batch.callback_url is not None:
             groups += self._delivery_ids(batch_id)
         rows = self.leases.events(groups, item_id=item_id, after_id=_cursor(cursor), limit=limit)
         next_cursor = str(rows[-1].id) if len(rows) == limit else None
@@ -827,5 +827,5 @@ def _batch(row: Any) -> Batch:
         spec=RenderSpec.from_record(row["spec"]),
         store=row["store"],
         label=row["label"],
-        notify_url=row["notify_url"],
+        callback_url=row["notify_url"],
     )

@@ -1,5 +1,5 @@
-"""Completion callbacks: who may be called, how a request is signed, and the delivery loop
-(docs/design.md §7, callbacks; ADR 0013).
+"""Completion callbacks: which URLs a batch may give, how a request is signed, and the
+delivery loop (docs/design.md §7, callbacks; ADR 0013; its words: ADR 0030).
 
 A delivery is a lease item (its own one-item group, written in the outbox transaction by
 `BatchService.on_group_finished`), so it is claimed, fenced, retried with backoff, released
@@ -39,7 +39,7 @@ from leases import Claim, DatabaseUnavailable, LeaseLost, LeaseManager, State
 if TYPE_CHECKING:
     import httpx
 
-NOTIFY_URL_CHARS_MAX = 2048
+CALLBACK_URL_CHARS_MAX = 2048
 DELIVERY_WINDOW_SECONDS = 24 * 3600.0
 """A delivery is retried for this long after it is written, then abandoned
 (`deadline_exceeded`); an operator can redeliver."""
@@ -71,28 +71,28 @@ NOTIFICATION_ID_FIELD = "notification_id"
 TIMEOUT = "timeout"
 CONNECT_ERROR = "connect_error"
 INVALID_URL = "invalid_url"
-NOTIFY_SCHEMES = ("http", "https")
+CALLBACK_SCHEMES = ("http", "https")
 
 OpenDeliveries = Callable[[], list[str]]
 """Asked by a `Deliverer` for the deliveries it may claim now (`BatchService.open_deliveries`)."""
 
 
-class NotifyUrlError(ValueError):
-    """A `notify_url` batchcrop will not call; the message says why (never echoing it)."""
+class CallbackUrlError(ValueError):
+    """A `callback_url` batchcrop will not call; the message says why (never echoing it)."""
 
 
 def parse_url(url: str) -> httpx.URL:
     """`url` parsed as the deliverer will send it (httpx: IDNA host names, ports);
-    `NotifyUrlError` when it cannot be, so what submission accepts delivery can send."""
+    `CallbackUrlError` when it cannot be, so what submission accepts delivery can send."""
     import httpx  # noqa: PLC0415  (imported when a URL is given: start-up of `run`, `status`)
 
     try:
         parsed = httpx.URL(url)
     except (httpx.InvalidURL, ValueError):
         # ValueError: the idna package's errors (a host name no IDNA encoding allows).
-        raise NotifyUrlError("is not a valid URL (or its host name is not valid IDNA)") from None
+        raise CallbackUrlError("is not a valid URL (or its host name is not valid IDNA)") from None
     if parsed.port is not None and not 0 < parsed.port <= PORT_MAX:
-        raise NotifyUrlError(f"has a port outside 1..{PORT_MAX}")
+        raise CallbackUrlError(f"has a port outside 1..{PORT_MAX}")
     return parsed
 
 
@@ -101,34 +101,34 @@ def url_host(url: str) -> str | None:
     when it has none or cannot be parsed."""
     try:
         host = parse_url(url).raw_host.decode("ascii")
-    except NotifyUrlError:
+    except CallbackUrlError:
         return None
     return host.lower() if host else None
 
 
-def check_notify_url(url: str, hosts: tuple[str, ...]) -> str:
+def check_callback_url(url: str, hosts: tuple[str, ...]) -> str:
     """`url` if batchcrop may POST to it: http(s), a host and port on `hosts`
-    (`BATCHCROP_NOTIFY_HOSTS`, `batchcrop.callbacks.hosts`), no credentials, at most
-    `NOTIFY_URL_CHARS_MAX` characters; `NotifyUrlError` otherwise. What its name resolves to
+    (`BATCHCROP_CALLBACK_HOSTS`, `batchcrop.callbacks.hosts`), no credentials, at most
+    `CALLBACK_URL_CHARS_MAX` characters; `CallbackUrlError` otherwise. What its name resolves to
     is checked when it is called."""
-    if not 1 <= len(url) <= NOTIFY_URL_CHARS_MAX or any(ord(c) < 33 or c == "\x7f" for c in url):
-        raise NotifyUrlError(
-            f"must be an http(s) URL of at most {NOTIFY_URL_CHARS_MAX} characters, "
+    if not 1 <= len(url) <= CALLBACK_URL_CHARS_MAX or any(ord(c) < 33 or c == "\x7f" for c in url):
+        raise CallbackUrlError(
+            f"must be an http(s) URL of at most {CALLBACK_URL_CHARS_MAX} characters, "
             "without spaces or control characters"
         )
     parts = parse_url(url)
-    if parts.scheme not in NOTIFY_SCHEMES or not parts.raw_host:
-        raise NotifyUrlError("must be an http:// or https:// URL with a host")
+    if parts.scheme not in CALLBACK_SCHEMES or not parts.raw_host:
+        raise CallbackUrlError("must be an http:// or https:// URL with a host")
     if parts.userinfo:
-        raise NotifyUrlError("must not carry credentials (the request is signed instead)")
+        raise CallbackUrlError("must not carry credentials (the request is signed instead)")
     refusal = destination_refusal(parts, hosts)
     if refusal == HOST_NOT_ALLOWED:
-        raise NotifyUrlError(
-            "its host is not allowed: callbacks go only to hosts listed in BATCHCROP_NOTIFY_HOSTS"
+        raise CallbackUrlError(
+            "its host is not allowed: callbacks go only to hosts listed in BATCHCROP_CALLBACK_HOSTS"
         )
     if refusal == PORT_NOT_ALLOWED:
-        raise NotifyUrlError(
-            "its port is not allowed: a BATCHCROP_NOTIFY_HOSTS entry allows the scheme's default "
+        raise CallbackUrlError(
+            "its port is not allowed: a BATCHCROP_CALLBACK_HOSTS entry allows the scheme's default "
             "port unless it names another (host:port)"
         )
     return url
@@ -142,7 +142,7 @@ def signature(secret: str, body: bytes, timestamp: int) -> str:
     return f"t={timestamp},v1={digest}"
 
 
-def notification_body(notification_id: str, stored: str) -> bytes:
+def callback_body(notification_id: str, stored: str) -> bytes:
     """The bytes POSTed for a delivery: the stored status document with `notification_id` (the
     `Idempotency-Key`) as its first field, so the signature covers the key too and a signed
     body replayed under another key is detectable (ADR 0016). Composed at sending, so
@@ -314,7 +314,7 @@ class Deliverer(threading.Thread):
         try:
             try:
                 parsed = parse_url(url)
-            except NotifyUrlError:
+            except CallbackUrlError:
                 # A URL stored before submission parsed URLs as delivery does (an invalid
                 # IDNA name): it can never be sent.
                 self.leases.fail(claim, INVALID_URL)
@@ -336,7 +336,7 @@ class Deliverer(threading.Thread):
             return None
 
     def _refused_here(self, claim: Claim, url: str, reason: str, started: float) -> State:
-        """This process's `BATCHCROP_NOTIFY_HOSTS` refuses what submission (perhaps in another
+        """This process's `BATCHCROP_CALLBACK_HOSTS` refuses what submission (perhaps in another
         process) allowed: a difference of configuration, not the receiver's fault. The
         attempt is retried with backoff, by whichever deliverer claims it next (one configured
         like the submitter delivers it); logged once per host and reason in this process."""
@@ -348,7 +348,7 @@ class Deliverer(threading.Thread):
                 level=logging.WARNING,
                 reason=reason,
                 host=host,
-                hint="BATCHCROP_NOTIFY_HOSTS differs between the processes",
+                hint="BATCHCROP_CALLBACK_HOSTS differs between the processes",
             )
         state = self.leases.retry_later(claim, reason)
         return self._logged(claim, state, reason, None, started)
@@ -368,7 +368,7 @@ class Deliverer(threading.Thread):
         if refusal is not None:
             return None, refusal
         notification_id = str(claim.payload["notification_id"])
-        body = notification_body(notification_id, str(claim.payload["body"]))
+        body = callback_body(notification_id, str(claim.payload["body"]))
         headers = {
             "Content-Type": "application/json",
             SIGNATURE_HEADER: signature(self.secret, body, int(time.time())),

@@ -1,4 +1,4 @@
-"""The callback allowlist, `BATCHCROP_NOTIFY_HOSTS`: its grammar, checked at start-up, and
+"""The callback allowlist, `BATCHCROP_CALLBACK_HOSTS`: its grammar, checked at start-up, and
 which URLs it lets batchcrop call (docs/design.md §7, callbacks; ADR 0016).
 
 An entry is one of:
@@ -40,8 +40,8 @@ ADDRESS_NOT_ALLOWED = "address_not_allowed"
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
-class NotifyHostsError(ValueError):
-    """A `BATCHCROP_NOTIFY_HOSTS` entry that is not a host pattern; the message says why."""
+class CallbackHostsError(ValueError):
+    """A `BATCHCROP_CALLBACK_HOSTS` entry that is not a host pattern; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ def _canonical_ip(text: str) -> str | None:
 
 
 def _ascii_name(name: str) -> str:
-    """`name` in the ASCII (IDNA) form URLs are compared in; NotifyHostsError when none."""
+    """`name` in the ASCII (IDNA) form URLs are compared in; CallbackHostsError when none."""
     if name.isascii():
         return name.lower()
     # Imported here: settings (and so every command's start-up) parse the allowlist, and a
@@ -91,7 +91,7 @@ def _ascii_name(name: str) -> str:
     try:
         return httpx.URL(f"http://{name}/").raw_host.decode("ascii").lower()
     except (httpx.InvalidURL, ValueError):
-        raise NotifyHostsError("is not a valid (IDNA) host name") from None
+        raise CallbackHostsError("is not a valid (IDNA) host name") from None
 
 
 def _port(text: str) -> tuple[int | None, bool]:
@@ -99,19 +99,19 @@ def _port(text: str) -> tuple[int | None, bool]:
     if text == "*":
         return None, True
     if not (text.isascii() and text.isdigit()) or not 0 < int(text) <= PORT_MAX:
-        raise NotifyHostsError(f"has a port that is not 1..{PORT_MAX} or *")
+        raise CallbackHostsError(f"has a port that is not 1..{PORT_MAX} or *")
     return int(text), False
 
 
 def parse_entry(entry: str) -> HostRule:
-    """One allowlist entry parsed; NotifyHostsError (naming no secret) when malformed."""
+    """One allowlist entry parsed; CallbackHostsError (naming no secret) when malformed."""
     text = entry.strip()
     if not text:
-        raise NotifyHostsError("is empty")
+        raise CallbackHostsError("is empty")
     if "://" in text or "/" in text or "?" in text or "#" in text:
-        raise NotifyHostsError("must be a host (and port), not a URL: no scheme, path or query")
+        raise CallbackHostsError("must be a host (and port), not a URL: no scheme, path or query")
     if "@" in text:
-        raise NotifyHostsError("must not carry credentials")
+        raise CallbackHostsError("must not carry credentials")
     if text.startswith("[") or text.count(":") > 1:
         return _ipv6_entry(text)
     host, port, any_port = text, None, False
@@ -124,7 +124,7 @@ def parse_entry(entry: str) -> HostRule:
     wildcard = host.startswith("*.")
     name = _checked_name(host[2:] if wildcard else host)
     if wildcard and name.count(".") + 1 < WILDCARD_LABELS_MIN:
-        raise NotifyHostsError("is a wildcard over a whole top-level domain")
+        raise CallbackHostsError("is a wildcard over a whole top-level domain")
     return HostRule(name, wildcard=wildcard, port=port, any_port=any_port)
 
 
@@ -135,15 +135,15 @@ def _ipv6_entry(text: str) -> HostRule:
     if text.startswith("["):
         close = text.find("]")
         if close < 0:
-            raise NotifyHostsError("has an unclosed [")
+            raise CallbackHostsError("has an unclosed [")
         host, rest = text[1:close], text[close + 1 :]
         if rest:
             if not rest.startswith(":"):
-                raise NotifyHostsError("has text after its ]")
+                raise CallbackHostsError("has text after its ]")
             port, any_port = _port(rest[1:])
     ip = _canonical_ip(host)
     if ip is None or ":" not in ip:
-        raise NotifyHostsError("is not an IPv6 address (in [ ] to give a port)")
+        raise CallbackHostsError("is not an IPv6 address (in [ ] to give a port)")
     return HostRule(ip, port=port, any_port=any_port, ip=True)
 
 
@@ -152,23 +152,23 @@ def _checked_name(host: str) -> str:
     name = _ascii_name(host).rstrip(".")
     labels = name.split(".")
     if "*" in name:
-        raise NotifyHostsError("may hold * only as its whole first label (*.example.com)")
+        raise CallbackHostsError("may hold * only as its whole first label (*.example.com)")
     if len(name) > HOST_NAME_CHARS_MAX or any(not label for label in labels):
-        raise NotifyHostsError("has an empty label or is too long")
+        raise CallbackHostsError("has an empty label or is too long")
     if any(len(label) > LABEL_CHARS_MAX or not _LABEL.fullmatch(label) for label in labels):
-        raise NotifyHostsError("has a label that is not letters, digits and inner hyphens")
+        raise CallbackHostsError("has a label that is not letters, digits and inner hyphens")
     return name
 
 
 def parse_hosts(entries: tuple[str, ...]) -> tuple[HostRule, ...]:
-    """Every entry parsed, in order; NotifyHostsError naming the first malformed one."""
+    """Every entry parsed, in order; CallbackHostsError naming the first malformed one."""
     rules = []
     for entry in entries:
         try:
             rules.append(parse_entry(entry))
-        except NotifyHostsError as exc:
-            raise NotifyHostsError(
-                f"BATCHCROP_NOTIFY_HOSTS entry {entry.strip()!r} {exc}"
+        except CallbackHostsError as exc:
+            raise CallbackHostsError(
+                f"BATCHCROP_CALLBACK_HOSTS entry {entry.strip()!r} {exc}"
             ) from None
     return tuple(rules)
 
@@ -180,7 +180,7 @@ def matching_rules(host: str, hosts: tuple[str, ...]) -> list[HostRule]:
     for entry in hosts:
         try:
             rule = parse_entry(entry)
-        except NotifyHostsError:
+        except CallbackHostsError:
             continue
         if rule.matches_host(host):
             found.append(rule)

@@ -33,7 +33,7 @@ from batchcrop.batches.items import (
     focus_from_text,
 )
 from batchcrop.batches.service import BatchRequest, check_deadline
-from batchcrop.callbacks.delivery import NotifyUrlError
+from batchcrop.callbacks.delivery import CallbackUrlError
 from batchcrop.cli.exit_codes import Exit
 from batchcrop.cli.reporting import (
     print_batches,
@@ -53,7 +53,7 @@ from leases import REQUEUEABLE, TERMINAL, DatabaseUnavailable, State, state_name
 from storage import SourceReader
 
 if TYPE_CHECKING:
-    from batchcrop.crop.window import Box
+    from batchcrop.crop.geometry import Box
     from batchcrop.db.revisions import History
     from batchcrop.worker.worker import Worker, WorkerOptions
 
@@ -94,8 +94,8 @@ SETTING_FLAGS = (
     "source_roots",
     "allowed_hosts",
     "prune_finished_before",
-    "notify_hosts",
-    "notify_retry_seconds",
+    "callback_hosts",
+    "callback_retry_seconds",
 )
 
 
@@ -247,7 +247,7 @@ def _request(args: argparse.Namespace, reader: SourceReader) -> BatchRequest:
         deadline_seconds=deadline_seconds,
         max_attempts=args.max_attempts,
         label=args.label,
-        notify_url=getattr(args, "notify_url", None),
+        callback_url=getattr(args, "callback_url", None),
     )
 
 
@@ -261,8 +261,8 @@ def submit(args: argparse.Namespace) -> int:
             # half-created batch is discarded now instead of waiting for the reaper.
             with _signals(_interrupt):
                 document, _ = app.batches.submit(request, idempotency_key=args.idempotency_key)
-        except NotifyUrlError as exc:
-            raise UsageError(f"--notify-url {exc}") from exc
+        except CallbackUrlError as exc:
+            raise UsageError(f"--callback-url {exc}") from exc
     if args.json:
         _print_json(document)
     else:
@@ -719,7 +719,7 @@ def prune(args: argparse.Namespace) -> int:
 def db_upgrade(args: argparse.Namespace) -> int:
     """`batchcrop db upgrade`: create or migrate the schema (the deploy step)."""
     with opened(args, creates=True) as app:
-        before = app.schema()
+        before = app.histories()
         app.upgrade()
     moved = [f"{h.name} {h.current or 'none'} -> {h.head}" for h in before if h.current != h.head]
     print(
@@ -771,7 +771,7 @@ def _schema_or_none(args: argparse.Namespace) -> list[History] | None:
     file does not exist (`db current` and `db check` never create it)."""
     try:
         with opened(args) as app:
-            return app.schema()
+            return app.histories()
     except NoDatabaseFile as exc:
         print(f"batchcrop: {exc}", file=sys.stderr)
         return None

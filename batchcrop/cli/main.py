@@ -20,6 +20,7 @@ from batchcrop.cli.exit_codes import Exit
 from batchcrop.crop.fields import RenderField
 from batchcrop.crop.spec import RenderSpec
 from batchcrop.settings import (
+    CALLBACK_RETRY_SECONDS,
     CONCURRENCY,
     DATABASE_URL,
     DEADLINE_SECONDS,
@@ -169,27 +170,34 @@ def _render_flag_help(declared: RenderField) -> str:
     return f"{declared.help}; {limits} (default {shown})".replace("%", "%%")
 
 
-def _notify_flags(p: argparse.ArgumentParser, *, with_url: bool) -> None:
+def _callback_flags(p: argparse.ArgumentParser, *, with_url: bool) -> None:
     g = p.add_argument_group("completion callbacks")
     if with_url:
         g.add_argument(
-            "--notify-url",
+            "--callback-url",
             metavar="URL",
             help="POST the final status document here, signed, when the batch ends "
-            "(its host must be in BATCHCROP_NOTIFY_HOSTS)",
+            "(its host must be in BATCHCROP_CALLBACK_HOSTS)",
         )
     g.add_argument(
-        "--notify-hosts",
+        "--callback-hosts",
         metavar="HOSTS",
-        help="BATCHCROP_NOTIFY_HOSTS: comma-separated hosts callbacks may go to (*.example.com "
-        "for subdomains; empty: none). The secret is BATCHCROP_NOTIFY_SECRET (environment only)",
+        help="BATCHCROP_CALLBACK_HOSTS: comma-separated hosts callbacks may go to (*.example.com "
+        "for subdomains; empty: none). The secret is BATCHCROP_CALLBACK_SECRET (environment only)",
     )
     g.add_argument(
-        "--notify-retry-seconds",
+        "--callback-retry-seconds",
         type=float,
         metavar="S",
-        help="BATCHCROP_NOTIFY_RETRY_SECONDS: first retry of a failed delivery, doubling to an "
-        "hour, for 24 h (default 10)",
+        help="BATCHCROP_CALLBACK_RETRY_SECONDS: first retry of a failed delivery, doubling to an "
+        f"hour, for 24 h (default {CALLBACK_RETRY_SECONDS:g})",
+    )
+    # The former names (ADR 0030), accepted and left out of the help.
+    if with_url:
+        g.add_argument("--notify-url", dest="callback_url", help=argparse.SUPPRESS)
+    g.add_argument("--notify-hosts", dest="callback_hosts", help=argparse.SUPPRESS)
+    g.add_argument(
+        "--notify-retry-seconds", dest="callback_retry_seconds", type=float, help=argparse.SUPPRESS
     )
 
 
@@ -294,7 +302,7 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table
     _database_flags(p)
     # The batch records this store: only workers of the same store serve it.
     _store_flags(p)
-    _notify_flags(p, with_url=True)
+    _callback_flags(p, with_url=True)
     p.set_defaults(handler=commands.submit)
 
     p = sub.add_parser("worker", help="long-running worker claiming from every open batch")
@@ -332,7 +340,7 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table
     _migrate_flag(p)
     _database_flags(p)
     _store_flags(p)
-    _notify_flags(p, with_url=False)
+    _callback_flags(p, with_url=False)
     p.set_defaults(handler=commands.worker)
 
     p = sub.add_parser("workers", help="the worker registry: who is alive, what each holds")
@@ -448,7 +456,7 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table
     _migrate_flag(p)
     _database_flags(p)
     _store_flags(p)
-    _notify_flags(p, with_url=False)
+    _callback_flags(p, with_url=False)
     p.set_defaults(handler=commands.serve)
 
     p = sub.add_parser(

@@ -19,15 +19,15 @@ if TYPE_CHECKING:
     from batchcrop.crop.errors import CropError, ImageTooLarge, InvalidImage, UnsupportedImage
     from batchcrop.crop.fields import SpecError
     from batchcrop.crop.limits import IMAGE_SUFFIXES, MAX_SOURCE_PIXELS
-    from batchcrop.crop.preview import (
+    from batchcrop.crop.render import render
+    from batchcrop.crop.spec import RATIOS_DEFAULT, Ratio, RenderSpec, Rendition
+    from batchcrop.crop.thumbnails import (
         PREVIEW_MAX_SIDE_PX,
         PreviewTaker,
         Thumbnail,
         source_preview,
         thumbnail,
     )
-    from batchcrop.crop.render import render
-    from batchcrop.crop.spec import RATIOS_DEFAULT, Ratio, RenderSpec, Rendition
     from batchcrop.crop.variant import ALGORITHM_VERSION, preview_variant, variant_of
 
 _HOMES = {
@@ -42,11 +42,11 @@ _HOMES = {
     "ImageTooLarge": "batchcrop.crop.errors",
     "InvalidImage": "batchcrop.crop.errors",
     "UnsupportedImage": "batchcrop.crop.errors",
-    "PREVIEW_MAX_SIDE_PX": "batchcrop.crop.preview",
-    "PreviewTaker": "batchcrop.crop.preview",
-    "Thumbnail": "batchcrop.crop.preview",
-    "source_preview": "batchcrop.crop.preview",
-    "thumbnail": "batchcrop.crop.preview",
+    "PREVIEW_MAX_SIDE_PX": "batchcrop.crop.thumbnails",
+    "PreviewTaker": "batchcrop.crop.thumbnails",
+    "Thumbnail": "batchcrop.crop.thumbnails",
+    "source_preview": "batchcrop.crop.thumbnails",
+    "thumbnail": "batchcrop.crop.thumbnails",
     "render": "batchcrop.crop.render",
     "RATIOS_DEFAULT": "batchcrop.crop.spec",
     "Ratio": "batchcrop.crop.spec",

@@ -2,9 +2,10 @@
 
 The detector is OpenCV's frontal-face Haar cascade (`alt2`), shipped inside the
 `opencv-python-headless` wheel: nothing is downloaded, it runs on the CPU on a copy of at most
-256 px (about 25 ms on this project's 2-core benchmark machine for a whole copy, two thirds of
-the time at 320 px, with the same faces found on the real-photo set; colour pictures search only
-around their skin-toned pixels, and skip it without them), and it is deterministic
+`FACE_SEARCH_SIDE_PX` (about 25 ms on this project's 2-core benchmark machine for a whole
+copy, two thirds of the time at 320 px, with the same faces found on the real-photo set; colour
+pictures search only around their skin-toned pixels, and skip it without them), and it is
+deterministic
 (one OpenCV thread; each caller thread has its own classifier, which is not safe to share).
 Profile faces are left to the saliency's skin term: the profile cascade tripled the cost and
 found no more faces on the real-photo set. ADR 0003 says why this detector.
@@ -25,10 +26,10 @@ import cv2
 import numpy as np
 from PIL import Image
 
+from batchcrop.crop.geometry import Box
 from batchcrop.crop.saliency import skin_mask
-from batchcrop.crop.window import Box
 
-DETECT_SIDE_PX = 256
+FACE_SEARCH_SIDE_PX = 256
 """Faces are searched in a grey copy of at most this many pixels on its longer side."""
 
 MIN_FACE_PX = 16
@@ -88,7 +89,7 @@ def find_faces(picture: Image.Image, size: tuple[int, int]) -> tuple[Box, ...]:
     Sorted by position; overlapping detections of one face (nested boxes the cascade's own
     grouping leaves) are merged.
     """
-    scale = min(1.0, DETECT_SIDE_PX / max(picture.size))
+    scale = min(1.0, FACE_SEARCH_SIDE_PX / max(picture.size))
     small = picture
     if scale < 1.0:
         small = picture.resize(

@@ -1,4 +1,4 @@
-"""The render's plan and placement, shared by `render` and the window preview (`preview`).
+"""The render's plan and placement, shared by `render` and the window preview (`crop_boxes`).
 
 `plan` says which decodes a render makes and the memory they need; `placed_windows` is step 4
 of the pipeline (docs/design.md §6), each ratio's window placed on the saliency decode;
@@ -16,10 +16,10 @@ from PIL import Image
 from batchcrop.crop.decode import OpenedImage, decode_cost, reduction
 from batchcrop.crop.errors import InvalidFocus
 from batchcrop.crop.faces import DETECTION_BYTES, find_faces, keep_box
+from batchcrop.crop.geometry import Box, needed_scale, output_size, place_window, window_size
 from batchcrop.crop.resample import Cut
 from batchcrop.crop.saliency import saliency_map, small_copy
 from batchcrop.crop.spec import Ratio, RenderSpec
-from batchcrop.crop.window import Box, needed_scale, output_size, place_window, window_size
 
 AVIF_ENCODER_BYTES_PER_PIXEL = 24
 """libaom's working memory while it encodes one output (frame buffers, look-ahead, statistics),
@@ -49,8 +49,8 @@ def plan(opened: OpenedImage, spec: RenderSpec) -> Plan:
     windows = tuple(window_size(ratio, width, height) for ratio in spec.ratios)
     # The reduction a whole-picture output would use: no ratio's window is longer than the
     # picture, so every ratio decodes at this reduction or a finer one, and usually this one.
-    # It needs no margin for detail: the saliency reads a copy of 192 px and the faces one of
-    # 256 px.
+    # It needs no margin for detail: the saliency reads a copy of `SALIENCY_SIDE_PX` and the
+    # faces one of `FACE_SEARCH_SIDE_PX`.
     saliency_factor = saliency_reduction(opened, spec.max_side)
     # Each ratio at the largest reduction still covering its own output (1/4 and 1/8 with a
     # margin); `resample.restore_detail` then makes up the detail the reduction softened, for

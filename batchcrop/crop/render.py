@@ -10,8 +10,9 @@ for grey sources. The resampled pixels are shared by the formats, except that a 
 transparency is resampled a second time with its alpha for the formats that keep it (WebP, AVIF),
 so that its JPEG is the same pixels whether or not other formats were asked for. Deterministic:
 same bytes + ratio + format + spec + libraries ⇒ same output bytes and crop box. Thread-safe: no
-shared mutable state; the heavy steps (decode, resize, encode) run inside Pillow, which releases
-the GIL.
+shared mutable state; the heavy steps run inside libraries that release the GIL: decoding and
+encoding in Pillow, resampling a canvas in libvips (Pillow for a cut resampled alone or a picture
+with transparency; ADR 0024).
 """
 
 from __future__ import annotations
@@ -25,11 +26,11 @@ from batchcrop.crop.budget import MemoryBudget, reserved
 from batchcrop.crop.colour import GREY_MODES, has_alpha
 from batchcrop.crop.decode import OpenedImage, decode_rgb, open_image
 from batchcrop.crop.encode import FORMATS, encode
+from batchcrop.crop.geometry import Box
 from batchcrop.crop.limits import MAX_SOURCE_PIXELS
 from batchcrop.crop.planning import Plan, clipped_focus, cut_for, placed_windows, plan
 from batchcrop.crop.resample import resample_all
 from batchcrop.crop.spec import Ratio, RenderSpec, Rendition
-from batchcrop.crop.window import Box
 
 __all__ = ["Plan", "plan", "render"]
 

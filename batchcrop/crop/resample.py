@@ -10,7 +10,7 @@ moves by less than one output pixel to land on the canvas grid, and the returned
 where it landed.
 
 A canvas of an RGB picture is resampled by libvips' Lanczos-3 reduce, three to four times faster
-than Pillow's on the same picture (vectorised; ADR 0022); everything else (a cut resampled alone,
+than Pillow's on the same picture (vectorised; ADR 0024); everything else (a cut resampled alone,
 a picture with transparency) by Pillow's Lanczos. Pure functions; both libraries release the GIL.
 """
 
@@ -27,7 +27,7 @@ import cv2
 import numpy as np
 from PIL import Image
 
-from batchcrop.crop.window import Box, round_half_up
+from batchcrop.crop.geometry import Box, round_half_up
 
 RESIZE_REDUCING_GAP = 3.0
 """Pillow reduces by an integer box first while the remaining factor stays ≥ this; at 3.0 the

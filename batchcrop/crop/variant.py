@@ -16,10 +16,10 @@ import PIL
 from PIL import features
 
 from batchcrop.crop.encode import encoder_settings
-from batchcrop.crop.preview import PREVIEW_MAX_SIDE_PX, THUMBNAIL_QUALITY
+from batchcrop.crop.geometry import Box
 from batchcrop.crop.resample import vips_version
 from batchcrop.crop.spec import RenderSpec
-from batchcrop.crop.window import Box
+from batchcrop.crop.thumbnails import PREVIEW_MAX_SIDE_PX, THUMBNAIL_QUALITY
 
 ALGORITHM_VERSION = "5"
 PREVIEW_VERSION = "2"

@@ -27,15 +27,15 @@ batches = sa.Table(
     sa.Column("label", sa.String(200), nullable=True),
     sa.Index("batchcrop_batches_label", "label"),
     # Where the final status document is POSTed when the batch ends (docs/design.md §7,
-    # callbacks); NULL: no callback.
+    # callbacks); NULL: no callback. The column keeps the URL's former name (ADR 0030).
     sa.Column("notify_url", sa.String(2048), nullable=True),
 )
 
 # The outbox: one row per delivery of a completion callback. A delivery is also a lease group
 # of one item with the same id (its attempts are that item's claims and transitions; ADR 0013),
 # written in the transaction that made the batch terminal. `notification_id` names the
-# notification (one per time the batch became terminal); redeliveries repeat it, and it is the
-# `Idempotency-Key` a receiver deduplicates on.
+# callback (one per time the batch became terminal; the column keeps its first name, ADR 0030);
+# redeliveries repeat it, and it is the `Idempotency-Key` a receiver deduplicates on.
 deliveries = sa.Table(
     "batchcrop_deliveries",
     metadata,

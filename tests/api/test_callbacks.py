@@ -22,7 +22,9 @@ def receiver() -> Any:
 @pytest.fixture
 def hooked(serve: Callable[..., LiveServer]) -> LiveServer:
     """A live server that may call loopback receivers and holds the signing secret."""
-    return serve(notify_secret=SECRET, notify_hosts=("127.0.0.1:*",), notify_retry_seconds=0.05)
+    return serve(
+        callback_secret=SECRET, callback_hosts=("127.0.0.1:*",), callback_retry_seconds=0.05
+    )
 
 
 def _deliver(api: LiveServer, receiver: Receiver, processed: int) -> None:
@@ -37,7 +39,7 @@ def test_the_polled_status_carries_the_deliveries_and_their_changes_change_the_e
 ) -> None:
     """GET /v1/batches/{id} lists the callback's deliveries as the service does; when the
     delivery succeeds, the old ETag no longer answers 304."""
-    body = batch_body(sources[:1], notify_url=receiver.url)
+    body = batch_body(sources[:1], callback_url=receiver.url)
     batch = hooked.client.post("/v1/batches", json=body).json()
     hooked.client.post(f"/v1/batches/{batch['id']}/cancel")
     queued = hooked.client.get(f"/v1/batches/{batch['id']}")
@@ -61,7 +63,7 @@ def test_redeliver_of_a_batch_running_again_is_409(
     """Requeued after its callback was delivered, the batch runs again: redeliver is a 409
     problem document and no delivery is written."""
     batch = hooked.client.post(
-        "/v1/batches", json=batch_body(sources[:1], notify_url=receiver.url)
+        "/v1/batches", json=batch_body(sources[:1], callback_url=receiver.url)
     ).json()
     hooked.client.post(f"/v1/batches/{batch['id']}/cancel")
     _deliver(hooked, receiver, 1)
@@ -73,3 +75,40 @@ def test_redeliver_of_a_batch_running_again_is_409(
     assert problem["type"].endswith("nothing-to-redeliver")
     assert "has not ended" in problem["detail"]
     assert len(hooked.client.get(f"/v1/batches/{batch['id']}").json()["deliveries"]) == 1
+
+
+def test_the_former_notify_url_field_is_still_accepted(
+    hooked: LiveServer, receiver: Receiver, sources: list[str]
+) -> None:
+    """A body with `notify_url` (ADR 0030) gets its callback; the status document carries the
+    URL as `callback_url` and, deprecated, as `notify_url`."""
+    response = hooked.client.post(
+        "/v1/batches", json=batch_body(sources[:1], notify_url=receiver.url)
+    )
+    assert response.status_code == 201, response.text
+    document = response.json()
+    assert (receiver.url, receiver.url) == (document["callback_url"], document["notify_url"])
+    hooked.client.post(f"/v1/batches/{document['id']}/cancel")
+    _deliver(hooked, receiver, 1)
+    assert [
+        d["state"] for d in hooked.client.get(f"/v1/batches/{document['id']}").json()["deliveries"]
+    ] == ["succeeded"]
+
+
+@pytest.mark.parametrize("field", ["callback_url", "notify_url"])
+def test_a_refused_callback_url_is_a_422_naming_the_field_given(
+    hooked: LiveServer, sources: list[str], field: str
+) -> None:
+    """A URL outside the allowlist is refused naming the field the client used."""
+    body = batch_body(sources[:1], **{field: "https://elsewhere.example.com/hook"})
+    problem = assert_problem(hooked.client.post("/v1/batches", json=body), 422, field=field)
+    assert "host is not allowed" in problem["detail"]
+
+
+def test_both_names_of_the_callback_url_are_a_422(
+    hooked: LiveServer, receiver: Receiver, sources: list[str]
+) -> None:
+    """`callback_url` and its former name `notify_url` together are refused, naming the latter."""
+    body = batch_body(sources[:1], callback_url=receiver.url, notify_url=receiver.url)
+    problem = assert_problem(hooked.client.post("/v1/batches", json=body), 422, field="notify_url")
+    assert "give callback_url only" in problem["detail"]

@@ -139,8 +139,8 @@ def test_deliveries_move_the_etag(
 ) -> None:
     """A batch with a callback: the polled document shows its deliveries, and each transition
     of a delivery (its own lease group) gives a new document."""
-    api = serve(notify_hosts=("127.0.0.1:*",))
-    batch_id = _submit(api, sources, notify_url="http://127.0.0.1:9/hook")
+    api = serve(callback_hosts=("127.0.0.1:*",))
+    batch_id = _submit(api, sources, callback_url="http://127.0.0.1:9/hook")
     poller = Poller(api, batch_id)
     assert poller.document["deliveries"] == []
     assert api.client.post(f"{poller.url}/cancel").status_code == 202  # terminal: a delivery

@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 
 from batchcrop.cli.main import main
-from batchcrop.settings import LEASE_SECONDS, Settings, SettingsError, parse_duration
+from batchcrop.settings import (
+    LEASE_SECONDS,
+    RENAMED_ENV,
+    Settings,
+    SettingsError,
+    parse_duration,
+)
 
 
 def test_defaults_are_the_documented_ones() -> None:
@@ -117,28 +123,51 @@ def test_bad_durations_are_refused(text: str) -> None:
         ("fe80::1::2", "IPv6"),
     ],
 )
-def test_malformed_notify_hosts_are_a_configuration_error(entry: str, why: str) -> None:
-    """Each malformed BATCHCROP_NOTIFY_HOSTS entry is refused at start-up, named with why."""
-    env = {"BATCHCROP_NOTIFY_HOSTS": f"hooks.example.com,{entry}"}
-    with pytest.raises(SettingsError, match="BATCHCROP_NOTIFY_HOSTS entry") as raised:
+def test_malformed_callback_hosts_are_a_configuration_error(entry: str, why: str) -> None:
+    """Each malformed BATCHCROP_CALLBACK_HOSTS entry is refused at start-up, named with why."""
+    env = {"BATCHCROP_CALLBACK_HOSTS": f"hooks.example.com,{entry}"}
+    with pytest.raises(SettingsError, match="BATCHCROP_CALLBACK_HOSTS entry") as raised:
         Settings.load(env=env)
     assert why in str(raised.value)
 
 
-def test_well_formed_notify_hosts_are_accepted() -> None:
+def test_well_formed_callback_hosts_are_accepted() -> None:
     """Names, IDNA names, wildcards, IP literals and ports all parse."""
     entries = "hooks.example.com, *.hooks.example.org:8443, bücher.example, 127.0.0.1:*"
-    env = {"BATCHCROP_NOTIFY_HOSTS": entries + ",[::1]:9000,::1,HOOKS.Example.NET."}
-    assert len(Settings.load(env=env).notify_hosts) == 7
+    env = {"BATCHCROP_CALLBACK_HOSTS": entries + ",[::1]:9000,::1,HOOKS.Example.NET."}
+    assert len(Settings.load(env=env).callback_hosts) == 7
 
 
-def test_the_cli_exits_2_naming_a_malformed_notify_host(
+def test_the_cli_exits_2_naming_a_malformed_callback_host(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A command started with a malformed allowlist stops at once with the usage exit code."""
-    monkeypatch.setenv("BATCHCROP_NOTIFY_HOSTS", "https://hooks.example.com/x")
+    monkeypatch.setenv("BATCHCROP_CALLBACK_HOSTS", "https://hooks.example.com/x")
     url = f"sqlite:///{tmp_path / 'batchcrop.db'}"
     assert main(["batches", "--database-url", url]) == 2
     err = capsys.readouterr().err
-    assert "BATCHCROP_NOTIFY_HOSTS entry 'https://hooks.example.com/x'" in err
+    assert "BATCHCROP_CALLBACK_HOSTS entry 'https://hooks.example.com/x'" in err
     assert "Traceback" not in err
+
+
+def test_the_former_callback_variables_are_read_and_the_new_names_win() -> None:
+    """`BATCHCROP_NOTIFY_*` (ADR 0030) still set the callback settings and are recorded for
+    the deprecation line; where both names are set, `BATCHCROP_CALLBACK_*` wins."""
+    former = Settings.load(
+        env={
+            "BATCHCROP_NOTIFY_SECRET": "s" * 16,
+            "BATCHCROP_NOTIFY_HOSTS": "old.example.com",
+            "BATCHCROP_NOTIFY_RETRY_SECONDS": "5",
+        }
+    )
+    assert (
+        former.callback_secret,
+        former.callback_hosts,
+        former.callback_retry_seconds,
+    ) == ("s" * 16, ("old.example.com",), 5.0)
+    assert tuple(RENAMED_ENV) == former.renamed_env
+    both = Settings.load(
+        env={"BATCHCROP_NOTIFY_HOSTS": "old.example.com", "BATCHCROP_CALLBACK_HOSTS": "new.example"}
+    )
+    assert both.callback_hosts == ("new.example",)
+    assert Settings.load(env={"BATCHCROP_CALLBACK_HOSTS": "new.example"}).renamed_env == ()

@@ -37,8 +37,8 @@ def _old_fingerprint(request: BatchRequest) -> str:
     }
     if request.label is not None:
         body["label"] = request.label
-    if request.notify_url is not None:
-        body["notify_url"] = request.notify_url
+    if request.callback_url is not None:
+        body["notify_url"] = request.callback_url
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
@@ -47,8 +47,8 @@ def _old_fingerprint(request: BatchRequest) -> str:
     [
         {},
         {"label": "catalogue \u00e9t\u00e9 2026"},
-        {"notify_url": "https://hooks.example.com/done?x=1"},
-        {"label": "L", "notify_url": "http://10.0.0.1:8080/"},
+        {"callback_url": "https://hooks.example.com/done?x=1"},
+        {"label": "L", "callback_url": "http://10.0.0.1:8080/"},
     ],
 )
 def test_the_fingerprint_is_the_one_hashed_over_the_whole_request(extra: dict[str, Any]) -> None:

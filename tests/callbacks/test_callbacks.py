@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from batchcrop.app import App
 from batchcrop.batches.items import ItemRequest
 from batchcrop.batches.service import BatchRequest, NoSuchBatch, NothingToRedeliver
-from batchcrop.callbacks.delivery import NotifyUrlError, check_notify_url, signature, verify
+from batchcrop.callbacks.delivery import CallbackUrlError, check_callback_url, signature, verify
 from batchcrop.callbacks.hosts import destination_refusal
 from batchcrop.cli.main import main
 from batchcrop.crop import RenderSpec
@@ -35,27 +35,29 @@ FAST_RETRY_SECONDS = 0.05
 
 
 @pytest.fixture
-def notifying(make_app: Callable[..., App]) -> App:
+def calling_back(make_app: Callable[..., App]) -> App:
     """An app that may call loopback, with the test secret and near-zero retry backoff: its
     deliverer is driven pass by pass by the tests."""
     return make_app(
-        notify_secret=SECRET, notify_hosts=("127.0.0.1:*",), notify_retry_seconds=FAST_RETRY_SECONDS
+        callback_secret=SECRET,
+        callback_hosts=("127.0.0.1:*",),
+        callback_retry_seconds=FAST_RETRY_SECONDS,
     )
 
 
 @pytest.fixture
 def processing(make_app: Callable[..., App]) -> App:
     """An app whose workers process images but deliver nothing (no secret)."""
-    return make_app(notify_hosts=("127.0.0.1:*",))
+    return make_app(callback_hosts=("127.0.0.1:*",))
 
 
-def _request(sources: list[Path], notify_url: str | None) -> BatchRequest:
+def _request(sources: list[Path], callback_url: str | None) -> BatchRequest:
     return BatchRequest(
         items=tuple(ItemRequest(source=str(s)) for s in sources),
         spec=RenderSpec.from_input({"ratios": "1:1", "max_side": 64}),
         deadline_seconds=3600,
         max_attempts=1,
-        notify_url=notify_url,
+        callback_url=callback_url,
     )
 
 
@@ -72,16 +74,16 @@ def _deliver_until(app: App, receiver: Receiver, processed: int, timeout: float 
 
 
 def test_a_flaky_receiver_gets_the_signed_status_once(
-    notifying: App, processing: App, tmp_path: Path
+    calling_back: App, processing: App, tmp_path: Path
 ) -> None:
     """503, 500, a timeout, then 204: four attempts, each signed with the same
     Idempotency-Key; the receiver processes one final status document; each attempt is in
     the batch's events and the status document; the responses are nowhere."""
-    app = notifying
+    app = calling_back
     sources = write_photos(tmp_path / "src", 2)
     with receiving(["fail", 500, "hang"], hang_seconds=2.0) as receiver:
         status, _ = app.batches.submit(_request(sources, receiver.url))
-        assert status["notify_url"] == receiver.url
+        assert status["callback_url"] == receiver.url == status["notify_url"]
         final = run_batch(processing, LocalStore(tmp_path / "store"), status["id"])
         assert final["state"] == "succeeded"
         _deliver_until(app, receiver, 1, timeout=0.5)
@@ -117,32 +119,32 @@ def test_a_flaky_receiver_gets_the_signed_status_once(
 
 
 def test_the_notification_is_written_with_the_last_commit(
-    notifying: App, processing: App, tmp_path: Path
+    calling_back: App, processing: App, tmp_path: Path
 ) -> None:
     """No deliverer runs: the outbox row is there as soon as the batch is terminal, with the
-    status document of that moment; a batch without a notify_url has none."""
+    status document of that moment; a batch without a callback_url has none."""
     sources = write_photos(tmp_path / "src", 1)
-    plain, _ = notifying.batches.submit(_request(sources, None))
-    status, _ = notifying.batches.submit(_request(sources, "http://127.0.0.1:9/x"))
+    plain, _ = calling_back.batches.submit(_request(sources, None))
+    status, _ = calling_back.batches.submit(_request(sources, "http://127.0.0.1:9/x"))
     store = LocalStore(tmp_path / "store")
     for batch in (plain, status):
         run_batch(processing, store, batch["id"])
-    assert notifying.batches.status(plain["id"])["deliveries"] == []
-    (delivery,) = notifying.batches.status(status["id"])["deliveries"]
+    assert calling_back.batches.status(plain["id"])["deliveries"] == []
+    (delivery,) = calling_back.batches.status(status["id"])["deliveries"]
     assert (delivery["state"], delivery["attempts"]) == ("queued", 0)
     with pytest.raises(NothingToRedeliver):
-        notifying.batches.redeliver(plain["id"])
+        calling_back.batches.redeliver(plain["id"])
     with pytest.raises(NothingToRedeliver):
-        notifying.batches.redeliver(status["id"])  # still under way
+        calling_back.batches.redeliver(status["id"])  # still under way
 
 
 def test_a_requeued_batch_notifies_again_with_a_new_id_and_redeliver_repeats_one(
-    notifying: App, processing: App, tmp_path: Path
+    calling_back: App, processing: App, tmp_path: Path
 ) -> None:
     """A failed batch notifies; requeued, it ends again and a second notification (a new
     Idempotency-Key) follows. A redelivery repeats the latest one (same key): the receiver
     drops it as a duplicate."""
-    app = notifying
+    app = calling_back
     missing = tmp_path / "src" / "gone.jpg"
     with receiving() as receiver:
         status, _ = app.batches.submit(_request([missing], receiver.url))
@@ -169,9 +171,9 @@ def test_a_requeued_batch_notifies_again_with_a_new_id_and_redeliver_repeats_one
     assert deliveries[2]["notification_id"] == deliveries[1]["notification_id"]
 
 
-def test_redirects_are_not_followed(notifying: App, processing: App, tmp_path: Path) -> None:
+def test_redirects_are_not_followed(calling_back: App, processing: App, tmp_path: Path) -> None:
     """A 302 is a failed attempt (`http_302`), its Location never requested."""
-    app = notifying
+    app = calling_back
     sources = write_photos(tmp_path / "src", 1)
     with receiving(["redirect"]) as receiver:
         status, _ = app.batches.submit(_request(sources, receiver.url))
@@ -184,23 +186,25 @@ def test_redirects_are_not_followed(notifying: App, processing: App, tmp_path: P
 
 def test_a_host_another_process_allows_is_retried_not_failed(
     make_app: Callable[..., App],
-    notifying: App,
+    calling_back: App,
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """A deliverer whose BATCHCROP_NOTIFY_HOSTS lacks the host the submitter allowed retries
+    """A deliverer whose BATCHCROP_CALLBACK_HOSTS lacks the host the submitter allowed retries
     the delivery (`host_not_allowed`, logged once per host) instead of failing it; a deliverer
     configured like the submitter then delivers it."""
     sources = write_photos(tmp_path / "src", 1)
     strict = make_app(
-        notify_secret=SECRET,
-        notify_hosts=("hooks.example.com",),
-        notify_retry_seconds=FAST_RETRY_SECONDS,
+        callback_secret=SECRET,
+        callback_hosts=("hooks.example.com",),
+        callback_retry_seconds=FAST_RETRY_SECONDS,
     )
     with receiving() as receiver:
-        batches = [notifying.batches.submit(_request(sources, receiver.url))[0] for _ in range(2)]
+        batches = [
+            calling_back.batches.submit(_request(sources, receiver.url))[0] for _ in range(2)
+        ]
         for batch in batches:
-            notifying.batches.cancel(batch["id"])
+            calling_back.batches.cancel(batch["id"])
         deliverer = strict.deliverer("strict")
         assert deliverer is not None
         with caplog.at_level(logging.INFO, logger="batchcrop"):
@@ -208,16 +212,16 @@ def test_a_host_another_process_allows_is_retried_not_failed(
         refused = [r for r in caplog.records if "delivery_refused_here" in r.getMessage()]
         assert len(refused) == 1
         for batch in batches:
-            (delivery,) = notifying.batches.status(batch["id"])["deliveries"]
+            (delivery,) = calling_back.batches.status(batch["id"])["deliveries"]
             assert (delivery["state"], delivery["reason"]) == ("retryable", "host_not_allowed")
         time.sleep(FAST_RETRY_SECONDS * 2)
-        _deliver_until(notifying, receiver, 2)
+        _deliver_until(calling_back, receiver, 2)
     for batch in batches:
-        (delivery,) = notifying.batches.status(batch["id"])["deliveries"]
+        (delivery,) = calling_back.batches.status(batch["id"])["deliveries"]
         assert delivery["state"] == "succeeded"
 
 
-def test_submission_refuses_urls_outside_the_allowlist(notifying: App, tmp_path: Path) -> None:
+def test_submission_refuses_urls_outside_the_allowlist(calling_back: App, tmp_path: Path) -> None:
     sources = write_photos(tmp_path / "src", 1)
     for url in (
         "http://10.0.0.1/x",
@@ -226,8 +230,8 @@ def test_submission_refuses_urls_outside_the_allowlist(notifying: App, tmp_path:
         "http://127.0.0.1/ x",
         "/relative",
     ):
-        with pytest.raises(NotifyUrlError):
-            notifying.batches.submit(_request(sources, url))
+        with pytest.raises(CallbackUrlError):
+            calling_back.batches.submit(_request(sources, url))
 
 
 @pytest.mark.parametrize(
@@ -258,14 +262,14 @@ def test_the_allowlist_names_hosts_and_ports(
     or on the port it names; the refusal says which part failed."""
     assert destination_refusal(httpx.URL(url), hosts) == refusal
     if refusal is None:
-        assert check_notify_url(url, hosts) == url
+        assert check_callback_url(url, hosts) == url
     else:
-        with pytest.raises(NotifyUrlError, match=refusal.split("_")[0]):
-            check_notify_url(url, hosts)
+        with pytest.raises(CallbackUrlError, match=refusal.split("_")[0]):
+            check_callback_url(url, hosts)
 
 
 def test_the_signature_scheme() -> None:
-    assert check_notify_url("https://HOOKS.example.com/a?b=c", ("hooks.example.com",))
+    assert check_callback_url("https://HOOKS.example.com/a?b=c", ("hooks.example.com",))
     body = b'{"id":"x"}'
     now = int(time.time())
     header = signature(SECRET, body, now)
@@ -291,11 +295,11 @@ def test_a_worker_killed_right_after_the_last_commit_still_notifies_once(
     write_photos(tmp_path / "src", 2)
     with receiving() as receiver:
         cli.env.update(
-            BATCHCROP_NOTIFY_SECRET=SECRET,
-            BATCHCROP_NOTIFY_HOSTS="127.0.0.1:*",
+            BATCHCROP_CALLBACK_SECRET=SECRET,
+            BATCHCROP_CALLBACK_HOSTS="127.0.0.1:*",
             BATCHCROP_WORKER_TIMEOUT_SECONDS="3",
         )
-        batch = _submit(cli, tmp_path / "src", "--notify-url", receiver.url)
+        batch = _submit(cli, tmp_path / "src", "--callback-url", receiver.url)
         victim = cli.spawn("worker", "--concurrency", "1")
         wait_for(
             lambda: inspect.batches.status(batch)["state"] == "succeeded", "the last commit", 120
@@ -325,12 +329,12 @@ def test_a_worker_killed_right_after_the_last_commit_still_notifies_once(
 
 @pytest.mark.parametrize("left", ["delivery groups", "outbox rows"])
 def test_a_later_prune_finishes_one_interrupted_between_outbox_and_delivery_groups(
-    notifying: App, processing: App, tmp_path: Path, left: str
+    calling_back: App, processing: App, tmp_path: Path, left: str
 ) -> None:
     """A prune stopped after the batch row and before the last of its deliveries' rows (either
     the outbox rows or their lease groups still there) is finished by the next one: nothing of
     the batch or its delivery is left."""
-    app = notifying
+    app = calling_back
     with receiving() as receiver:
         status, _ = app.batches.submit(_request(write_photos(tmp_path / "src", 1), receiver.url))
         assert run_batch(processing, LocalStore(tmp_path / "store"), status["id"])["state"] == (
@@ -363,11 +367,11 @@ def test_a_later_prune_finishes_one_interrupted_between_outbox_and_delivery_grou
 
 
 def test_prune_takes_a_batchs_deliveries_with_it_once_they_are_done(
-    notifying: App, processing: App, tmp_path: Path
+    calling_back: App, processing: App, tmp_path: Path
 ) -> None:
     """A finished batch whose callback is still queued is kept; once delivered, prune deletes
     the batch with its outbox rows and their lease groups, and never a delivery on its own."""
-    app = notifying
+    app = calling_back
     with receiving() as receiver:
         status, _ = app.batches.submit(_request(write_photos(tmp_path / "src", 1), receiver.url))
         store = LocalStore(tmp_path / "store")
@@ -390,12 +394,12 @@ def test_prune_takes_a_batchs_deliveries_with_it_once_they_are_done(
 
 
 def test_prune_keeps_a_batch_that_ended_again_with_a_new_callback_after_it_was_listed(
-    notifying: App, tmp_path: Path
+    calling_back: App, tmp_path: Path
 ) -> None:
     """Listed by a prune with its delivered callback, then requeued and ended again (a new
     notification) before the prune deletes it: the delete step re-checks its deliveries under
     the group's lock and leaves the batch and both notifications alone."""
-    app = notifying
+    app = calling_back
     with receiving() as receiver:
         status, _ = app.batches.submit(_request(write_photos(tmp_path / "src", 1), receiver.url))
         app.batches.cancel(status["id"])
@@ -414,13 +418,13 @@ def test_prune_keeps_a_batch_that_ended_again_with_a_new_callback_after_it_was_l
 
 
 def test_a_trickling_receiver_is_cut_off_at_the_deadline_and_stop_gives_back_the_rest(
-    notifying: App, tmp_path: Path
+    calling_back: App, tmp_path: Path
 ) -> None:
     """A receiver sending its answer a byte every 0.2 s never exceeds the per-read timeout, but
     the delivery's total deadline (1.5 s here) ends the attempt as a `timeout`; a deliverer
     stopped meanwhile ends within that deadline and gives back the delivery it claimed but had
     not started."""
-    app = notifying
+    app = calling_back
     sources = write_photos(tmp_path / "src", 1)
     with trickling(0.2) as trickler:
         first, _ = app.batches.submit(_request(sources, trickler.url))
@@ -456,8 +460,8 @@ def test_a_url_httpx_cannot_parse_is_refused_at_submission() -> None:
     """Submission parses the URL as the deliverer will: a host that is not valid IDNA, or a
     port out of range, is refused before it can reach the outbox."""
     for url in (BAD_IDNA_URL, "http://hooks.example.com:99999/x"):
-        with pytest.raises(NotifyUrlError, match=r"not a valid URL|port"):
-            check_notify_url(url, ("*.example.com", "hooks.example.com"))
+        with pytest.raises(CallbackUrlError, match=r"not a valid URL|port"):
+            check_callback_url(url, ("*.example.com", "hooks.example.com"))
 
 
 def test_an_unsendable_stored_url_fails_alone_and_the_pass_goes_on(
@@ -466,7 +470,7 @@ def test_an_unsendable_stored_url_fails_alone_and_the_pass_goes_on(
     """A delivery whose stored URL is not valid IDNA (written before submission parsed URLs as
     httpx does) but whose host the allowlist matches fails `invalid_url` at once; another
     delivery of the same pass still goes."""
-    app = make_app(notify_secret=SECRET, notify_hosts=("127.0.0.1:*", "*.example.com"))
+    app = make_app(callback_secret=SECRET, callback_hosts=("127.0.0.1:*", "*.example.com"))
     sources = write_photos(tmp_path / "src", 1)
     with receiving() as receiver:
         bad, _ = app.batches.submit(_request(sources, receiver.url))
@@ -489,11 +493,11 @@ def test_an_unsendable_stored_url_fails_alone_and_the_pass_goes_on(
 
 
 def test_redeliver_is_refused_while_a_requeued_batch_runs_again(
-    notifying: App, database_url: str, capsys: pytest.CaptureFixture[str]
+    calling_back: App, database_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A batch whose callback was delivered, then requeued: until it ends again, redeliver is
     refused (`NothingToRedeliver`: 409 in the API, exit 2 from the CLI) and writes nothing."""
-    app = notifying
+    app = calling_back
     with receiving() as receiver:
         status, _ = app.batches.submit(_request([Path("/nowhere/a.jpg")], receiver.url))
         app.batches.cancel(status["id"])
@@ -532,11 +536,11 @@ def test_verify_answers_false_for_malformed_headers() -> None:
     assert verify(SECRET, body, good) is True
 
 
-def test_id_lists_are_read_in_bounded_slices(notifying: App, tmp_path: Path) -> None:
+def test_id_lists_are_read_in_bounded_slices(calling_back: App, tmp_path: Path) -> None:
     """With more lease groups than one statement may list (here two real deliveries after
     1,001 unknown ids), the delivery lookup and the deliverer's claim still find them, and no
     statement carries more than `IN_LIST_IDS_MAX` ids."""
-    app = notifying
+    app = calling_back
     sources = write_photos(tmp_path / "src", 1)
     with receiving() as receiver:
         batches = [app.batches.submit(_request(sources, receiver.url))[0] for _ in range(2)]
@@ -566,11 +570,11 @@ PARAMETERS_BESIDE_IDS_MAX = 20
 """A claim statement's own parameters (worker, limit, lease, token…) beside its id list."""
 
 
-def test_the_signature_covers_the_notification_id(notifying: App, tmp_path: Path) -> None:
+def test_the_signature_covers_the_notification_id(calling_back: App, tmp_path: Path) -> None:
     """The signed body carries the Idempotency-Key as `notification_id`: a receiver verifying
     with the key accepts the request, and the same signed body replayed under another key is
     refused, while the status document's fields are all there."""
-    app = notifying
+    app = calling_back
     with receiving() as receiver:
         status, _ = app.batches.submit(_request(write_photos(tmp_path / "src", 1), receiver.url))
         app.batches.cancel(status["id"])
@@ -597,13 +601,13 @@ def test_a_name_resolving_to_an_internal_address_is_refused_at_delivery(
     sources = write_photos(tmp_path / "src", 1)
     with receiving() as receiver:
         port = receiver.url.split(":")[2].split("/")[0]
-        app = make_app(notify_secret=SECRET, notify_hosts=("localhost:*", f"127.0.0.1:{port}"))
+        app = make_app(callback_secret=SECRET, callback_hosts=("localhost:*", f"127.0.0.1:{port}"))
         by_name, _ = app.batches.submit(
             _request(sources, receiver.url.replace("127.0.0.1", "localhost"))
         )
         by_address, _ = app.batches.submit(_request(sources, receiver.url))
-        with pytest.raises(NotifyUrlError, match="port is not allowed"):
-            check_notify_url("http://127.0.0.1:1/x", app.settings.notify_hosts)
+        with pytest.raises(CallbackUrlError, match="port is not allowed"):
+            check_callback_url("http://127.0.0.1:1/x", app.settings.callback_hosts)
         for batch in (by_name, by_address):
             app.batches.cancel(batch["id"])
         deliverer = app.deliverer("test-deliverer")
@@ -619,11 +623,11 @@ def test_a_name_resolving_to_an_internal_address_is_refused_at_delivery(
 
 
 def test_the_transport_connects_only_to_the_checked_addresses(
-    notifying: App, tmp_path: Path
+    calling_back: App, tmp_path: Path
 ) -> None:
     """The deliverer's transport never resolves the URL's name itself: a request to a name
     that resolves nowhere reaches the address it was given; given none, it connects nowhere."""
-    deliverer = notifying.deliverer("test-deliverer")
+    deliverer = calling_back.deliverer("test-deliverer")
     assert deliverer is not None
     with receiving() as receiver:
         port = receiver.url.split(":")[2].split("/")[0]
@@ -641,7 +645,7 @@ def test_a_name_the_resolver_cannot_encode_is_a_connect_error_alone(
     """A host label of 64 characters passes URL parsing but the resolver's IDNA step refuses
     it (UnicodeError, not OSError): the attempt is a retryable `connect_error`, not a failed
     delivery pass."""
-    app = make_app(notify_secret=SECRET, notify_hosts=("*.example.com",))
+    app = make_app(callback_secret=SECRET, callback_hosts=("*.example.com",))
     url = "http://" + "a" * 64 + ".example.com/hook"
     status, _ = app.batches.submit(_request(write_photos(tmp_path / "src", 1), url))
     app.batches.cancel(status["id"])

@@ -156,16 +156,16 @@ def upload_sources(config: ChaosConfig, services: Services) -> dict[str, str]:
     return expected
 
 
-NOTIFY_RETRY_SECONDS = 0.5
+CALLBACK_RETRY_SECONDS = 0.5
 """Callback retries in a run: short, so a receiver's scripted failures cost seconds."""
 
 
 def env_for(services: Services, database_url: str, s3_url: str, store_url: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BATCHCROP_", "AWS_"))}
     env.update(
-        BATCHCROP_NOTIFY_SECRET=receiver.SECRET,
-        BATCHCROP_NOTIFY_HOSTS="127.0.0.1:*",
-        BATCHCROP_NOTIFY_RETRY_SECONDS=str(NOTIFY_RETRY_SECONDS),
+        BATCHCROP_CALLBACK_SECRET=receiver.SECRET,
+        BATCHCROP_CALLBACK_HOSTS="127.0.0.1:*",
+        BATCHCROP_CALLBACK_RETRY_SECONDS=str(CALLBACK_RETRY_SECONDS),
     )
     env.update(
         BATCHCROP_DATABASE_URL=database_url,
@@ -196,11 +196,11 @@ def cli(env: dict[str, str], *args: str) -> Any:
 
 
 def submit_batches(
-    config: ChaosConfig, services: Services, env: dict[str, str], notify_url: str
+    config: ChaosConfig, services: Services, env: dict[str, str], callback_url: str
 ) -> dict[str, str]:
     """Submit the four batches, each with the run's callback receiver; returns name ⇒ id."""
     common = ("--ratios", config.ratios, "--max-side", str(config.max_side))
-    common += ("--notify-url", notify_url)  # type: ignore[assignment]
+    common += ("--callback-url", callback_url)  # type: ignore[assignment]
     attempts = ("--max-attempts", str(config.max_attempts))
     ids = {}
     for name in ("main", "hostile", "cancel", "deadline"):

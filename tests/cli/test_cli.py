@@ -743,3 +743,24 @@ def test_a_refused_csv_read_from_a_pipe_names_the_item(cli: Cli) -> None:
     assert result.stderr == (
         "batchcrop: error: /dev/stdin: item 2: ref must not contain control characters\n"
     )
+
+
+def test_the_former_notify_flags_and_variables_still_work(cli: Cli, tmp_path: Path) -> None:
+    """`--notify-url`, `--notify-hosts` and `BATCHCROP_NOTIFY_HOSTS` (ADR 0030) still set
+    the callback settings, hidden from `--help`; a former variable is logged once, naming its
+    new name."""
+    src = tmp_path / "src"
+    write_photos(src, count=1)
+    url = "http://127.0.0.1:9/hook"
+    cli.env["BATCHCROP_NOTIFY_HOSTS"] = "127.0.0.1:9"
+    result = cli("submit", str(src), "--max-side", "600", "--notify-url", url, "--json")
+    assert result.returncode == 0, result.stderr
+    assert url == json.loads(result.stdout)["callback_url"]
+    renamed = [line for line in result.stderr.splitlines() if "msg=setting_renamed" in line]
+    assert [line.split(" ", 1)[1] for line in renamed] == [
+        "level=warning msg=setting_renamed old=BATCHCROP_NOTIFY_HOSTS new=BATCHCROP_CALLBACK_HOSTS"
+    ]
+    refused = cli("submit", str(src), "--notify-hosts", "https://hooks.example.com/x")
+    assert refused.returncode == 2
+    assert "BATCHCROP_CALLBACK_HOSTS entry 'https://hooks.example.com/x'" in refused.stderr
+    assert "--notify" not in cli("submit", "--help").stdout

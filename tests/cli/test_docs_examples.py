@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SPAWN_READY_SECONDS = 60.0
 RUN_SECONDS = 180.0
-NOTIFY_HOST = "hooks.example.com"
+CALLBACK_HOST = "hooks.example.com"
 TOKEN = "docs-example-token-0123456789-abcdefghijkl"
 UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 COMMAND = re.compile(r"(?:^|&& |\.venv/bin/)(batchcrop [^`]*)")
@@ -97,7 +97,7 @@ SERVE = Run("serve --port {PORT}", spawn="serve")
 WORKER = Run("worker", spawn="worker")
 WORKERS = Run("workers", out=r"id .*status")
 STATUS_WATCH = Run("status {OK_BATCH} --watch", out=r"succeeded")
-NOTIFY = Run(f"submit {{SRC}} --notify-url https://{NOTIFY_HOST}/batchcrop", out=rf"^{UUID}$")
+CALLBACK = Run(f"submit {{SRC}} --callback-url https://{CALLBACK_HOST}/batchcrop", out=rf"^{UUID}$")
 REDELIVER = Run("redeliver {BATCH}", exit=2, err=r"^batchcrop: error: .*callback")
 # A box that holds no pixel: refused before the item is touched (the other examples read it).
 RECROP = Run("recrop {BATCH} {ITEM} --focus 5,5,5,5", exit=2, err=r"^batchcrop: error: .*focus")
@@ -170,7 +170,7 @@ EXAMPLES: dict[str, Run | InBlock] = {
     "batchcrop status 3f0c… --watch": DISTRIBUTED,
     "batchcrop status BATCH --watch": STATUS_WATCH,
     "batchcrop status BATCH [--watch]": STATUS_WATCH,
-    "batchcrop submit --notify-url URL": NOTIFY,
+    "batchcrop submit --callback-url URL": CALLBACK,
     "batchcrop submit --deadline inf": Run(
         "submit {SRC} --deadline inf", exit=2, err=r"^batchcrop: error: not a duration: 'inf'"
     ),
@@ -181,11 +181,11 @@ EXAMPLES: dict[str, Run | InBlock] = {
     "batchcrop submit --items-csv missing.csv": Run(
         "submit --items-csv missing.csv", exit=2, err=r"^batchcrop: error: .*missing\.csv"
     ),
-    "batchcrop submit SRC --notify-url https://hooks.example.com/batchcrop": NOTIFY,
-    "batchcrop submit SRC... [--items-csv FILE] [--label L] [--store URL] [--notify-url URL] "
+    "batchcrop submit SRC --callback-url https://hooks.example.com/batchcrop": CALLBACK,
+    "batchcrop submit SRC... [--items-csv FILE] [--label L] [--store URL] [--callback-url URL] "
     "[--idempotency-key K]": Run(
         "submit {SRC} --items-csv items.csv --label docs --store file://./out "
-        f"--notify-url https://{NOTIFY_HOST}/batchcrop --idempotency-key docs-example",
+        f"--callback-url https://{CALLBACK_HOST}/batchcrop --idempotency-key docs-example",
         out=rf"^{UUID}$",
     ),
     "batchcrop submit s3://catalogue-sources/2026-11/ --deadline 6h --max-attempts 3": DISTRIBUTED,
@@ -332,7 +332,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory, s3_endpoint: str) -> Wor
         **_s3_env(s3_endpoint),
         "HOME": str(cwd),
         "COLUMNS": "400",  # tables wide enough that no cell wraps
-        "BATCHCROP_NOTIFY_HOSTS": NOTIFY_HOST,
+        "BATCHCROP_CALLBACK_HOSTS": CALLBACK_HOST,
     }
     for name in ("BATCHCROP_DATABASE_URL", "BATCHCROP_STORE", "BATCHCROP_API_TOKEN"):
         env.pop(name, None)

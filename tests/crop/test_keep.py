@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from batchcrop.crop.faces import HEADROOM, keep_box, with_room
-from batchcrop.crop.window import place_window
+from batchcrop.crop.geometry import place_window
 from tests.crop.images import contains
 
 Box = tuple[int, int, int, int]

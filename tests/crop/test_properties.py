@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from batchcrop.crop import Ratio, RenderSpec, render
-from batchcrop.crop.window import window_size
+from batchcrop.crop.geometry import window_size
 from tests.crop.images import decode, draw_subject, encode, scene, within_one_pixel
 
 ratios = st.builds(Ratio, st.integers(1, 100), st.integers(1, 100))

@@ -21,10 +21,10 @@ def test_a_delivered_callback_is_listed_and_can_be_redelivered(
     page: Any, make_app: Callable[..., App], sources: list[str]
 ) -> None:
     """A cancelled batch's callback, delivered: the page lists the delivery and enables
-    Redeliver; redelivering adds a second delivery of the same notification."""
-    app = make_app(notify_secret=SECRET, notify_hosts=("127.0.0.1:*",))
+    Redeliver; redelivering adds a second delivery of the same callback."""
+    app = make_app(callback_secret=SECRET, callback_hosts=("127.0.0.1:*",))
     with receiving() as receiver, running(app, token=TOKEN) as live:
-        batch = submit(live, sources[:1], notify_url=receiver.url)
+        batch = submit(live, sources[:1], callback_url=receiver.url)
         live.client.post(f"/v1/batches/{batch['id']}/cancel")
         deliverer = app.deliverer("test-deliverer")
         assert deliverer is not None

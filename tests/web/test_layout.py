@@ -21,8 +21,8 @@ WIDTHS_PX = (390, 1280, 1600)
 VIEWPORT_HEIGHT_PX = 900
 LONG_LABEL = "import-" + "x" * 193
 LONG_FOLDER = "catalogue-" + "y" * 120
-NOTIFY_HOST = "hooks.example.com"
-LONG_NOTIFY_URL = f"https://{NOTIFY_HOST}/callbacks/" + "z" * 300
+CALLBACK_HOST = "hooks.example.com"
+LONG_CALLBACK_URL = f"https://{CALLBACK_HOST}/callbacks/" + "z" * 300
 
 
 def long_ref(n: int) -> str:
@@ -45,14 +45,14 @@ def long_batch(
         target = folder / ("photo-" + "w" * 100 + "-" + Path(source).name)
         shutil.copyfile(source, target)
         long_sources.append(str(target))
-    app = make_app(notify_hosts=(NOTIFY_HOST,))
+    app = make_app(callback_hosts=(CALLBACK_HOST,))
     with running(app, token=TOKEN) as live:
         body = {
             "items": [{"source": s, "ref": long_ref(n)} for n, s in enumerate(long_sources)],
             "ratios": ["1:1", "16:9", "3:4", "21:9"],
             "max_side": 96,
             "label": LONG_LABEL,
-            "notify_url": LONG_NOTIFY_URL,
+            "callback_url": LONG_CALLBACK_URL,
         }
         response = live.client.post("/v1/batches", json=body)
         assert response.status_code == 201, response.text
@@ -122,7 +122,7 @@ def test_no_page_scrolls_sideways_at_phone_and_desktop_widths(
                 assert LONG_LABEL in text
             if name == "batch":
                 assert LONG_LABEL in text
-                assert LONG_NOTIFY_URL in text
+                assert LONG_CALLBACK_URL in text
             if name == "item":
                 assert longest["ref"] in text
                 assert longest["source"] in text

@@ -134,9 +134,9 @@ function showStatus(fresh) {
 // The completion callback's deliveries (docs/api.md, completion callbacks); `succeeded` means
 // delivered. Redelivery is offered once the latest delivery has ended.
 function showDeliveries(batch) {
-  byId("callback").hidden = !batch.notify_url;
-  if (!batch.notify_url) return;
-  byId("notify-url").textContent = batch.notify_url;
+  byId("callback").hidden = !batch.callback_url;
+  if (!batch.callback_url) return;
+  byId("callback-url").textContent = batch.callback_url;
   const deliveries = batch.deliveries || [];
   byId("deliveries").tBodies[0].replaceChildren(
     ...deliveries.map((d) =>
@@ -352,7 +352,7 @@ async function act(question, action, body = {}) {
     const done = {
       requeue: `Requeued. The batch is now ${fresh.state.replace("_", " ")}.`,
       cancel: "Cancel requested. Unclaimed items are abandoned now, held ones shortly.",
-      redeliver: "A new delivery of the latest notification is on its way.",
+      redeliver: "A new delivery of the latest callback is on its way.",
     };
     result.textContent = done[action];
     // follow() shows the new counts, which refreshes the item lists.

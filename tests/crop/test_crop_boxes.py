@@ -8,9 +8,9 @@ import pytest
 from PIL import Image
 
 from batchcrop.crop import MemoryBudget, RenderSpec, render
+from batchcrop.crop.crop_boxes import preview_windows
 from batchcrop.crop.decode import decode_rgb, decoded_size, open_image
 from batchcrop.crop.errors import InvalidFocus
-from batchcrop.crop.windows import preview_windows
 from tests.crop.images import STORE_AS, encode, scene
 
 RATIOS = ["1:1", "16:9", "3:4", "4:3", "9:16", "21:9", "2:1"]

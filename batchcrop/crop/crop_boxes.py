@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from batchcrop.crop.budget import MemoryBudget, reserved
 from batchcrop.crop.decode import decode_cost, decode_rgb, decoded_size, open_image
 from batchcrop.crop.faces import DETECTION_BYTES
+from batchcrop.crop.geometry import Box
 from batchcrop.crop.limits import MAX_SOURCE_PIXELS
 from batchcrop.crop.planning import clipped_focus, cut_for, placed_windows, plan
 from batchcrop.crop.resample import shown_box
 from batchcrop.crop.spec import Ratio, RenderSpec
-from batchcrop.crop.window import Box
 
 
 @dataclass(frozen=True)
