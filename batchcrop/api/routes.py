@@ -75,9 +75,7 @@ def batch_router(app: App) -> APIRouter:
     @router.get("", response_model=models.BatchPage)
     def list_batches(
         state: Annotated[models.StateName | None, Query()] = None,
-        label: Annotated[
-            str | None, Query(max_length=models.LABEL_CHARS_MAX, description="only this label")
-        ] = None,
+        label: Annotated[models.LabelFilter | None, Query(description="only this label")] = None,
         q: Annotated[
             models.SearchText | None,
             Query(
