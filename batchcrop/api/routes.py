@@ -10,9 +10,10 @@ from fastapi import APIRouter, Body, Header, Query
 from starlette.responses import Response
 
 from batchcrop.api import models, polling
+from batchcrop.api.problems import field_problem
 from batchcrop.api.requests import batch_request, path_id, query_id
 from batchcrop.app import App
-from batchcrop.batches.recrop import recrop
+from batchcrop.batches.recrop import FocusOutside, recrop
 from batchcrop.batches.service import IDEMPOTENCY_KEY_CHARS_MAX, PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX
 from leases import State
 
@@ -209,12 +210,15 @@ def batch_router(app: App) -> APIRouter:
         (new keys), and the timeline records the re-crop. 409 `recrop-conflict` (with the
         item's `state` and pending `focus_box`) while it is not succeeded or failed, 409
         `batch-cancelled` in a cancelled batch."""
-        document = recrop(
-            app.batches,
-            path_id(batch_id, what="batch"),
-            path_id(item_id, what="item"),
-            body.focus_box,
-        )
+        try:
+            document = recrop(
+                app.batches,
+                path_id(batch_id, what="batch"),
+                path_id(item_id, what="item"),
+                body.focus_box,
+            )
+        except FocusOutside as exc:
+            raise field_problem("focus_box", str(exc)) from exc
         return json_response(document, 202)
 
     @router.post(

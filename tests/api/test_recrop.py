@@ -111,7 +111,8 @@ def test_a_recrop_of_an_unfinished_item_or_a_cancelled_batch_is_409(
 
 def test_bad_focus_boxes_are_422_naming_the_field(api: LiveServer, sources: list[str]) -> None:
     """Boxes are checked as at submission, in the body and in the preview's query; a box
-    wholly outside the picture is refused by the preview; unknown items are 404."""
+    wholly outside the picture is refused by the preview and by the re-crop; unknown items
+    are 404."""
     batch_id, item = _done_batch(api, sources)
     base = f"/v1/batches/{batch_id}/items/{item['id']}"
     for body, field in (
@@ -128,6 +129,8 @@ def test_bad_focus_boxes_are_422_naming_the_field(api: LiveServer, sources: list
         )
     outside = api.client.get(f"{base}/windows", params={"focus": "5000,5000,5010,5010"})
     assert "outside" in assert_problem(outside, 422, field="focus")["detail"]
+    missed = api.client.post(f"{base}/recrop", json={"focus_box": [5000, 5000, 5010, 5010]})
+    assert "outside" in assert_problem(missed, 422, field="focus_box")["detail"]
     unknown = f"/v1/batches/{batch_id}/items/00000000-0000-4000-8000-000000000000"
     assert_problem(api.client.post(f"{unknown}/recrop", json={"focus_box": [0, 0, 9, 9]}), 404)
     assert_problem(api.client.get(f"{unknown}/windows"), 404)
