@@ -89,6 +89,10 @@ def create_api(app: App, *, max_body_bytes: int = BODY_BYTES_MAX) -> FastAPI:
         openapi_url=None,  # served by `_ops_router`, behind the token
         docs_url=None,
         redoc_url=None,
+        # Starlette answers `/v1/batches/` with a redirect to an absolute URL built from the
+        # request's Host, before any route's token check: an open redirect to any host. Every
+        # path has one spelling; another is a 404.
+        redirect_slashes=False,
     )
     guard = Depends(token_guard(app.settings.api_token))
     api.include_router(_health_router(app))
