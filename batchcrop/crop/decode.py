@@ -216,8 +216,26 @@ def _refuse_known_unsupported(head: bytes) -> None:
         raise UnsupportedImage("PDF documents are not supported")
     if text.startswith(b"<svg") or (text.startswith(b"<?xml") and b"<svg" in text):
         raise UnsupportedImage("SVG images are not supported")
-    if head[4:8] == b"ftyp" and head[8:12] in (b"heic", b"heix", b"mif1", b"msf1", b"avif"):
-        raise UnsupportedImage("HEIF/AVIF images are not supported")
+    if _is_heif(head):
+        # No slash: the message is shown through `public_message`, which reads "A/B" as a path.
+        raise UnsupportedImage("HEIF and AVIF images are not supported")
+
+
+HEIF_BRANDS = frozenset(
+    {b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"hevm", b"hevs", b"mif1", b"msf1"}
+    | {b"avif", b"avis", b"avio"}
+)
+"""ISO BMFF brands of HEIF still images and sequences (HEVC) and AVIF (`avis`: a sequence)."""
+
+
+def _is_heif(head: bytes) -> bool:
+    """Whether `head` starts with an ISO BMFF `ftyp` box whose major or any compatible brand is
+    a HEIF or AVIF one (an AVIF sequence may name `avis` first, `avif` only among the rest)."""
+    if head[4:8] != b"ftyp":
+        return False
+    size = int.from_bytes(head[:4], "big")
+    brands = [head[8:12], *(head[at : at + 4] for at in range(16, min(size, len(head)) - 3, 4))]
+    return any(brand in HEIF_BRANDS for brand in brands)
 
 
 def _refuse_other_pillow_format(data: bytes) -> None:

@@ -20,7 +20,7 @@ from batchcrop.crop import (
     render,
 )
 from batchcrop.crop.errors import CropError
-from batchcrop.errors import Category, PermanentItemError
+from batchcrop.errors import Category, PermanentItemError, public_message
 from tests.crop.images import encode, scene
 
 SPEC = RenderSpec((Ratio(1, 1), Ratio(16, 9)), max_side=64)
@@ -133,14 +133,33 @@ def test_default_limit_is_below_pillow_warning() -> None:
         b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n1 0 obj\n<<>>\nendobj\n",
         b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic",
         b"\x00\x00\x00\x1cftypavif\x00\x00\x00\x00avifmif1miaf",
+        b"\x00\x00\x00\x20ftypavis\x00\x00\x00\x00avisavifmsf1miafMA1B",
+        b"\x00\x00\x00\x18ftypmiaf\x00\x00\x00\x00miafavif",
     ],
-    ids=["svg", "svg-xml", "svg-bom", "pdf", "heic", "avif"],
+    ids=["svg", "svg-xml", "svg-bom", "pdf", "heic", "avif", "avif-sequence", "avif-compatible"],
 )
 def test_unsupported_formats_named(data: bytes) -> None:
-    """SVG, PDF, HEIC and AVIF are unsupported images, not invalid ones."""
+    """SVG, PDF, HEIC and AVIF (still or a sequence, named as the major or a compatible brand)
+    are unsupported images, not invalid ones."""
     with pytest.raises(UnsupportedImage) as caught:
         render(data, SPEC)
     assert caught.value.category == Category.UNSUPPORTED_IMAGE
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic",
+        b"\x00\x00\x00\x20ftypavis\x00\x00\x00\x00avisavifmsf1miafMA1B",
+    ],
+    ids=["heic", "avif-sequence"],
+)
+def test_the_heif_message_survives_the_public_sanitiser(data: bytes) -> None:
+    """What operators read for a HEIF or AVIF source names the formats (a "HEIF/AVIF" was
+    redacted as a path: "<path> images are not supported")."""
+    with pytest.raises(UnsupportedImage) as caught:
+        render(data, SPEC)
+    assert public_message(str(caught.value)) == "HEIF and AVIF images are not supported"
 
 
 def test_psd_is_unsupported() -> None:
