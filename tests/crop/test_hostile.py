@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -160,6 +161,36 @@ def test_the_heif_message_survives_the_public_sanitiser(data: bytes) -> None:
     with pytest.raises(UnsupportedImage) as caught:
         render(data, SPEC)
     assert public_message(str(caught.value)) == "HEIF and AVIF images are not supported"
+
+
+def _vips_tiff(interpretation: str, values: list[float], cast: str | None = None) -> bytes:
+    """A small TIFF as libvips writes it, in layouts Pillow does not decode."""
+    import pyvips  # noqa: PLC0415  (loads libvips: only these tests need it)
+
+    picture = (pyvips.Image.black(8, 8, bands=3) + values).copy(interpretation=interpretation)
+    if cast == "labs":
+        picture = picture.Lab2LabS()
+    data: bytes = picture.tiffsave_buffer()
+    return data
+
+
+@pytest.mark.parametrize(
+    ("make", "said"),
+    [
+        (lambda: _vips_tiff("lab", [50, 0, 0], "labs"), "CIELab TIFF images of 16-bit signed"),
+        (lambda: _vips_tiff("lab", [50, 0, 0]), "CIELab TIFF images of 32-bit floating-point"),
+        (lambda: _vips_tiff("srgb", [0.5, 0.5, 0.5]), "RGB TIFF images of 32-bit floating-point"),
+    ],
+    ids=["cielab-16-bit", "cielab-float", "rgb-float"],
+)
+def test_tiff_layouts_pillow_cannot_decode_are_unsupported(
+    make: Callable[[], bytes], said: str
+) -> None:
+    """A well-formed TIFF in a pixel layout Pillow does not decode (libvips' 16-bit and float
+    CIELab, float RGB) is `unsupported_image` naming the layout, not "not a recognised image"."""
+    with pytest.raises(UnsupportedImage) as caught:
+        render(make(), SPEC)
+    assert said in (public_message(str(caught.value)) or "")
 
 
 def test_psd_is_unsupported() -> None:
