@@ -12,16 +12,13 @@ transaction (docs/design.md §6, re-crop). Until then the item keeps its earlier
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from batchcrop.batches.items import focus_box, payload_focus
 from batchcrop.batches.service import RECROP_REASON, BatchService, NoSuchBatch
 from batchcrop.db import queries
 from batchcrop.errors import BatchcropError
 from leases import GroupCancelled, NoSuchGroup, NoSuchItem, NotRedoable
-
-if TYPE_CHECKING:
-    from batchcrop.crop.window import Box
 
 RECROP_OPEN_SECONDS = 3600.0
 """A re-crop gives a batch whose deadline is nearer than this (or past) a deadline this far from
@@ -104,7 +101,7 @@ def recrop(
     return batches.item(batch_id, item_id)
 
 
-def _check_meets_the_picture(box: Box, preview: Mapping[str, Any] | None) -> None:
+def _check_meets_the_picture(box: Sequence[int], preview: Mapping[str, Any] | None) -> None:
     """`FocusOutside` when `box` lies wholly outside the upright source `preview` records (the
     crop engine's own test, `clipped_focus`)."""
     if preview is None:
