@@ -7,6 +7,7 @@ variable over the default. Defaults are named constants with their unit in the n
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -54,6 +55,8 @@ RENAMED_ENV = {
 (`setting_renamed`); the new name wins when both are set."""
 API_TOKEN_CHARS_MIN = 32
 """Shorter tokens are refused: a token is the only lock on the API."""
+API_TOKEN_FILE_BYTES_MAX = 64 * 1024
+"""Of a token file only this much is read: its first line is the token."""
 
 
 class SettingsError(ValueError):
@@ -122,6 +125,13 @@ class Settings:
                 f"the API token must be at least {API_TOKEN_CHARS_MIN} characters "
                 "(for example: python3 -c 'import secrets; print(secrets.token_urlsafe(32))')"
             )
+        if self.api_token is not None and not _printable_ascii(self.api_token):
+            # HTTP clients send a header's non-ASCII text in encodings of their own (UTF-8,
+            # Latin-1): such a token could never match every client's Authorization.
+            raise SettingsError(
+                "the API token must be printable ASCII without spaces "
+                "(secrets.token_urlsafe(32) makes one)"
+            )
         if (
             self.callback_secret is not None
             and len(self.callback_secret) < CALLBACK_SECRET_CHARS_MIN
@@ -162,17 +172,38 @@ class Settings:
             if value is not None:
                 values[name] = _convert(name, value) if isinstance(value, str) else value
         if values.get("api_token_file"):
+            if values.get("api_token"):
+                # Which one wins would be a guess: a stale file or a stale variable.
+                raise SettingsError(
+                    "the API token is given twice: set BATCHCROP_API_TOKEN or "
+                    "BATCHCROP_API_TOKEN_FILE (--api-token-file), not both"
+                )
             values["api_token"] = _read_token(values["api_token_file"])
         return cls(**values, renamed_env=renamed)
 
 
+def _printable_ascii(text: str) -> bool:
+    return all("!" <= c <= "~" for c in text)
+
+
 def _read_token(path: str) -> str:
-    """The token in a file (its first line): a secret kept off command lines and `ps`."""
+    """The token in a file (its first line): a secret kept off command lines and `ps`. Only a
+    regular file is read, opened without blocking: a FIFO would hang every command's start-up
+    until something wrote to it."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.readline().strip()
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise SettingsError(f"cannot read the API token file {path}: {exc.strerror}") from exc
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise SettingsError(f"cannot read the API token file {path}: not a regular file")
+        data = os.read(descriptor, API_TOKEN_FILE_BYTES_MAX)
+    except OSError as exc:
+        raise SettingsError(f"cannot read the API token file {path}: {exc.strerror}") from exc
+    finally:
+        os.close(descriptor)
+    try:
+        return data.split(b"\n", 1)[0].decode("utf-8").strip()
     except UnicodeDecodeError as exc:
         raise SettingsError(f"cannot read the API token file {path}: not UTF-8 text") from exc
 

@@ -185,3 +185,37 @@ def trickling(interval_seconds: float) -> Iterator[Trickler]:
     finally:
         trickler.stop.set()
         listener.close()
+
+
+@contextmanager
+def answering(raw: bytes) -> Iterator[str]:
+    """A receiver on 127.0.0.1 that reads each request's head and answers `raw` bytes as they
+    are (not necessarily HTTP), then closes; yields its URL."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def answer(conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(5.0)
+            try:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += conn.recv(65536)
+                conn.sendall(raw)
+            except OSError:
+                return  # the sender gave up
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=answer, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}/hooks/raw"
+    finally:
+        stop.set()
+        listener.close()

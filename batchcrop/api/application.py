@@ -15,7 +15,14 @@ from batchcrop.api import handlers, models
 from batchcrop.api.auth import token_guard
 from batchcrop.api.hosts import HostGuard
 from batchcrop.api.media import media_router
-from batchcrop.api.middleware import BODY_BYTES_MAX, AccessLog, BodyLimit, CrashGuard, NoSniff
+from batchcrop.api.middleware import (
+    BODY_BYTES_MAX,
+    AccessLog,
+    BodyLimit,
+    CrashGuard,
+    HeadAsGet,
+    NoSniff,
+)
 from batchcrop.api.problems import Problem
 from batchcrop.api.routes import PROBLEM_RESPONSE, batch_router, json_response
 from batchcrop.app import App
@@ -89,6 +96,10 @@ def create_api(app: App, *, max_body_bytes: int = BODY_BYTES_MAX) -> FastAPI:
         openapi_url=None,  # served by `_ops_router`, behind the token
         docs_url=None,
         redoc_url=None,
+        # Starlette answers `/v1/batches/` with a redirect to an absolute URL built from the
+        # request's Host, before any route's token check: an open redirect to any host. Every
+        # path has one spelling; another is a 404.
+        redirect_slashes=False,
     )
     guard = Depends(token_guard(app.settings.api_token))
     api.include_router(_health_router(app))
@@ -99,6 +110,7 @@ def create_api(app: App, *, max_body_bytes: int = BODY_BYTES_MAX) -> FastAPI:
     handlers.install(api)
     # Added last = outermost: `nosniff` goes on every answer, refusals included; the Host check,
     # then the body cap, act before anything reads the body.
+    api.add_middleware(HeadAsGet)  # innermost: the guards and the log see the HEAD
     api.add_middleware(CrashGuard)
     api.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     api.add_middleware(

@@ -18,13 +18,19 @@ import threading
 from collections.abc import Iterator, Mapping
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Header, Path, Query
 from starlette.responses import Response
 
 from batchcrop.api.models import FormatName, WindowsDocument
+from batchcrop.api.polling import etag_of, if_none_match_matches
 from batchcrop.api.problems import Problem, field_problem
 from batchcrop.api.requests import path_id
-from batchcrop.api.routes import PROBLEM_RESPONSE, PROBLEM_RESPONSES, json_response
+from batchcrop.api.routes import (
+    IF_NONE_MATCH_CHARS_MAX,
+    PROBLEM_RESPONSE,
+    PROBLEM_RESPONSES,
+    json_response,
+)
 from batchcrop.app import App
 from batchcrop.batches.items import FocusError, focus_from_text
 from batchcrop.crop import (
@@ -63,8 +69,10 @@ THUMBNAIL_QUEUE_SECONDS = 5.0
 """How long a thumbnail request waits for a decode slot before a 503 with `Retry-After`."""
 THUMBNAIL_CACHE_SECONDS = 300
 """Browsers may reuse a thumbnail this long; the source may change in place, so not forever."""
-DERIVATIVE_CACHE_SECONDS = 365 * 24 * 3600
-"""Derivative keys name their content (source hash + render variant): safe to keep."""
+DERIVATIVE_CACHE_CONTROL = "private, no-cache"
+"""A derivative's URL names the ratio and format, not the key: a re-crop gives the same URL
+other bytes, so a browser must revalidate (cheap: the ETag is the key's, checked without
+reading the store) instead of keeping the old picture for a year."""
 STORE_RETRY_AFTER_SECONDS = 5
 RATIO_PATH_PATTERN = r"^[0-9]{1,6}x[0-9]{1,6}$"
 _RATIO_PATH = re.compile(RATIO_PATH_PATTERN)
@@ -403,20 +411,31 @@ def media_router(app: App) -> APIRouter:
             200: {
                 "content": _DERIVATIVE_CONTENT,
                 "description": "the derivative's bytes, with its format's media type",
-            }
+            },
+            304: {"description": "the derivative is still the one in If-None-Match"},
         },
     )
     def derivative(
-        batch_id: str, item_id: str, ratio: RatioPath, output: FormatQuery = None
+        batch_id: str,
+        item_id: str,
+        ratio: RatioPath,
+        output: FormatQuery = None,
+        if_none_match: Annotated[str | None, Header()] = None,
     ) -> Response:
         """The stored bytes of the item's derivative for `ratio` (`16x9` for 16:9) in `format`
         (default: the batch's first), with that format's media type, read from the batch's own
-        store."""
+        store. Its ETag is its key's (a re-crop changes it); `If-None-Match` ⇒ 304."""
         batch_id, item_id = path_id(batch_id, what="batch"), path_id(item_id, what="item")
         key, name = _derivative_key(app, batch_id, item_id, ratio, output)
+        headers = {"Cache-Control": DERIVATIVE_CACHE_CONTROL, "ETag": etag_of(key.encode())}
+        if (
+            if_none_match
+            and len(if_none_match) <= IF_NONE_MATCH_CHARS_MAX
+            and if_none_match_matches(if_none_match, headers["ETag"])
+        ):
+            return Response(status_code=304, headers=headers)
         store = stores.get(app.batches.batch(batch_id).store)
         data = _read_derivative(store, key, max_bytes=max_bytes)
-        headers = {"Cache-Control": f"private, max-age={DERIVATIVE_CACHE_SECONDS}, immutable"}
         return Response(data, media_type=FORMATS[name].media_type, headers=headers)
 
     return router

@@ -1,4 +1,5 @@
-"""ASGI guards around the application: a request body cap, a last-resort 500, `nosniff`.
+"""ASGI guards around the application: a request body cap, a last-resort 500, `nosniff`,
+`HEAD` answered as `GET`.
 
 Both answer with problem documents. They are plain ASGI (not `BaseHTTPMiddleware`) so that
 they add no task or thread hop to every request.
@@ -120,6 +121,28 @@ class CrashGuard:
                 raise
             problem = Problem(500, "internal error; the server log has the details")
             await answer(scope, receive, send, problem)
+
+
+class HeadAsGet:
+    """`HEAD` on every `GET` route (RFC 9110 §9.3.2): the request is answered as a `GET` whose
+    body is dropped, with the GET's status and headers, `Content-Length` included. FastAPI's
+    routes name `GET` alone, so a `HEAD` was a 405. Outer guards and the access log still see
+    `HEAD`."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            await self.app(scope, receive, send)
+            return
+
+        async def bodiless(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                message = {**message, "body": b""}
+            await send(message)
+
+        await self.app({**scope, "method": "GET"}, receive, bodiless)
 
 
 class NoSniff:

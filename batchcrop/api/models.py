@@ -67,6 +67,11 @@ LabelText = Annotated[
     AfterValidator(storable_text),
     AfterValidator(label_text),
 ]
+LabelFilter = Annotated[
+    str, StringConstraints(max_length=LABEL_CHARS_MAX), AfterValidator(storable_text)
+]
+"""A label to filter by: only text a database can compare (PostgreSQL refuses NUL in a
+parameter), so that it is a 422 on every database instead of a 500 on one."""
 Seconds = Annotated[float, Field(gt=0, le=DEADLINE_SECONDS_MAX)]
 CallbackUrlText = Annotated[
     str,

@@ -13,7 +13,7 @@ from batchcrop.api import models, polling
 from batchcrop.api.problems import field_problem
 from batchcrop.api.requests import batch_request, path_id, query_id
 from batchcrop.app import App
-from batchcrop.batches.recrop import recrop
+from batchcrop.batches.recrop import FocusOutside, recrop
 from batchcrop.batches.service import IDEMPOTENCY_KEY_CHARS_MAX, PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX
 from batchcrop.callbacks.delivery import CallbackUrlError
 from leases import State
@@ -81,9 +81,7 @@ def batch_router(app: App) -> APIRouter:
     @router.get("", response_model=models.BatchPage)
     def list_batches(
         state: Annotated[models.StateName | None, Query()] = None,
-        label: Annotated[
-            str | None, Query(max_length=models.LABEL_CHARS_MAX, description="only this label")
-        ] = None,
+        label: Annotated[models.LabelFilter | None, Query(description="only this label")] = None,
         q: Annotated[
             models.SearchText | None,
             Query(
@@ -217,12 +215,15 @@ def batch_router(app: App) -> APIRouter:
         (new keys), and the timeline records the re-crop. 409 `recrop-conflict` (with the
         item's `state` and pending `focus_box`) while it is not succeeded or failed, 409
         `batch-cancelled` in a cancelled batch."""
-        document = recrop(
-            app.batches,
-            path_id(batch_id, what="batch"),
-            path_id(item_id, what="item"),
-            body.focus_box,
-        )
+        try:
+            document = recrop(
+                app.batches,
+                path_id(batch_id, what="batch"),
+                path_id(item_id, what="item"),
+                body.focus_box,
+            )
+        except FocusOutside as exc:
+            raise field_problem("focus_box", str(exc)) from exc
         return json_response(document, 202)
 
     @router.post(

@@ -11,7 +11,7 @@ transaction (docs/design.md §6, re-crop). Until then the item keeps its earlier
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from batchcrop.batches.items import focus_box, payload_focus
@@ -37,6 +37,11 @@ class RecropConflict(BatchcropError):
         self.focus_box = focus_box
 
 
+class FocusOutside(BatchcropError):
+    """The focus box lies wholly outside the item's upright source, whose size its stored
+    preview records: rendering it could only fail the item (`invalid_focus`)."""
+
+
 class BatchCancelled(BatchcropError):
     """The batch was cancelled: nothing in it is rendered again until it is requeued."""
 
@@ -48,7 +53,9 @@ def recrop(
     checked as at submission: `FocusError`); returns its item document, now `queued`.
 
     Of two re-crops of one item, the first to commit wins; the other raises `RecropConflict`
-    naming the pending box. Raises `NoSuchBatch` (no such batch or item) and `BatchCancelled`.
+    naming the pending box. Raises `NoSuchBatch` (no such batch or item), `BatchCancelled`, and
+    `FocusOutside` for a box that misses the picture (known from the item's stored preview; an
+    item without one, never rendered, fails `invalid_focus` when the worker reads the source).
     """
     checked = focus_box(box)
     batches.batch(batch_id)
@@ -56,6 +63,7 @@ def recrop(
     item = leases.item(item_id)
     if item is None or item.group_id != batch_id:
         raise NoSuchBatch(f"no item {item_id} in batch {batch_id}")
+    _check_meets_the_picture(checked, batches.item(batch_id, item_id)["preview"])
     payload = {**item.payload, "focus_box": list(checked)}
     try:
         with leases.transaction() as conn:
@@ -91,3 +99,14 @@ def recrop(
     except (NoSuchGroup, NoSuchItem) as exc:
         raise NoSuchBatch(f"no item {item_id} in batch {batch_id}") from exc
     return batches.item(batch_id, item_id)
+
+
+def _check_meets_the_picture(box: Sequence[int], preview: Mapping[str, Any] | None) -> None:
+    """`FocusOutside` when `box` lies wholly outside the upright source `preview` records (the
+    crop engine's own test, `clipped_focus`)."""
+    if preview is None:
+        return
+    width, height = int(preview["source_width"]), int(preview["source_height"])
+    left, top, right, bottom = box
+    if min(width, right) <= max(0, left) or min(height, bottom) <= max(0, top):
+        raise FocusOutside(f"focus box {list(box)} lies outside the {width}x{height} picture")

@@ -795,23 +795,23 @@ LABEL_CHARS_MAX = 200
 """The width of `batchcrop_batches.label`."""
 
 
-BIDI_CONTROLS = frozenset(
-    "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
-)
-"""The bidirectional formatting characters (marks, embeddings, overrides, isolates): in a
-label they would reorder what an operator reads in a table, a page or a terminal."""
+LABEL_REFUSED_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
+"""Unicode categories a label may not hold: controls; format characters, which reorder what an
+operator reads in a table, a page or a terminal (the bidirectional marks, embeddings, overrides
+and isolates) or are invisible, so that two labels reading alike differ (U+200B, U+FEFF,
+U+00AD, tag characters); line and paragraph separators (U+2028, U+2029), which break a row."""
 
 
 def label_text(label: str) -> str:
     """`label` if the column can hold it and every reader shows it as typed: 1 to
-    `LABEL_CHARS_MAX` characters, no control or bidirectional formatting characters;
-    ValueError otherwise (the API's 422, the CLI's exit 2)."""
+    `LABEL_CHARS_MAX` characters, none of `LABEL_REFUSED_CATEGORIES`; ValueError otherwise
+    (the API's 422, the CLI's exit 2)."""
     if not 1 <= len(label) <= LABEL_CHARS_MAX or any(
-        unicodedata.category(c) == "Cc" or c in BIDI_CONTROLS for c in label
+        unicodedata.category(c) in LABEL_REFUSED_CATEGORIES for c in label
     ):
         raise ValueError(
-            f"the label must be 1 to {LABEL_CHARS_MAX} characters, without control or "
-            "bidirectional formatting characters"
+            f"the label must be 1 to {LABEL_CHARS_MAX} characters, without control, "
+            "invisible or bidirectional formatting characters or line separators"
         )
     return label
 

@@ -70,6 +70,9 @@ NOTIFICATION_ID_FIELD = "notification_id"
 """The body's first field: the `Idempotency-Key`, under the signature."""
 TIMEOUT = "timeout"
 CONNECT_ERROR = "connect_error"
+PROTOCOL_ERROR = "protocol_error"
+"""The receiver answered something that is not HTTP/1.1: garbage, an HTTP/0.9 body, headers
+past h11's 16 KiB limit, or a close before any answer. Retried, like a refused connection."""
 INVALID_URL = "invalid_url"
 CALLBACK_SCHEMES = ("http", "https")
 
@@ -220,6 +223,23 @@ def delivery_leases(
     )
 
 
+def _request_error_reason(exc: httpx.HTTPError) -> str:
+    """The reason an attempt's request failed without an answer's status code."""
+    import httpx  # noqa: PLC0415  (see parse_url)
+
+    if isinstance(exc, httpx.TimeoutException):
+        return TIMEOUT
+    if isinstance(exc, httpx.ProtocolError):
+        return PROTOCOL_ERROR
+    return CONNECT_ERROR
+
+
+def _fails_at_once(code: int | None, reason: str) -> bool:
+    """Whether an attempt's outcome can never change by asking again: a name resolving to an
+    internal address, or a redirect (a 3xx; redirects are never followed)."""
+    return reason == ADDRESS_NOT_ALLOWED or (code is not None and 300 <= code < 400)
+
+
 class Deliverer(threading.Thread):
     """Claims due deliveries and POSTs them until `stop()` (a daemon thread)."""
 
@@ -302,10 +322,12 @@ class Deliverer(threading.Thread):
 
     def deliver(self, claim: Claim) -> State | None:
         """POST one claimed delivery and end its attempt: `succeeded` on a 2xx; `failed`
-        `invalid_url` for a URL that cannot be sent, or `address_not_allowed` for a name that
-        resolves to an internal address; retryable `host_not_allowed` / `port_not_allowed` when
+        `invalid_url` for a URL that cannot be sent, `address_not_allowed` for a name that
+        resolves to an internal address, or `http_3xx` for a redirect (never followed, so
+        asking again cannot succeed); retryable `host_not_allowed` / `port_not_allowed` when
         this process's allowlist refuses it (`_refused_here`); else retryable with
-        `http_<status>`, `timeout` or `connect_error`. None when the lease was lost."""
+        `http_<status>`, `timeout`, `connect_error` or `protocol_error`. None when the lease
+        was lost."""
         payload = claim.payload
         url = str(payload["url"])
         reason: str | None = None
@@ -323,9 +345,9 @@ class Deliverer(threading.Thread):
             if refusal is not None:
                 return self._refused_here(claim, url, refusal, started)
             code, reason = self._post(claim, parsed)
-            if reason == ADDRESS_NOT_ALLOWED:
-                self.leases.fail(claim, ADDRESS_NOT_ALLOWED)
-                return self._logged(claim, State.FAILED, ADDRESS_NOT_ALLOWED, None, started)
+            if reason is not None and _fails_at_once(code, reason):
+                self.leases.fail(claim, reason)
+                return self._logged(claim, State.FAILED, reason, code, started)
             if reason is None:
                 self.leases.complete(claim)
                 return self._logged(claim, State.SUCCEEDED, None, code, started)
@@ -383,12 +405,10 @@ class Deliverer(threading.Thread):
                 self.client.stream("POST", url, content=body, headers=headers) as response,
             ):
                 code = response.status_code
-        except httpx.TimeoutException:
-            return None, TIMEOUT
         except httpx.InvalidURL:
             return None, INVALID_URL
-        except httpx.HTTPError:
-            return None, CONNECT_ERROR
+        except httpx.HTTPError as exc:
+            return None, _request_error_reason(exc)
         return code, None if 200 <= code < 300 else f"http_{code}"
 
     def _logged(

@@ -208,12 +208,44 @@ def is_ip_literal(url: httpx.URL) -> bool:
     return _canonical_ip(url.raw_host.decode("ascii")) is not None
 
 
+_EMBEDDING_PREFIXES = (
+    ipaddress.IPv6Network("64:ff9b::/96"),  # NAT64, well-known prefix (RFC 6052)
+    ipaddress.IPv6Network("::ffff:0:0/96"),  # IPv4-mapped
+)
+"""Prefixes whose last 32 bits are an IPv4 address the packet reaches: judged as that address."""
+_NEVER_GLOBAL_PREFIXES = (
+    ipaddress.IPv6Network("64:ff9b:1::/48"),  # local-use NAT64 (RFC 8215)
+    ipaddress.IPv6Network("::ffff:0:0:0/96"),  # IPv4-translated (SIIT, RFC 2765)
+    ipaddress.IPv6Network("::/96"),  # IPv4-compatible, deprecated (RFC 4291 §2.5.5.1)
+)
+"""Prefixes meaningful only inside an operator's network, whatever IPv4 address they embed;
+Python's `is_global` (3.11) calls them global."""
+
+
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address a NAT64, IPv4-mapped or 6to4 address carries its packets to."""
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if any(ip in prefix for prefix in _EMBEDDING_PREFIXES):
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return None
+
+
 def is_internal(address: str) -> bool:
     """Whether `address` is loopback, private, link-local, shared, reserved, unspecified or
-    multicast: anything but a global unicast address (IPv4-mapped IPv6 judged as its IPv4)."""
+    multicast: anything but a global unicast address. An IPv6 address embedding an IPv4
+    address (NAT64 `64:ff9b::/96`, IPv4-mapped, 6to4 `2002::/16`) is judged by that IPv4
+    address too; local-use NAT64, IPv4-translated and IPv4-compatible addresses are
+    internal (docs/design.md §7, callbacks)."""
     ip = ipaddress.ip_address(address)
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        if any(ip in prefix for prefix in _NEVER_GLOBAL_PREFIXES):
+            return True
+        embedded = _embedded_ipv4(ip)
+        if embedded is not None and (not embedded.is_global or embedded.is_multicast):
+            return True
+        if ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
     return not ip.is_global or ip.is_multicast
 
 

@@ -626,7 +626,8 @@ def redeliver(args: argparse.Namespace) -> int:
 def recrop(args: argparse.Namespace) -> int:
     """`batchcrop recrop`: render one succeeded or failed item again with a focus box (the
     item is queued; a worker renders it under new keys; docs/design.md §6, re-crop)."""
-    from batchcrop.batches.recrop import recrop as recrop_item  # noqa: PLC0415  (see the imports)
+    from batchcrop.batches.recrop import FocusOutside  # noqa: PLC0415  (see the imports)
+    from batchcrop.batches.recrop import recrop as recrop_item  # noqa: PLC0415
 
     try:
         box = focus_from_text(args.focus)  # a usage error, before the database is asked anything
@@ -635,7 +636,10 @@ def recrop(args: argparse.Namespace) -> int:
     with opened(args) as app:
         batch_id = app.batches.resolve_id(args.batch)
         item_id = app.batches.resolve_item_id(batch_id, args.item)
-        document = recrop_item(app.batches, batch_id, item_id, box)
+        try:
+            document = recrop_item(app.batches, batch_id, item_id, box)
+        except FocusOutside as exc:
+            raise UsageError(f"--focus: {exc}") from None
     if args.json:
         _print_json(document)
     else:

@@ -75,6 +75,7 @@ def open_image(data: bytes, max_pixels: int) -> OpenedImage:
     except _BOMB_ERRORS as exc:
         raise ImageTooLarge("image dimensions exceed the decompression limit") from exc
     except UnidentifiedImageError as exc:
+        _refuse_unreadable_tiff(data)
         _refuse_other_pillow_format(data)
         raise InvalidImage("cannot identify image file: not a recognised image format") from exc
     except _DECODE_ERRORS as exc:
@@ -216,8 +217,84 @@ def _refuse_known_unsupported(head: bytes) -> None:
         raise UnsupportedImage("PDF documents are not supported")
     if text.startswith(b"<svg") or (text.startswith(b"<?xml") and b"<svg" in text):
         raise UnsupportedImage("SVG images are not supported")
-    if head[4:8] == b"ftyp" and head[8:12] in (b"heic", b"heix", b"mif1", b"msf1", b"avif"):
-        raise UnsupportedImage("HEIF/AVIF images are not supported")
+    if _is_heif(head):
+        # No slash: the message is shown through `public_message`, which reads "A/B" as a path.
+        raise UnsupportedImage("HEIF and AVIF images are not supported")
+
+
+HEIF_BRANDS = frozenset(
+    {b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"hevm", b"hevs", b"mif1", b"msf1"}
+    | {b"avif", b"avis", b"avio"}
+)
+"""ISO BMFF brands of HEIF still images and sequences (HEVC) and AVIF (`avis`: a sequence)."""
+
+
+def _is_heif(head: bytes) -> bool:
+    """Whether `head` starts with an ISO BMFF `ftyp` box whose major or any compatible brand is
+    a HEIF or AVIF one (an AVIF sequence may name `avis` first, `avif` only among the rest)."""
+    if head[4:8] != b"ftyp":
+        return False
+    size = int.from_bytes(head[:4], "big")
+    brands = [head[8:12], *(head[at : at + 4] for at in range(16, min(size, len(head)) - 3, 4))]
+    return any(brand in HEIF_BRANDS for brand in brands)
+
+
+_TIFF_BYTE_ORDERS = {b"II*\x00": "<", b"MM\x00*": ">"}
+_TIFF_PHOTOMETRIC = 262
+_TIFF_BITS_PER_SAMPLE = 258
+_TIFF_SAMPLE_FORMAT = 339
+_TIFF_VALUE_BYTES = {3: 2, 4: 4}
+"""Bytes per value of the TIFF field types these tags use (SHORT, LONG)."""
+_TIFF_SPACES = {
+    0: "grey",
+    1: "grey",
+    2: "RGB",
+    3: "palette",
+    4: "mask",
+    5: "CMYK",
+    6: "YCbCr",
+    8: "CIELab",
+    9: "ICC Lab",
+    10: "ITU Lab",
+}
+_TIFF_SAMPLE_KINDS = {1: "unsigned", 2: "signed", 3: "floating-point"}
+
+
+def _tiff_fields(data: bytes) -> dict[int, int]:
+    """The first value of each SHORT or LONG field of a TIFF's first directory; {} when the
+    header or the directory does not read. Parsed here rather than by Pillow, whose directory
+    reader warns (a process-wide side effect) on the broken files this must also survive."""
+    order = _TIFF_BYTE_ORDERS.get(data[:4])
+    if order is None:
+        return {}
+    fields: dict[int, int] = {}
+    try:
+        (offset,) = struct.unpack_from(order + "I", data, 4)
+        (count,) = struct.unpack_from(order + "H", data, offset)
+        for entry in range(offset + 2, offset + 2 + 12 * count, 12):
+            tag, kind, values, inline = struct.unpack_from(order + "HHI4s", data, entry)
+            size = _TIFF_VALUE_BYTES.get(kind)
+            if size is None or values == 0:
+                continue
+            where = inline if values * size <= 4 else data[struct.unpack(order + "I", inline)[0] :]
+            fields[tag] = struct.unpack_from(order + ("H" if size == 2 else "I"), where)[0]
+    except struct.error:
+        return {}
+    return fields
+
+
+def _refuse_unreadable_tiff(data: bytes) -> None:
+    """Raise UnsupportedImage for a TIFF whose first directory reads but whose pixel layout
+    Pillow does not decode (16-bit or floating-point CIELab as libvips writes it, ICC Lab,
+    32-bit float RGB ...): a valid picture in a layout we do not take, not a broken file."""
+    fields = _tiff_fields(data)
+    if _TIFF_PHOTOMETRIC not in fields:
+        return  # not a TIFF, or not even its first directory reads: an invalid image
+    photometric = fields[_TIFF_PHOTOMETRIC]
+    space = _TIFF_SPACES.get(photometric, f"photometric {photometric}")
+    kind = _TIFF_SAMPLE_KINDS.get(fields.get(_TIFF_SAMPLE_FORMAT, 1), "unknown")
+    bits = fields.get(_TIFF_BITS_PER_SAMPLE, 1)
+    raise UnsupportedImage(f"{space} TIFF images of {bits}-bit {kind} samples are not supported")
 
 
 def _refuse_other_pillow_format(data: bytes) -> None:

@@ -93,6 +93,40 @@ def test_right_token_opens_every_endpoint(secured: LiveServer, sources: list[str
     assert secured.client.get("/v1/batches", headers=lower).status_code == 200
 
 
+def test_head_answers_every_get_route_as_get_without_the_body(
+    secured: LiveServer, sources: list[str]
+) -> None:
+    """`HEAD` on a GET route is the GET's status and headers with no body: a 401 without the
+    token, and with it the same type, length and ETag as the GET (it was a 405)."""
+    some_id = str(uuid.uuid4())
+    for method, path in ENDPOINTS:
+        if method == "GET":
+            refused = secured.client.head(path.format(id=some_id))
+            assert (refused.status_code, refused.content) == (401, b""), path
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    batch_id = secured.client.post("/v1/batches", json=batch_body(sources), headers=auth).json()[
+        "id"
+    ]
+    item_id = secured.client.get(f"/v1/batches/{batch_id}/items", headers=auth).json()["items"][0][
+        "id"
+    ]
+    for path in (
+        "/v1/batches",
+        f"/v1/batches/{batch_id}",
+        f"/v1/batches/{batch_id}/items/{item_id}",
+        f"/v1/batches/{batch_id}/items/{item_id}/source-thumbnail",
+        "/v1/meta",
+        "/healthz",
+        "/",
+    ):
+        got, head = (secured.client.request(m, path, headers=auth) for m in ("GET", "HEAD"))
+        assert (head.status_code, head.content) == (200, b""), path
+        for header in ("content-type", "content-length", "etag"):
+            assert got.headers.get(header) == head.headers.get(header), (path, header)
+    not_get = secured.client.head(f"/v1/batches/{batch_id}/cancel", headers=auth)
+    assert (not_get.status_code, not_get.headers["allow"], not_get.content) == (405, "POST", b"")
+
+
 def test_without_a_token_the_api_is_open(api: LiveServer) -> None:
     """No BATCHCROP_API_TOKEN (loopback only) means no authentication."""
     assert api.client.get("/v1/batches").status_code == 200

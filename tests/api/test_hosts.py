@@ -96,6 +96,18 @@ def test_every_answer_says_nosniff(api: LiveServer) -> None:
         assert response.headers.get_list("x-content-type-options") == ["nosniff"]
 
 
+def test_a_trailing_slash_is_not_redirected_to_the_host_header(
+    serve: Callable[..., LiveServer],
+) -> None:
+    """`/v1/batches/` with a foreign `Host` and no token is a 404 problem, not a redirect to
+    `http://evil.example/v1/batches` answered before authentication."""
+    live = serve(api_token=TOKEN, client_token="")
+    for path in ("/v1/batches/", "/v1/meta/", "/healthz/"):
+        response = live.client.get(path, headers={"Host": "evil.example"})
+        assert "location" not in response.headers
+        assert_problem(response, 404)
+
+
 def test_405_lists_every_method_of_the_path(api: LiveServer) -> None:
     """`Allow` names the methods of every route on the path, not only the first one's."""
     response = api.client.delete("/v1/batches")

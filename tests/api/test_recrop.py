@@ -111,7 +111,8 @@ def test_a_recrop_of_an_unfinished_item_or_a_cancelled_batch_is_409(
 
 def test_bad_focus_boxes_are_422_naming_the_field(api: LiveServer, sources: list[str]) -> None:
     """Boxes are checked as at submission, in the body and in the preview's query; a box
-    wholly outside the picture is refused by the preview; unknown items are 404."""
+    wholly outside the picture is refused by the preview and by the re-crop; unknown items
+    are 404."""
     batch_id, item = _done_batch(api, sources)
     base = f"/v1/batches/{batch_id}/items/{item['id']}"
     for body, field in (
@@ -128,6 +129,8 @@ def test_bad_focus_boxes_are_422_naming_the_field(api: LiveServer, sources: list
         )
     outside = api.client.get(f"{base}/windows", params={"focus": "5000,5000,5010,5010"})
     assert "outside" in assert_problem(outside, 422, field="focus")["detail"]
+    missed = api.client.post(f"{base}/recrop", json={"focus_box": [5000, 5000, 5010, 5010]})
+    assert "outside" in assert_problem(missed, 422, field="focus_box")["detail"]
     unknown = f"/v1/batches/{batch_id}/items/00000000-0000-4000-8000-000000000000"
     assert_problem(api.client.post(f"{unknown}/recrop", json={"focus_box": [0, 0, 9, 9]}), 404)
     assert_problem(api.client.get(f"{unknown}/windows"), 404)
@@ -173,3 +176,30 @@ def test_two_operators_recropping_one_item_at_once_one_wins(
     assert [won["focus_box"]] == [
         e["focus_box"] for e in events["events"] if e["reason"] == "recrop"
     ]
+
+
+def test_a_derivative_url_is_revalidated_and_shows_the_recropped_picture(
+    api: LiveServer, sources: list[str]
+) -> None:
+    """A derivative's URL names its ratio, not its key: it must be revalidated (no `immutable`),
+    its ETag answers 304 while the key stands, and after a re-crop the old ETag gets the new
+    bytes."""
+    batch_id, item = _done_batch(api, sources)
+    base = f"/v1/batches/{batch_id}/items/{item['id']}"
+    url = f"{base}/derivatives/{item['derivatives'][0]['ratio'].replace(':', 'x')}"
+    first = api.client.get(url)
+    assert first.status_code == 200, first.text
+    assert first.headers["cache-control"] == "private, no-cache"
+    old_tag = first.headers["etag"]
+    unchanged = api.client.get(url, headers={"If-None-Match": old_tag})
+    assert (unchanged.status_code, unchanged.content) == (304, b"")
+    assert unchanged.headers["etag"] == old_tag
+
+    response = api.client.post(f"{base}/recrop", json={"focus_box": _box_in(item, api)})
+    assert response.status_code == 202, response.text
+    assert process(api, batch_id)["state"] == "succeeded"
+    redone = api.client.get(base).json()["derivatives"][0]
+    fresh = api.client.get(url, headers={"If-None-Match": old_tag})
+    assert fresh.status_code == 200, fresh.text
+    assert redone["sha256"] == hashlib.sha256(fresh.content).hexdigest()
+    assert fresh.headers["etag"] != old_tag

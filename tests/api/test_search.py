@@ -98,6 +98,17 @@ def test_bad_searches_are_422(api: LiveServer, q: str) -> None:
     assert_problem(api.client.get("/v1/batches", params={"q": q}), 422, field="q")
 
 
+@pytest.mark.parametrize(
+    "label",
+    ["x" * 201, "bad\0nul", "line\nbreak"],
+    ids=["too-long", "nul", "control"],
+)
+def test_bad_label_filters_are_422(api: LiveServer, label: str) -> None:
+    """A label filter a database cannot compare (NUL: a 500 on PostgreSQL), a control
+    character or one longer than any label is a 422 problem naming `label` on both databases."""
+    assert_problem(api.client.get("/v1/batches", params={"label": label}), 422, field="label")
+
+
 def test_from_ref_starts_the_page_at_that_item(api: LiveServer, sources: list[str]) -> None:
     """`from_ref` starts the page at the first item with that ref (among the asked states), the
     cursor goes on from there, and a ref no such item has is a 404."""

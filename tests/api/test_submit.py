@@ -141,6 +141,17 @@ BAD_BODIES: list[tuple[str, dict[str, Any], str]] = [
     ("label with a bidi isolate", {"label": "a\u2067b\u2069"}, "label"),
     ("label with a control character", {"label": "bad\u001b[31m"}, "label"),
     *(
+        (f"label with {name}", {"label": f"in{char}voice"}, "label")
+        for name, char in [
+            ("a zero-width space", "\u200b"),
+            ("a byte order mark", "\ufeff"),
+            ("a soft hyphen", "\u00ad"),
+            ("a line separator", "\u2028"),
+            ("a paragraph separator", "\u2029"),
+            ("a tag character", "\U000e0041"),
+        ]
+    ),
+    *(
         (f"focus_box {case}", {"items": [{"source": "/x.jpg", "focus_box": box}]}, field)
         for case, box, field in [
             ("as text", "10,20,300,400", "items[0].focus_box"),

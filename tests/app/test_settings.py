@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -79,6 +81,55 @@ def test_the_api_token_can_come_from_a_file(tmp_path: Path) -> None:
     assert token == from_file.api_token
     with pytest.raises(SettingsError, match="cannot read the API token file"):
         Settings.load(env={"BATCHCROP_API_TOKEN_FILE": str(tmp_path / "missing")})
+
+
+def test_a_token_file_that_is_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    """A FIFO (or any file that is not regular) as the token file is a setting error at once:
+    opening it for reading would block every command's start-up until a writer came."""
+    fifo = tmp_path / "token-fifo"
+    os.mkfifo(fifo)
+    said: list[str] = []
+
+    def load() -> None:
+        try:
+            Settings.load(env={"BATCHCROP_API_TOKEN_FILE": str(fifo)})
+        except SettingsError as exc:
+            said.append(str(exc))
+
+    loader = threading.Thread(target=load, daemon=True)
+    loader.start()
+    loader.join(5)
+    if loader.is_alive():  # blocked in open(): a writer's open and close release it
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    assert [f"cannot read the API token file {fifo}: not a regular file"] == said
+    with pytest.raises(SettingsError, match="not a regular file"):
+        Settings.load(env={"BATCHCROP_API_TOKEN_FILE": str(tmp_path)})
+
+
+def test_a_token_in_the_environment_and_in_a_file_is_refused(tmp_path: Path) -> None:
+    """A token given both ways is a setting error naming both, instead of the file silently
+    winning over the variable."""
+    (tmp_path / "token").write_text("a-token-kept-in-a-file-0123456789-abcdef\n", encoding="utf-8")
+    env = {"BATCHCROP_API_TOKEN": "another-token-in-the-environment-0123456789"}
+    with pytest.raises(SettingsError, match="BATCHCROP_API_TOKEN or BATCHCROP_API_TOKEN_FILE"):
+        Settings.load({"api_token_file": str(tmp_path / "token")}, env=env)
+    with pytest.raises(SettingsError, match="not both"):
+        Settings.load(env={**env, "BATCHCROP_API_TOKEN_FILE": str(tmp_path / "token")})
+
+
+@pytest.mark.parametrize(
+    "token",
+    ["ünïcode-token-0123456789-0123456789-abc", "a token with spaces 0123456789 0123456789"],
+    ids=["non-ascii", "spaces"],
+)
+def test_a_token_no_client_could_send_verbatim_is_refused(token: str, tmp_path: Path) -> None:
+    """A token with non-ASCII characters (which clients encode as they please) or spaces is a
+    setting error, from the environment and from a file alike."""
+    with pytest.raises(SettingsError, match="printable ASCII"):
+        Settings.load(env={"BATCHCROP_API_TOKEN": token})
+    (tmp_path / "token").write_text(token + "\n", encoding="utf-8")
+    with pytest.raises(SettingsError, match="printable ASCII"):
+        Settings.load(env={"BATCHCROP_API_TOKEN_FILE": str(tmp_path / "token")})
 
 
 @pytest.mark.parametrize(

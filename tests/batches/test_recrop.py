@@ -6,11 +6,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 
 from batchcrop.app import App
 from batchcrop.batches.items import ItemRequest
-from batchcrop.batches.recrop import RECROP_OPEN_SECONDS, recrop
+from batchcrop.batches.recrop import RECROP_OPEN_SECONDS, FocusOutside, recrop
 from batchcrop.batches.service import BatchRequest
 from batchcrop.crop import RenderSpec
 from storage import LocalStore
@@ -36,13 +37,35 @@ def _done(app: App, tmp_path: Path) -> tuple[str, str, LocalStore]:
     return status["id"], item["id"], store
 
 
-def test_a_box_outside_the_picture_fails_the_item_and_keeps_its_derivatives(
+def test_a_box_outside_the_picture_is_refused_and_the_batch_stays_succeeded(
     app: App, tmp_path: Path
 ) -> None:
-    """A re-crop whose box misses the picture ends `failed` (`invalid_focus`) still listing the
-    derivatives of its last success; re-cropping the failed item with a good box replaces them."""
+    """A re-crop whose box misses the picture (its size known from the stored preview) is
+    refused before anything is written: the item and the batch stay succeeded, with no new
+    event and no new callback; a box reaching past an edge but meeting it is accepted."""
+    batch_id, item_id, store = _done(app, tmp_path)
+    before = app.batches.status(batch_id)
+    events, _ = app.batches.events(batch_id, limit=1000)
+    width, height = PHOTO_SIZE
+    for box in ([1000, 1000, 1100, 1100], [width, 0, width + 10, 10], [0, height, 10, height + 5]):
+        with pytest.raises(FocusOutside, match=f"outside the {width}x{height} picture"):
+            recrop(app.batches, batch_id, item_id, box)
+    assert before == app.batches.status(batch_id)
+    assert events == app.batches.events(batch_id, limit=1000)[0]
+    recrop(app.batches, batch_id, item_id, [width - 1, height - 1, width + 50, height + 50])
+    assert run_batch(app, store, batch_id)["state"] == "succeeded"
+
+
+def test_an_item_without_a_preview_fails_invalid_focus_then_a_good_box_repairs_it(
+    app: App, tmp_path: Path
+) -> None:
+    """Without a stored preview (an item rendered before previews were kept) the size is not
+    known at re-crop time: the item fails `invalid_focus` still listing the derivatives of its
+    last success; re-cropping the failed item with a good box replaces them."""
     batch_id, item_id, store = _done(app, tmp_path)
     first = app.batches.item(batch_id, item_id)["derivatives"]
+    with app.engine.begin() as conn:
+        conn.execute(sa.text("DELETE FROM batchcrop_previews WHERE item_id = :i"), {"i": item_id})
 
     recrop(app.batches, batch_id, item_id, [1000, 1000, 1100, 1100])
     assert run_batch(app, store, batch_id)["state"] == "failed"

@@ -19,7 +19,7 @@ from batchcrop.app import App
 from batchcrop.batches.items import ItemRequest
 from batchcrop.batches.service import BatchRequest, NoSuchBatch, NothingToRedeliver
 from batchcrop.callbacks.delivery import CallbackUrlError, check_callback_url, signature, verify
-from batchcrop.callbacks.hosts import destination_refusal
+from batchcrop.callbacks.hosts import address_refusal, destination_refusal
 from batchcrop.cli.main import main
 from batchcrop.crop import RenderSpec
 from batchcrop.db.queries import IN_LIST_IDS_MAX
@@ -27,7 +27,7 @@ from storage import LocalStore
 from tests.app_fixtures import run_batch
 from tests.cli.test_cli import Cli, _submit, cli, inspect, wait_for
 from tests.images import write_photos
-from tests.receiver import SECRET, Receiver, receiving, trickling
+from tests.receiver import SECRET, Receiver, answering, receiving, trickling
 
 __all__ = ["cli", "inspect"]  # fixtures
 
@@ -172,16 +172,48 @@ def test_a_requeued_batch_notifies_again_with_a_new_id_and_redeliver_repeats_one
 
 
 def test_redirects_are_not_followed(calling_back: App, processing: App, tmp_path: Path) -> None:
-    """A 302 is a failed attempt (`http_302`), its Location never requested."""
+    """A 302 fails the delivery at once (`http_302`; asking again cannot succeed), its
+    Location never requested."""
     app = calling_back
     sources = write_photos(tmp_path / "src", 1)
     with receiving(["redirect"]) as receiver:
         status, _ = app.batches.submit(_request(sources, receiver.url))
         run_batch(processing, LocalStore(tmp_path / "store"), status["id"])
-        _deliver_until(app, receiver, 1)
-    assert [r.answer for r in receiver.requests] == ["redirect", 204]
-    events, _ = app.batches.events(status["id"], limit=1000)
-    assert "http_302" in [e["reason"] for e in events]
+        deliverer = app.deliverer("test-deliverer")
+        assert deliverer is not None
+        assert deliverer.deliver_due() == 1
+        time.sleep(FAST_RETRY_SECONDS * 2)
+        assert deliverer.deliver_due() == 0
+    assert [r.answer for r in receiver.requests] == ["redirect"]
+    (delivery,) = app.batches.status(status["id"])["deliveries"]
+    assert (
+        delivery["state"],
+        delivery["reason"],
+        delivery["attempts"],
+    ) == ("failed", "http_302", 1)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        pytest.param(b"\x00\xffgarbage\r\n\r\n", id="garbage"),
+        pytest.param(b"<html>ok</html>", id="http-0.9"),
+        pytest.param(b"HTTP/1.1 200 OK\r\n" + b"X-Endless: a\r\n" * 4000, id="endless-headers"),
+    ],
+)
+def test_a_receiver_answering_something_not_http_is_a_protocol_error(
+    calling_back: App, tmp_path: Path, answer: bytes
+) -> None:
+    """Garbage, an HTTP/0.9 body or headers that never end are a retryable `protocol_error`,
+    not a `connect_error` (the connection was made)."""
+    with answering(answer) as url:
+        status, _ = calling_back.batches.submit(_request(write_photos(tmp_path / "src", 1), url))
+        calling_back.batches.cancel(status["id"])
+        deliverer = calling_back.deliverer("test-deliverer")
+        assert deliverer is not None
+        assert deliverer.deliver_due() == 1
+    (delivery,) = calling_back.batches.status(status["id"])["deliveries"]
+    assert (delivery["state"], delivery["reason"]) == ("retryable", "protocol_error")
 
 
 def test_a_host_another_process_allows_is_retried_not_failed(
@@ -654,3 +686,34 @@ def test_a_name_the_resolver_cannot_encode_is_a_connect_error_alone(
     assert deliverer.deliver_due() == 1
     (delivery,) = app.batches.status(status["id"])["deliveries"]
     assert (delivery["state"], delivery["reason"]) == ("retryable", "connect_error")
+
+
+@pytest.mark.parametrize(
+    ("address", "refused"),
+    [
+        ("64:ff9b::a00:1", True),  # NAT64 of 10.0.0.1
+        ("64:ff9b::7f00:1", True),  # NAT64 of 127.0.0.1
+        ("64:ff9b::a9fe:a9fe", True),  # NAT64 of 169.254.169.254
+        ("64:ff9b:1::a00:1", True),  # local-use NAT64
+        ("64:ff9b:1::808:808", True),
+        ("2002:a00:1::1", True),  # 6to4 of 10.0.0.1
+        ("2002:a9fe:a9fe::", True),  # 6to4 of 169.254.169.254
+        ("::10.0.0.1", True),  # IPv4-compatible
+        ("::8.8.8.8", True),
+        ("::ffff:0:127.0.0.1", True),  # IPv4-translated
+        ("::ffff:0:8.8.8.8", True),
+        ("::ffff:169.254.169.254", True),  # IPv4-mapped
+        ("64:ff9b::808:808", False),  # NAT64 of a public address
+        ("2002:808:808::1", False),  # 6to4 of a public address
+        ("2606:4700::1111", False),
+        ("8.8.8.8", False),
+    ],
+)
+def test_ipv6_forms_embedding_an_internal_ipv4_address_are_refused(
+    address: str, refused: bool
+) -> None:
+    """A name resolving to an IPv6 address that carries packets to an internal IPv4 address
+    (NAT64, 6to4, IPv4-compatible, -translated or -mapped) is `address_not_allowed`."""
+    url = httpx.URL("https://hooks.example.com/x")
+    expected = "address_not_allowed" if refused else None
+    assert expected == address_refusal(url, [address])

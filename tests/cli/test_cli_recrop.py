@@ -38,7 +38,7 @@ def test_recrop_renders_an_item_again_and_names_each_mistake(cli: Cli, tmp_path:
     """A malformed box is exit 2 before the database is asked; an unfinished item is exit 2
     naming its state and pending box; an unknown item exit 5; a re-crop of a succeeded item
     (by id prefixes) queues it with the box, and a worker renders it under new keys, with the
-    re-crop and its box in `events`."""
+    re-crop and its box in `events`; a box wholly outside the picture is exit 2."""
     write_photos(tmp_path / "src", 1)
     batch = _batch(cli, tmp_path / "src")
     (item,) = cli.json("items", batch)["items"]
@@ -47,6 +47,9 @@ def test_recrop_renders_an_item_again_and_names_each_mistake(cli: Cli, tmp_path:
     _one_line(cli("recrop", batch, item["id"], "--focus", "0,0,9,9"), 2, "is queued")
     _one_line(cli("recrop", batch, "0000dead", "--focus", "0,0,9,9"), 5, "no item 0000dead")
     _work(cli, batch)
+    _one_line(
+        cli("recrop", batch, item["id"], "--focus", "9000,9000,9010,9010"), 2, "lies outside the"
+    )
 
     queued = cli.json("recrop", batch[:8], item["id"][:8], "--focus", "0,0,60,40")
 

@@ -127,3 +127,30 @@ def test_a_grey_profile_on_colour_pixels_keeps_the_colour() -> None:
     picture.save(untagged, format="PNG")
     spec = RenderSpec((Ratio(4, 3),), max_side=SIZE[0], quality=90)
     assert render(tagged.getvalue(), spec)[0].data == render(untagged.getvalue(), spec)[0].data
+
+
+def _cielab_tiff(lab: tuple[float, float, float]) -> bytes:
+    """An 8-bit CIELab TIFF of one colour, encoded as TIFF 6.0 says (L* 0..100 as 0..255; Pillow's
+    LAB mode keeps a* and b* offset by 128 and writes them signed)."""
+    lightness, a_star, b_star = lab
+    pixel = (round(lightness * 255 / 100), round(a_star) + 128, round(b_star) + 128)
+    buffer = io.BytesIO()
+    Image.new("LAB", SIZE, pixel).save(buffer, format="TIFF")
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("lab", "srgb"),
+    [((50.0, 0.0, 0.0), (119, 119, 119)), ((60.0, 40.0, -30.0), (193, 117, 199))],
+    ids=["grey-l50", "violet"],
+)
+def test_a_cielab_tiff_is_converted_to_srgb(
+    lab: tuple[float, float, float], srgb: tuple[int, int, int]
+) -> None:
+    """An 8-bit CIELab TIFF goes through LittleCMS (Lab D50 to sRGB): L* 50 grey is about
+    (119, 119, 119), not its L byte read as grey or its channels read as RGB."""
+    spec = RenderSpec((Ratio(4, 3),), max_side=SIZE[0], quality=95)
+    (rendition,) = render(_cielab_tiff(lab), spec)
+    centre = decode(rendition.data).getpixel((SIZE[0] // 2, SIZE[1] // 2))
+    assert isinstance(centre, tuple)
+    assert all(abs(ours - theirs) <= 2 for ours, theirs in zip(centre, srgb, strict=True)), centre

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -20,7 +21,7 @@ from batchcrop.crop import (
     render,
 )
 from batchcrop.crop.errors import CropError
-from batchcrop.errors import Category, PermanentItemError
+from batchcrop.errors import Category, PermanentItemError, public_message
 from tests.crop.images import encode, scene
 
 SPEC = RenderSpec((Ratio(1, 1), Ratio(16, 9)), max_side=64)
@@ -133,14 +134,63 @@ def test_default_limit_is_below_pillow_warning() -> None:
         b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n1 0 obj\n<<>>\nendobj\n",
         b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic",
         b"\x00\x00\x00\x1cftypavif\x00\x00\x00\x00avifmif1miaf",
+        b"\x00\x00\x00\x20ftypavis\x00\x00\x00\x00avisavifmsf1miafMA1B",
+        b"\x00\x00\x00\x18ftypmiaf\x00\x00\x00\x00miafavif",
     ],
-    ids=["svg", "svg-xml", "svg-bom", "pdf", "heic", "avif"],
+    ids=["svg", "svg-xml", "svg-bom", "pdf", "heic", "avif", "avif-sequence", "avif-compatible"],
 )
 def test_unsupported_formats_named(data: bytes) -> None:
-    """SVG, PDF, HEIC and AVIF are unsupported images, not invalid ones."""
+    """SVG, PDF, HEIC and AVIF (still or a sequence, named as the major or a compatible brand)
+    are unsupported images, not invalid ones."""
     with pytest.raises(UnsupportedImage) as caught:
         render(data, SPEC)
     assert caught.value.category == Category.UNSUPPORTED_IMAGE
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic",
+        b"\x00\x00\x00\x20ftypavis\x00\x00\x00\x00avisavifmsf1miafMA1B",
+    ],
+    ids=["heic", "avif-sequence"],
+)
+def test_the_heif_message_survives_the_public_sanitiser(data: bytes) -> None:
+    """What operators read for a HEIF or AVIF source names the formats (a "HEIF/AVIF" was
+    redacted as a path: "<path> images are not supported")."""
+    with pytest.raises(UnsupportedImage) as caught:
+        render(data, SPEC)
+    assert public_message(str(caught.value)) == "HEIF and AVIF images are not supported"
+
+
+def _vips_tiff(interpretation: str, values: list[float], cast: str | None = None) -> bytes:
+    """A small TIFF as libvips writes it, in layouts Pillow does not decode."""
+    import pyvips  # noqa: PLC0415  (loads libvips: only these tests need it)
+
+    picture = (pyvips.Image.black(8, 8, bands=3) + values).copy(interpretation=interpretation)
+    if cast == "labs":
+        picture = picture.Lab2LabS()
+    data: bytes = picture.tiffsave_buffer()
+    return data
+
+
+@pytest.mark.parametrize(
+    ("make", "said"),
+    [
+        (lambda: _vips_tiff("lab", [50, 0, 0], "labs"), "CIELab TIFF images of 16-bit signed"),
+        (lambda: _vips_tiff("lab", [50, 0, 0]), "CIELab TIFF images of 32-bit floating-point"),
+        (lambda: _vips_tiff("srgb", [0.5, 0.5, 0.5]), "RGB TIFF images of 32-bit floating-point"),
+    ],
+    ids=["cielab-16-bit", "cielab-float", "rgb-float"],
+)
+def test_tiff_layouts_pillow_cannot_decode_are_unsupported(
+    make: Callable[[], bytes], said: str
+) -> None:
+    """A well-formed TIFF in a pixel layout Pillow does not decode (libvips' 16-bit and float
+    CIELab, float RGB) is `unsupported_image` naming the layout, not "not a recognised image"."""
+    with pytest.raises(UnsupportedImage) as caught:
+        render(make(), SPEC)
+    assert said in (public_message(str(caught.value)) or "")
 
 
 def test_psd_is_unsupported() -> None:
