@@ -98,7 +98,7 @@ class Attempts:
                     values = {**asdict(preview), "item_id": claim.item_id}
                     conn.execute(queries.insert_preview({**values, "batch_id": claim.group_id}))
 
-        return self._fenced(claim, commit, Outcome.SUCCEEDED, None, held, stop)
+        return self._fenced(claim, commit, Outcome.SUCCEEDED, None, held=held, stop=stop)
 
     def fail(
         self,
@@ -116,8 +116,8 @@ class Attempts:
             lambda: self.leases.fail(claim, category.value, message=message),
             Outcome.FAILED,
             category,
-            held,
-            stop,
+            held=held,
+            stop=stop,
         )
 
     def retry(
@@ -136,8 +136,8 @@ class Attempts:
             lambda: Outcome(self.leases.retry_later(claim, category.value, message=message).value),
             Outcome.RETRYABLE,
             None,
-            held,
-            stop,
+            held=held,
+            stop=stop,
         )
 
     def put_off(
@@ -156,8 +156,8 @@ class Attempts:
             lambda: self.leases.put_off(claim, category.value, message=message),
             Outcome.PUT_OFF,
             category,
-            held,
-            stop,
+            held=held,
+            stop=stop,
         )
 
     def give_back(
@@ -169,7 +169,12 @@ class Attempts:
     ) -> Outcome:
         """F: back to `queued`, the attempt not counted (shutdown)."""
         return self._fenced(
-            claim, lambda: self.leases.give_back(claim), Outcome.GIVEN_BACK, None, held, stop
+            claim,
+            lambda: self.leases.give_back(claim),
+            Outcome.GIVEN_BACK,
+            None,
+            held=held,
+            stop=stop,
         )
 
     def abandon(
@@ -186,8 +191,8 @@ class Attempts:
             lambda: self.leases.abandon(claim, category.value),
             Outcome.ABANDONED,
             category,
-            held,
-            stop,
+            held=held,
+            stop=stop,
         )
 
     def _fenced(
@@ -196,6 +201,7 @@ class Attempts:
         transition: Callable[[], Outcome | None],
         done: Outcome,
         category: Category | None,
+        *,
         held: HeldLease | None,
         stop: threading.Event | None,
     ) -> Outcome:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from batchcrop.logs import log_event
 from batchcrop.metrics import OUTAGE_DEPENDENCIES
+from storage import StorageError
 
 OUTAGE_BACKOFF_MIN_SECONDS = 0.5
 OUTAGE_BACKOFF_MAX_SECONDS = 30.0
@@ -133,7 +134,7 @@ class Breakers:
                     continue  # another slot probed meanwhile
                 try:
                     self._probe_store()
-                except Exception as exc:  # any failure of the check keeps the store down
+                except StorageError as exc:
                     store.failed(type(exc).__name__)
                     continue
                 store.recovered()
