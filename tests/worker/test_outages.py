@@ -27,9 +27,9 @@ from batchcrop.worker.worker import WorkerOptions
 from leases import NOT_IN_FLIGHT, RELEASED, TERMINAL, Claim, HeldLease, LeaseManager, State
 from storage import LocalStore, S3Settings, S3Store
 from tests.apps import app_factory
+from tests.cli.test_cli import free_port
 from tests.images import write_photos
 from tests.services.proxy import FaultProxy
-from tests.cli.test_cli import free_port
 
 # After the database answers again, the retried commit lands within the retry's longest pause
 # (5 s) plus slack for a loaded 2-core machine.
@@ -121,10 +121,10 @@ def test_a_commit_cut_off_by_a_postgresql_outage_lands_once_it_is_back(
         app = make()
         outcome, after, item_id = _commit_through(app, tmp_path, cut)
         item = app.leases.item(item_id)
-    print(f"\ncommit landed {after:.2f} s after a {outage_seconds:g} s outage")  # noqa: T201
-    assert Outcome.SUCCEEDED == outcome
+    print(f"\ncommit landed {after:.2f} s after a {outage_seconds:g} s outage")
+    assert outcome == Outcome.SUCCEEDED
     assert item is not None
-    assert (State.SUCCEEDED, 1) == (item.state, item.attempt)
+    assert (item.state, item.attempt) == (State.SUCCEEDED, 1)
     assert after < COMMIT_AFTER_OUTAGE_SECONDS
 
 
@@ -154,9 +154,9 @@ def test_a_commit_that_finds_sqlite_busy_lands_once_the_lock_is_free(
         app.engine.dispose()
         outcome, after, item_id = _commit_through(app, tmp_path, cut)
         item = app.leases.item(item_id)
-    assert Outcome.SUCCEEDED == outcome
+    assert outcome == Outcome.SUCCEEDED
     assert item is not None
-    assert (State.SUCCEEDED, 1) == (item.state, item.attempt)
+    assert (item.state, item.attempt) == (State.SUCCEEDED, 1)
     assert after < COMMIT_AFTER_OUTAGE_SECONDS
 
 
@@ -176,9 +176,9 @@ def test_an_ending_whose_lease_ran_out_during_the_outage_is_database_unavailable
         outcome, after, item_id = _commit_through(app, tmp_path, cut)
         time.sleep(max(0.0, -after) + 0.5)  # the database answers again
         item = app.leases.item(item_id)
-    assert Outcome.DATABASE_UNAVAILABLE == outcome
+    assert outcome == Outcome.DATABASE_UNAVAILABLE
     assert item is not None
-    assert (State.IN_PROGRESS, 1) == (item.state, item.attempt)
+    assert (item.state, item.attempt) == (State.IN_PROGRESS, 1)
 
 
 def test_a_lease_no_slot_works_on_is_released_at_the_second_refresh(
@@ -203,16 +203,16 @@ def test_a_lease_no_slot_works_on_is_released_at_the_second_refresh(
     presence.beat()
 
     assert first is not None
-    assert State.IN_PROGRESS == first.state
+    assert first.state == State.IN_PROGRESS
     item = app.leases.item(dropped.item_id)
     assert item is not None
-    assert (State.QUEUED, 0) == (item.state, item.attempt)
+    assert (item.state, item.attempt) == (State.QUEUED, 0)
     kept = app.leases.item(working.item_id)
     assert kept is not None
-    assert State.IN_PROGRESS == kept.state
+    assert kept.state == State.IN_PROGRESS
     events = app.leases.events(batch_id, item_id=dropped.item_id, limit=10)
-    assert NOT_IN_FLIGHT == events[-1].reason
-    assert [1, 1] == not_in_flight
+    assert events[-1].reason == NOT_IN_FLIGHT
+    assert not_in_flight == [1, 1]
 
 
 def test_a_running_worker_releases_its_leases_no_slot_works_on_within_seconds(
@@ -238,7 +238,7 @@ def test_a_running_worker_releases_its_leases_no_slot_works_on_within_seconds(
         finally:
             worker.retire(forget=True)
     assert item is not None
-    assert (State.QUEUED, 0) == (item.state, item.attempt)
+    assert (item.state, item.attempt) == (State.QUEUED, 0)
     assert _sample(app, "batchcrop_leases_held_not_in_flight") is not None
 
 
@@ -253,17 +253,17 @@ def test_an_operator_releases_a_batch_s_leases_no_slot_works_on(app: App, tmp_pa
     (row,) = app.leases.workers()
     released = app.leases.release_not_in_flight(batch_id, by="alice", why="stuck after failover")
 
-    assert (2, 1, 1) == (row.leases_held, row.in_flight, row.held_not_in_flight)
+    assert (row.leases_held, row.in_flight, row.held_not_in_flight) == (2, 1, 1)
     assert "in_flight" not in row.info
-    assert 1 == released
+    assert released == 1
     item = app.leases.item(dropped.item_id)
     assert item is not None
-    assert (State.QUEUED, 0) == (item.state, item.attempt)
+    assert (item.state, item.attempt) == (State.QUEUED, 0)
     event = app.leases.events(batch_id, item_id=dropped.item_id, limit=10)[-1]
-    assert (RELEASED, "released by alice: stuck after failover") == (event.reason, event.message)
+    assert (event.reason, event.message) == (RELEASED, "released by alice: stuck after failover")
     kept = app.leases.item(working.item_id)
     assert kept is not None
-    assert State.IN_PROGRESS == kept.state
+    assert kept.state == State.IN_PROGRESS
 
 
 @pytest.fixture
@@ -307,8 +307,8 @@ def test_a_store_outage_longer_than_the_retries_fails_no_item(
     caplog.set_level(logging.INFO, logger="batchcrop")
     with app_factory(database_url=f"sqlite:///{tmp_path / 'db.sqlite'}", store=store.url) as make:
         app = make()
-        assert 0.0 == _sample(app, "batchcrop_outages_total", dependency="store")
-        assert 0.0 == _sample(app, "batchcrop_circuit_open", dependency="store")
+        assert _sample(app, "batchcrop_outages_total", dependency="store") == 0.0
+        assert _sample(app, "batchcrop_circuit_open", dependency="store") == 0.0
         batch_id = _submit(app, tmp_path, n=6, max_attempts=1)
         worker = app.worker(
             store,
@@ -333,11 +333,11 @@ def test_a_store_outage_longer_than_the_retries_fails_no_item(
         put_off = _sample(app, "batchcrop_attempts_put_off_total", category="storage_unavailable")
         outages = _sample(app, "batchcrop_outages_total", dependency="store")
         still_open = _sample(app, "batchcrop_circuit_open", dependency="store")
-    assert [State.SUCCEEDED] * 6 == [item.state for item in items]
+    assert [item.state for item in items] == [State.SUCCEEDED] * 6
     assert put_off is not None
     assert put_off >= 1
-    assert (1.0, 0.0) == (outages, still_open)
+    assert (outages, still_open) == (1.0, 0.0)
     said = [r.getMessage() for r in caplog.records]
     started = [m for m in said if "outage_started" in m and "store" in m]
     ended = [m for m in said if "outage_ended" in m and "store" in m]
-    assert (1, 1) == (len(started), len(ended))
+    assert (len(started), len(ended)) == (1, 1)
