@@ -64,8 +64,9 @@ OVERDUE_SLACK_SECONDS = 3.0
 TERMINAL = ("succeeded", "failed", "abandoned")
 # A run in which no item reaches a terminal state for this long is stuck: stop and audit it.
 STALL_SECONDS = 120.0
-# The manifest INSERT and the COMMIT of a worker's success, as they cross the PostgreSQL proxy.
-COMMIT_MARKER = b"batchcrop_derivatives"
+# What a worker's success sends to PostgreSQL, as it crosses the proxy: the preview row's key (a
+# bound value: psycopg sends prepared statements without their text), then the COMMIT.
+COMMIT_MARKER = b"previews/"
 COMMIT_THEN = b"COMMIT"
 # Faults injected one at a time, each after the previous one's end.
 SERIAL_OUTAGES = frozenset({"pg_commit_cut", "long_storage_outage"})

@@ -217,9 +217,11 @@ class FaultProxy:
             cut = self._cut
             if cut is None:
                 return None
-            if cut.marker in chunk:
+            at = chunk.find(cut.marker)
+            if at >= 0:
                 conn.marked = True
-            elif conn.marked and cut.then in chunk:
+                chunk = chunk[at + len(cut.marker) :]
+            if conn.marked and cut.then in chunk:
                 self._cut = None
                 return cut
         return None

@@ -341,3 +341,26 @@ def test_a_store_outage_longer_than_the_retries_fails_no_item(
     started = [m for m in said if "outage_started" in m and "store" in m]
     ended = [m for m in said if "outage_ended" in m and "store" in m]
     assert (len(started), len(ended)) == (1, 1)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("deliver", [False, True], ids=["commit-dropped", "answer-lost"])
+def test_a_commit_the_proxy_cuts_at_its_commit_lands_once(
+    pg_proxy: tuple[FaultProxy, str], tmp_path: Path, deliver: bool
+) -> None:
+    """The proxy cuts the connection at the COMMIT of an item's success (dropping it, or
+    letting it through and losing the answer) and PostgreSQL is unreachable for 0.3 s: the
+    item ends `succeeded` once, by its own attempt (an answer lost is recognised, not
+    reported as a lost lease)."""
+    proxy, proxied = pg_proxy
+    with app_factory(database_url=proxied) as make:
+        app = make()
+        batch_id = _submit(app, tmp_path)
+        worker = app.worker(LocalStore(tmp_path / "store"), WorkerOptions(batch_ids=[batch_id]))
+        (claim,) = app.leases.claim(worker.worker_id, 1, group_ids=[batch_id])
+        fired = proxy.cut_at(b"previews/", b"COMMIT", lambda: proxy.outage(0.3), deliver=deliver)
+        outcome = worker.process(claim)
+        events = app.leases.events(batch_id, item_id=claim.item_id, limit=10)
+    assert fired.is_set()
+    assert Outcome.SUCCEEDED == outcome
+    assert [State.IN_PROGRESS, State.SUCCEEDED] == [e.to_state for e in events]
