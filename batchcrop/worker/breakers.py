@@ -4,7 +4,7 @@
 One breaker per dependency of a worker (`database`, `store`, `source`), shared by its slots. A
 failure opens it (one `outage_started` log line, the `batchcrop_outages` counter, the
 `batchcrop_circuit_open` gauge at 1); while it is open no slot claims. After a pause (0.5 s
-doubling to 30 s, jittered) one slot probes: the store with its `check()`, the database and the
+doubling to 5 s, jittered) one slot probes: the store with its `check()`, the database and the
 sources by the next claim and attempt. A success closes it (one `outage_ended` line, with how
 long it lasted, the gauge back at 0); another failure opens it for twice as long.
 """
@@ -22,7 +22,9 @@ from batchcrop.metrics import OUTAGE_DEPENDENCIES
 from storage import StorageError
 
 OUTAGE_BACKOFF_MIN_SECONDS = 0.5
-OUTAGE_BACKOFF_MAX_SECONDS = 30.0
+OUTAGE_BACKOFF_MAX_SECONDS = 5.0
+"""A probe every 5 s at most while a dependency is down (one per worker, not per slot): claims
+resume within about 5 s of its return."""
 
 
 class Breaker:
