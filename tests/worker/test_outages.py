@@ -32,8 +32,8 @@ from tests.images import write_photos
 from tests.services.proxy import FaultProxy
 
 # After the database answers again, the retried commit lands within the retry's longest pause
-# (5 s) plus slack for a loaded 2-core machine.
-COMMIT_AFTER_OUTAGE_SECONDS = 8.0
+# (2 s) plus slack for a loaded 2-core machine.
+COMMIT_AFTER_OUTAGE_SECONDS = 5.0
 SHORT_BUSY_TIMEOUT_MS = 100
 RUN_TIMEOUT_SECONDS = 120.0
 
