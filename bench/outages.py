@@ -11,6 +11,7 @@ how the items ended and how long the batch took.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import tempfile
 import time
@@ -45,6 +46,7 @@ def main() -> int:
     parser.add_argument("--max-attempts", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=3)
     args = parser.parse_args()
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's access log
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
     server.start()
