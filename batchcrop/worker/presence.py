@@ -5,10 +5,11 @@ timeout / 6: 5 s by default) and, after each refresh, releases the leases of wor
 seen (G'), so a killed worker's items come back within seconds rather than at the next reaper
 pass. A database outage is logged once and its end once; the refresh goes on trying.
 
-Each refresh lists the items the worker's slots have in flight, and the leases this worker
-holds that no slot works on (a slot that gave up on an ending, a thread that died) are released
-(G''): one found at two refreshes in a row, under the same token, goes back to `queued`, so a
-claim that a slot has not yet registered is never taken from it.
+Each refresh reads the leases held under the worker's id and lists, in the registry row, those
+the process works on (`working`: its slots' claims in flight, and its callback deliveries); the
+others (a slot that gave up on an ending, a thread that died) are released (G''): one found at
+two refreshes in a row, under the same token, goes back to `queued`, so a claim that a slot has
+not yet registered is never taken from it.
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from batchcrop import __version__
 from batchcrop.logs import log_event
-from leases import NOT_IN_FLIGHT, Claim, DatabaseUnavailable, LeaseManager, ReapResult
+from leases import NOT_IN_FLIGHT, DatabaseUnavailable, HeldItem, LeaseManager, ReapResult
 
 REFRESHES_PER_TIMEOUT = 6
 
@@ -53,7 +54,7 @@ class Presence(threading.Thread):
         info: Mapping[str, Any],
         *,
         on_released: Callable[[ReapResult], None] | None = None,
-        in_flight: Callable[[], Sequence[Claim]] | None = None,
+        working: Callable[[Sequence[HeldItem]], Collection[str]] | None = None,
         on_not_in_flight: Callable[[int], None] = lambda held: None,
     ) -> None:
         super().__init__(name="presence", daemon=True)
@@ -62,7 +63,7 @@ class Presence(threading.Thread):
         self.info = dict(info)
         self.interval_seconds = leases.worker_timeout_seconds / REFRESHES_PER_TIMEOUT
         self._on_released = on_released
-        self._in_flight = in_flight
+        self._working = working
         self._on_not_in_flight = on_not_in_flight
         # Leases seen held but not in flight at the last refresh (tokens).
         self._suspects: set[str] = set()
@@ -73,15 +74,16 @@ class Presence(threading.Thread):
         """One refresh, one release of absent holders and of this worker's leases no slot
         works on; outages are logged, not raised."""
         try:
-            in_flight = None if self._in_flight is None else self._in_flight()
-            self.leases.worker_seen(
-                self.worker_id,
-                self.info,
-                in_flight=None if in_flight is None else [c.item_id for c in in_flight],
-            )
+            if self._working is None:
+                self.leases.worker_seen(self.worker_id, self.info)
+            else:
+                held = self.leases.held(worker_id=self.worker_id)
+                working = set(self._working(held))
+                in_flight = [h.item_id for h in held if h.lease_token in working]
+                self.leases.worker_seen(self.worker_id, self.info, in_flight=in_flight)
             released = self.leases.release_absent()
-            if self._in_flight is not None:
-                self._release_not_in_flight()
+            if self._working is not None:
+                self._release_not_in_flight(held, working)
         except DatabaseUnavailable as exc:
             if not self._down:
                 self._down = True
@@ -108,13 +110,10 @@ class Presence(threading.Thread):
             if self._on_released is not None:
                 self._on_released(released)
 
-    def _release_not_in_flight(self) -> None:
-        """Release the leases held under this worker's id that no slot has had in flight at
-        this refresh and the last one (read before the slots are asked: a claim committed after
-        the read is not seen held yet)."""
-        assert self._in_flight is not None
-        held = self.leases.held(worker_id=self.worker_id)
-        working = {claim.lease_token for claim in self._in_flight()}
+    def _release_not_in_flight(self, held: Sequence[HeldItem], working: set[str]) -> None:
+        """Release the leases of `held` (read before the process was asked what it works on:
+        a claim committed after the read is not seen held yet) that it did not work on at this
+        refresh nor at the last one."""
         orphans = {h.lease_token: h for h in held if h.lease_token not in working}
         self._on_not_in_flight(len(orphans))
         for token in sorted(self._suspects & orphans.keys()):

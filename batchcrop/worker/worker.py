@@ -39,6 +39,7 @@ from leases import (
     Claim,
     DatabaseUnavailable,
     Heartbeats,
+    HeldItem,
     HeldLease,
     LeaseLost,
     LeaseManager,
@@ -141,6 +142,7 @@ class Worker:
         # What the slots work on now, by lease token: the registry lists it (docs/design.md §3,
         # G''), and a lease held but not in here is released.
         self._in_flight: dict[str, Claim] = {}
+        self._group_kinds: dict[str, bool] = {}  # lease group id → is a batch (presence thread)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -183,7 +185,7 @@ class Worker:
             self.worker_id,
             info,
             on_released=self._count_released,
-            in_flight=self.in_flight,
+            working=self.working,
             on_not_in_flight=self.metrics.held_not_in_flight.set,
         )
         presence.beat()
@@ -237,6 +239,23 @@ class Worker:
         """The claims the slots are working on now (claimed, attempt not yet ended)."""
         with self._attempts_lock:
             return list(self._in_flight.values())
+
+    def working(self, held: Sequence[HeldItem]) -> set[str]:
+        """Of `held` (leases under this worker's id), the tokens this process works on: its
+        slots' claims in flight, and every lease outside the batches (its callback deliveries,
+        which the deliverer claims under the same id and ends on its own)."""
+        with self._attempts_lock:
+            tokens = set(self._in_flight)
+        batches = self._batch_groups({lease.group_id for lease in held})
+        return tokens | {lease.lease_token for lease in held if lease.group_id not in batches}
+
+    def _batch_groups(self, group_ids: set[str]) -> set[str]:
+        """Which of these lease groups are batches (remembered: a group never changes kind)."""
+        unknown = group_ids - self._group_kinds.keys()
+        if unknown:
+            batches = self.batches.stores(sorted(unknown))
+            self._group_kinds.update((group_id, group_id in batches) for group_id in unknown)
+        return {group_id for group_id in group_ids if self._group_kinds[group_id]}
 
     def wait_for_progress(self, timeout_seconds: float) -> None:
         """Return once an attempt has ended since the last call, or after `timeout_seconds`: a

@@ -194,7 +194,7 @@ def test_a_lease_no_slot_works_on_is_released_at_the_second_refresh(
         app.leases,
         "w",
         {},
-        in_flight=lambda: [working],
+        working=lambda held: {working.lease_token},
         on_not_in_flight=not_in_flight.append,
     )
 
@@ -219,7 +219,8 @@ def test_a_running_worker_releases_its_leases_no_slot_works_on_within_seconds(
     tmp_path: Path,
 ) -> None:
     """A lease held under a running worker's id but by none of its slots (a slot that gave
-    up) is back in `queued` within two registry refreshes."""
+    up) is back in `queued` within two registry refreshes; a lease of a group that is not a
+    batch (a callback delivery, which the deliverer holds under the same id) stays held."""
     with app_factory(
         database_url=f"sqlite:///{tmp_path / 'db.sqlite'}", worker_timeout_seconds=1.2
     ) as make:
@@ -227,6 +228,10 @@ def test_a_running_worker_releases_its_leases_no_slot_works_on_within_seconds(
         batch_id = _submit(app, tmp_path)
         worker = app.worker(LocalStore(tmp_path / "store"), WorkerOptions(batch_ids=[]))
         (claim,) = app.leases.claim(worker.worker_id, 1, group_ids=[batch_id])
+        app.leases.create_group(
+            "not-a-batch", deadline_seconds=600.0, max_attempts=3, items=[("d1", {})]
+        )
+        (delivery,) = app.leases.claim(worker.worker_id, 1, group_ids=["not-a-batch"])
         started = time.monotonic()
         worker.start_presence()
         try:
@@ -235,11 +240,17 @@ def test_a_running_worker_releases_its_leases_no_slot_works_on_within_seconds(
             ):
                 assert time.monotonic() - started < 5.0, "the lease was not released"
                 time.sleep(0.05)
+            time.sleep(2 * app.leases.worker_timeout_seconds / 6)  # two more refreshes
+            held = app.leases.item(delivery.item_id)
+            (row,) = app.leases.workers()
         finally:
             worker.retire(forget=True)
     assert item is not None
     assert (item.state, item.attempt) == (State.QUEUED, 0)
-    assert _sample(app, "batchcrop_leases_held_not_in_flight") is not None
+    assert held is not None
+    assert held.state == State.IN_PROGRESS
+    assert (row.in_flight, row.held_not_in_flight) == (1, 0)
+    assert _sample(app, "batchcrop_leases_held_not_in_flight") == 0.0
 
 
 def test_an_operator_releases_a_batch_s_leases_no_slot_works_on(app: App, tmp_path: Path) -> None:
@@ -362,5 +373,5 @@ def test_a_commit_the_proxy_cuts_at_its_commit_lands_once(
         outcome = worker.process(claim)
         events = app.leases.events(batch_id, item_id=claim.item_id, limit=10)
     assert fired.is_set()
-    assert Outcome.SUCCEEDED == outcome
-    assert [State.IN_PROGRESS, State.SUCCEEDED] == [e.to_state for e in events]
+    assert outcome == Outcome.SUCCEEDED
+    assert [e.to_state for e in events] == [State.IN_PROGRESS, State.SUCCEEDED]
