@@ -151,7 +151,7 @@ class Attempts:
         stop: threading.Event | None = None,
     ) -> Outcome:
         """E': `retryable` after a backoff, the attempt not counted: a dependency was down
-        (docs/design.md §3, infrastructure errors); the message as for `fail`."""
+        (docs/design.md §3, budgets); the message as for `fail`."""
         return self._fenced(
             claim,
             lambda: self.leases.put_off(claim, category.value, message=message),

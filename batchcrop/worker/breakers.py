@@ -1,5 +1,5 @@
 """Circuit breakers: a worker stops claiming while a dependency it needs is known to be down
-(docs/design.md §3, infrastructure errors; ADR 0027).
+(docs/design.md §3, circuit breakers; ADR 0027).
 
 One breaker per dependency of a worker (`database`, `store`, `source`), shared by its slots. A
 failure opens it (one `outage_started` log line, the `batchcrop_outages` counter, the

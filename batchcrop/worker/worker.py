@@ -62,7 +62,7 @@ OUTAGE_CATEGORIES = {
 }
 """Attempts ending in these categories mean a dependency (named here) is down, not that the item
 is bad: they are put off without counting against max_attempts, and that dependency's breaker
-opens, so the slots stop claiming until it answers (docs/design.md §3, infrastructure errors)."""
+opens, so the slots stop claiming until it answers (docs/design.md §3, budgets)."""
 
 
 def _said(exc: BaseException) -> str:
