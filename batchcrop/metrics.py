@@ -38,6 +38,8 @@ QUEUE_CACHE_SECONDS = 2.0
 """Scrapes within this long of the last queue read reuse it (several scrapers, one read)."""
 
 ITEM_DURATION_BUCKETS_SECONDS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+OUTAGE_DEPENDENCIES = ("database", "store", "source")
+"""The dependencies a worker has a circuit breaker for; their series exist from the start at 0."""
 
 
 class Metrics:
@@ -62,6 +64,30 @@ class Metrics:
             "Outages this process met (the database, the store or a source stopped answering), "
             "counted once each from the first failure to the next success.",
             ["dependency"],
+            registry=self.registry,
+        )
+        self.circuit_open = Gauge(
+            "batchcrop_circuit_open",
+            "1 while this worker's circuit breaker for the dependency is open (it does not "
+            "claim), else 0.",
+            ["dependency"],
+            registry=self.registry,
+        )
+        for dependency in OUTAGE_DEPENDENCIES:
+            # Exported at 0 from the start: an alert on increase() sees the first outage.
+            self.outages.labels(dependency)
+            self.circuit_open.labels(dependency).set(0)
+        self.held_not_in_flight = Gauge(
+            "batchcrop_leases_held_not_in_flight",
+            "Leases this worker holds that none of its slots works on, at its last registry "
+            "refresh (they are released at the next one).",
+            registry=self.registry,
+        )
+        self.put_off = Counter(
+            "batchcrop_attempts_put_off",
+            "Attempts ended by a dependency's outage and put off without counting against "
+            "max_attempts, by error category.",
+            ["category"],
             registry=self.registry,
         )
         self.put_if_absent_hits = Counter(

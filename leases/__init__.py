@@ -44,6 +44,7 @@ if TYPE_CHECKING:
         EventRow,
         GroupSummary,
         HeartbeatReply,
+        HeldItem,
         ItemPair,
         ItemRow,
         NewItem,
@@ -54,7 +55,7 @@ if TYPE_CHECKING:
         WorkerRow,
         state_names,
     )
-    from leases.registry import WORKER_LOST
+    from leases.registry import NOT_IN_FLIGHT, RELEASED, WORKER_LOST
 
 _HOMES = {
     "configure_sqlite": "leases.engine",
@@ -89,6 +90,7 @@ _HOMES = {
     "EventRow": "leases.models",
     "GroupSummary": "leases.models",
     "HeartbeatReply": "leases.models",
+    "HeldItem": "leases.models",
     "ItemPair": "leases.models",
     "ItemRow": "leases.models",
     "NewItem": "leases.models",
@@ -99,13 +101,17 @@ _HOMES = {
     "WorkerRow": "leases.models",
     "state_names": "leases.models",
     "WORKER_LOST": "leases.registry",
+    "NOT_IN_FLIGHT": "leases.registry",
+    "RELEASED": "leases.registry",
 }
 
 __all__ = [
     "LEASE_SECONDS",
     "MAX_ATTEMPT_SECONDS",
     "MESSAGE_MAX_CHARS",
+    "NOT_IN_FLIGHT",
     "REDOABLE",
+    "RELEASED",
     "REQUEUEABLE",
     "TERMINAL",
     "UNFINISHED",
@@ -123,6 +129,7 @@ __all__ = [
     "HeartbeatReply",
     "Heartbeater",
     "Heartbeats",
+    "HeldItem",
     "HeldLease",
     "ItemPair",
     "ItemRow",

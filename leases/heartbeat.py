@@ -17,6 +17,9 @@ from leases.models import Claim, StopReason
 # Renew three times per lease: two heartbeats can be lost before the lease expires.
 HEARTBEATS_PER_LEASE = 3
 JOIN_TIMEOUT_SECONDS = 10.0
+# After a renewal the database did not answer, the next try comes this soon, doubling each time
+# up to the interval.
+RETRY_MIN_SECONDS = 0.5
 
 log = logging.getLogger(__name__)
 
@@ -26,10 +29,17 @@ class HeldLease:
     work: `lost` (the lease is gone: stop and write nothing more) and `stop_reason` (a reply
     refused to extend the lease and said why; this lease is no longer renewed)."""
 
-    def __init__(self, claim: Claim) -> None:
+    def __init__(self, claim: Claim, lease_seconds: float | None = None) -> None:
         self.claim = claim
         self.lost = threading.Event()
         self.stop_reason: StopReason | None = None
+        # The holder's own clock: a renewal's reply extends the lease from when it was asked.
+        self.valid_until = time.monotonic() + (lease_seconds or 0.0)
+
+    def valid_for(self, seconds: float) -> bool:
+        """True while the lease is, by this process's clock, still held `seconds` from now (as
+        far as the last renewal it saw says; the database's fence has the last word)."""
+        return not self.lost.is_set() and time.monotonic() + seconds < self.valid_until
 
 
 class Heartbeats:
@@ -60,7 +70,7 @@ class Heartbeats:
     @contextmanager
     def holding(self, claim: Claim) -> Iterator[HeldLease]:
         """Keep `claim`'s lease renewed until the block ends; yields its signals."""
-        held = HeldLease(claim)
+        held = HeldLease(claim, self._manager.lease_seconds)
         self.hold(held)
         try:
             yield held
@@ -84,17 +94,19 @@ class Heartbeats:
             if not self._held:
                 self._changed.notify_all()
 
-    def beat(self) -> None:
-        """Renew every lease held now, in one statement; the thread calls this every interval."""
+    def beat(self) -> bool:
+        """Renew every lease held now, in one statement; the thread calls this every interval.
+        False when the database was unavailable (the thread then tries again sooner)."""
         with self._changed:
             held = list(self._held.values())
         if not held:
-            return
+            return True
+        asked = time.monotonic()
         try:
             replies = self._manager.heartbeat_many([h.claim for h in held])
         except DatabaseUnavailable:
             log.warning("heartbeat of %d leases failed, database unavailable; retrying", len(held))
-            return
+            return False
         for lease, reply in zip(held, replies, strict=True):
             if reply is None:
                 lease.lost.set()
@@ -102,6 +114,9 @@ class Heartbeats:
             elif reply.stop_reason is not None:
                 lease.stop_reason = reply.stop_reason
                 self.release(lease)
+            else:
+                lease.valid_until = asked + self._manager.lease_seconds
+        return True
 
     def join(self, timeout_seconds: float = JOIN_TIMEOUT_SECONDS) -> None:
         """Wait for the thread to end (it does once nothing is held)."""
@@ -112,6 +127,7 @@ class Heartbeats:
 
     def _run(self) -> None:
         next_beat = time.monotonic() + self.interval_seconds
+        retry_seconds = RETRY_MIN_SECONDS
         while True:
             with self._changed:
                 while self._held and (wait := next_beat - time.monotonic()) > 0:
@@ -120,8 +136,13 @@ class Heartbeats:
                     # Under the lock: a `holding` that comes after this starts a new thread.
                     self._thread = None
                     return
-            self.beat()
-            next_beat = time.monotonic() + self.interval_seconds
+            if self.beat():
+                retry_seconds = RETRY_MIN_SECONDS
+                next_beat = time.monotonic() + self.interval_seconds
+            else:
+                # An outage: renew as soon as the database answers again, not an interval later.
+                next_beat = time.monotonic() + min(retry_seconds, self.interval_seconds)
+                retry_seconds *= 2
 
 
 class Heartbeater(HeldLease):
@@ -132,7 +153,7 @@ class Heartbeater(HeldLease):
     def __init__(
         self, manager: LeaseManager, claim: Claim, *, interval_seconds: float | None = None
     ) -> None:
-        super().__init__(claim)
+        super().__init__(claim, manager.lease_seconds)
         self._beats = Heartbeats(manager, interval_seconds=interval_seconds)
         self.interval_seconds = self._beats.interval_seconds
 

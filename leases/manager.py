@@ -51,6 +51,7 @@ from leases.models import (
     Claim,
     Ending,
     HeartbeatReply,
+    HeldItem,
     ItemPair,
     ReapResult,
     State,
@@ -530,6 +531,28 @@ class LeaseManager(Reader):
         )
         self._fenced(queries.give_back(), claim, None, source=source)
 
+    def put_off(self, claim: Claim, category: str, *, message: str | None = None) -> None:
+        """E': `retryable` after a jittered backoff WITHOUT counting the attempt: a dependency
+        (the store, a source) was down, which says nothing about the item. `message` as for
+        `fail`. Only the group's deadline bounds how often this happens. Raises `LeaseLost`."""
+        stmt = queries.put_off(base_ms=self._backoff_ms, max_ms=self._backoff_max_ms)
+        source = Source(State.IN_PROGRESS, attempt_offset=1, to_terminal=False)
+        self._fenced(stmt, claim, category, message=message, source=source)
+
+    def release(self, held: HeldItem, *, reason: str, message: str | None = None) -> bool:
+        """G'': back to `queued`, the attempt not counted, like a give-back, for a lease its
+        holder does not work on (no slot has it in flight); the event carries `reason` and
+        `message` (who released it and why). Fenced by the lease token: False when the lease
+        was no longer held (the attempt ended or was released meanwhile)."""
+        source = Source(State.IN_PROGRESS, attempt_offset=1, reason=reason[:64], to_terminal=False)
+        params = {
+            "p_item_id": held.item_id,
+            "p_lease_token": held.lease_token,
+            "p_category": None,
+            "p_message": None if message is None else message[:MESSAGE_MAX_CHARS],
+        }
+        return bool(self._move(queries.give_back(), params, source, None))
+
     def abandon(self, claim: Claim, category: str = StopReason.CANCELLED.value) -> None:
         """I: `abandoned` (the holder was told to stop: cancel or deadline). Raises `LeaseLost`."""
         self._fenced(queries.finish(State.ABANDONED), claim, category)
@@ -744,13 +767,61 @@ class LeaseManager(Reader):
 
     # --- worker registry ---------------------------------------------------------------------
 
-    def worker_seen(self, worker_id: str, info: Mapping[str, Any]) -> None:
+    def worker_seen(
+        self,
+        worker_id: str,
+        info: Mapping[str, Any],
+        *,
+        in_flight: Collection[str] | None = None,
+    ) -> None:
         """Write or refresh `worker_id`'s registry row: seen now (database time), with `info`
-        (the application's description of the process). Call it at start and every few seconds
-        (well within `worker_timeout_seconds`)."""
+        (the application's description of the process) and, when given, the ids of the items
+        its slots work on now (`in_flight`, read just before this call). Call it at start and
+        every few seconds (well within `worker_timeout_seconds`)."""
+        values = dict(info)
+        if in_flight is not None:
+            values[registry.IN_FLIGHT_KEY] = sorted(in_flight)
         with self._db.write() as c:
             stmt = registry.seen(self._db.dialect_name)
-            self._db.execute_many(c, stmt, [{"p_worker_id": worker_id, "p_info": dict(info)}])
+            self._db.execute_many(c, stmt, [{"p_worker_id": worker_id, "p_info": values}])
+
+    def held(self, *, group_id: str | None = None, worker_id: str | None = None) -> list[HeldItem]:
+        """The leases held now (of one group, of one holder), by item id."""
+        with self._db.read() as c:
+            rows = self._db.rows(c, registry.held(group_id=group_id, worker_id=worker_id))
+        return [
+            HeldItem(
+                item_id=row.id,
+                group_id=row.group_id,
+                worker_id=str(row.worker_id),
+                lease_token=row.lease_token,
+                attempt_started_at=from_ms(row.attempt_started_at),
+            )
+            for row in rows
+        ]
+
+    def release_not_in_flight(self, group_id: str, *, by: str, why: str) -> int:
+        """G'' on purpose, for one group: release every lease of it held by a live worker whose
+        last refresh says no slot works on it (`WorkerRow.held_not_in_flight`), each event
+        naming `by` and `why`. Leases of absent and unregistered holders are left to G' and G.
+        Returns how many were released. Raises `NoSuchGroup`."""
+        with self._db.read() as c:
+            if self._db.one(c, group_queries.group_row(group_id)) is None:
+                raise NoSuchGroup(group_id)
+            registered = self._db.rows(c, registry.registered())
+            held = self._db.rows(c, registry.held(group_id=group_id))
+        orphans = registry.not_in_flight(
+            registered, held, timeout_ms=to_ms(self.worker_timeout_seconds)
+        )
+        message = f"released by {by}: {why}"
+        released = 0
+        for row in orphans:
+            item = HeldItem(
+                row.id, row.group_id, str(row.worker_id), row.lease_token,
+                from_ms(row.attempt_started_at),
+            )  # fmt: skip
+            released += self.release(item, reason=registry.RELEASED, message=message)
+        return released
 
     def forget_worker(self, worker_id: str) -> None:
         """Delete `worker_id`'s registry row (a clean shutdown, after its items ended)."""
@@ -789,11 +860,16 @@ class LeaseManager(Reader):
         with self._db.read() as c:
             rows = self._db.rows(c, registry.registered())
             held = {r.worker_id: r for r in self._db.rows(c, registry.holders(group_id))}
+            leases = self._db.rows(c, registry.held(group_id=group_id))
             now: int = self._db.scalar(c, registry.now())
         timeout_ms = to_ms(self.worker_timeout_seconds)
+        orphans = Counter(
+            r.worker_id for r in registry.not_in_flight(rows, leases, timeout_ms=timeout_ms)
+        )
         listed: list[WorkerRow] = []
         for row in rows:
             mine = held.pop(row.id, None)
+            in_flight = row.info.get(registry.IN_FLIGHT_KEY)
             listed.append(
                 WorkerRow(
                     id=row.id,
@@ -801,9 +877,11 @@ class LeaseManager(Reader):
                     started_at=from_ms(row.started_at),
                     last_seen_at=from_ms(row.last_seen_at),
                     seen_seconds_ago=max(0, now - row.last_seen_at) / 1000,
-                    info=dict(row.info),
+                    info={k: v for k, v in row.info.items() if k != registry.IN_FLIGHT_KEY},
                     leases_held=0 if mine is None else int(mine.held),
                     oldest_lease_started_at=None if mine is None else from_ms(mine.oldest),
+                    in_flight=len(in_flight) if isinstance(in_flight, list) else None,
+                    held_not_in_flight=orphans[row.id],
                 )
             )
         for worker_id, mine in sorted(held.items(), key=lambda kv: str(kv[0])):

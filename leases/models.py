@@ -174,6 +174,23 @@ class WorkerRow:
     info: dict[str, Any]
     leases_held: int
     oldest_lease_started_at: datetime | None
+    in_flight: int | None = None
+    """Items the worker's slots said they work on at its last refresh; None when it does not
+    say (an older version, an unregistered holder)."""
+    held_not_in_flight: int = 0
+    """Of `leases_held`, those claimed before that refresh that no slot works on: released
+    within seconds by the worker itself, or by `release_not_in_flight` (docs/design.md §3, G'')."""
+
+
+@dataclass(frozen=True)
+class HeldItem:
+    """One lease held now: the item, its group, its holder and the attempt's lease token."""
+
+    item_id: str
+    group_id: str
+    worker_id: str
+    lease_token: str
+    attempt_started_at: datetime
 
 
 @dataclass(frozen=True)
@@ -206,6 +223,8 @@ class ItemRow:
     payload: dict[str, Any]
     error_message: str | None = None
     """Why the last attempt ended, as its ender said it (null when it said nothing)."""
+    lease_token: str | None = None
+    """The token of the item's last attempt (kept after it ended; None before any claim)."""
 
 
 @dataclass(frozen=True)

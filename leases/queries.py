@@ -310,7 +310,8 @@ def retry_later(*, base_ms: int, max_ms: int) -> Update:
 
 @cache
 def give_back() -> Update:
-    """Fenced: back to queued, due now, taking the claim's attempt number back."""
+    """Fenced: back to queued, due now, taking the claim's attempt number back; `p_message`
+    (None for a shutdown's give-back) says who released it and why, on the item and its event."""
     now = db_now_ms()
     return (
         sa.update(items)
@@ -319,9 +320,31 @@ def give_back() -> Update:
             state=State.QUEUED.value,
             attempt=items.c.attempt - 1,
             error_category=None,
-            error_message=None,
+            error_message=sa.bindparam("p_message", type_=sa.String),
             lease_expires_at=None,
             next_attempt_at=now,
+            updated_at=now,
+        )
+        .returning(*MOVED)
+    )
+
+
+@cache
+def put_off(*, base_ms: int, max_ms: int) -> Update:
+    """Fenced: to retryable with backoff, taking the claim's attempt number back, with
+    `p_category` and `p_message`: an attempt a dependency's outage ended does not count against
+    the attempt cap (docs/design.md §3, E'). The batch's deadline still bounds the item."""
+    now = db_now_ms()
+    return (
+        sa.update(items)
+        .where(*_fenced())
+        .values(
+            state=State.RETRYABLE.value,
+            attempt=items.c.attempt - 1,
+            error_category=sa.bindparam("p_category", type_=sa.String),
+            error_message=sa.bindparam("p_message", type_=sa.String),
+            next_attempt_at=now + backoff_ms(base_ms, max_ms),
+            lease_expires_at=None,
             updated_at=now,
         )
         .returning(*MOVED)

@@ -63,6 +63,7 @@ def item_row(row: sa.Row[Any]) -> ItemRow:
         updated_at=from_ms(row.updated_at),
         payload=dict(row.payload),
         error_message=row.error_message,
+        lease_token=getattr(row, "lease_token", None),
     )
 
 

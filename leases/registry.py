@@ -10,6 +10,7 @@ per-item lease rule alone.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from functools import cache
 from typing import Any
 
@@ -24,6 +25,13 @@ from leases.sqlfuncs import db_now_ms, in_picked
 
 WORKER_LOST = "worker_lost"
 """The category (and event reason) of an item released because its worker stopped being seen."""
+NOT_IN_FLIGHT = "not_in_flight"
+"""The event reason of a lease its live worker released because no slot worked on it (G'')."""
+RELEASED = "released"
+"""The event reason of a lease an operator released (`release_not_in_flight`)."""
+IN_FLIGHT_SLACK_MS = 1000
+"""A lease counts as not in flight only if claimed at least this long before the refresh that
+left it out: a slot registers its claim a moment after the claim commits."""
 
 
 @cache
@@ -125,3 +133,46 @@ def holders(group_id: str | None) -> sa.Select[Any]:
 def now() -> sa.Select[tuple[int]]:
     """The database clock."""
     return sa.select(db_now_ms())
+
+
+IN_FLIGHT_KEY = "in_flight"
+"""The key of a registry row's `info` under which a worker lists the items its slots are working
+on now (sorted ids), written with every refresh; absent for a worker that does not say."""
+
+
+def held(*, group_id: str | None = None, worker_id: str | None = None) -> sa.Select[Any]:
+    """The in-progress items (optionally of one group or one holder): id, group, holder, lease
+    token and the attempt's start. Reads the in-progress items only (a partial index)."""
+    query = sa.select(
+        items.c.id,
+        items.c.group_id,
+        items.c.worker_id,
+        items.c.lease_token,
+        items.c.attempt_started_at,
+    ).where(state_is(State.IN_PROGRESS))
+    if group_id is not None:
+        query = query.where(items.c.group_id == group_id)
+    if worker_id is not None:
+        query = query.where(items.c.worker_id == worker_id)
+    return query.order_by(items.c.id)
+
+
+def not_in_flight(
+    registered: Sequence[Any], held_rows: Iterable[Any], *, timeout_ms: int
+) -> list[Any]:
+    """Of `held_rows` (rows of `held`), those whose holder is a live registered worker (rows of
+    `registered`) whose last refresh listed its in-flight items without them, although they were
+    claimed `IN_FLIGHT_SLACK_MS` or more before it: no slot of a live worker works on them."""
+    listed: dict[str, tuple[int, frozenset[str]]] = {}
+    for row in registered:
+        in_flight = row.info.get(IN_FLIGHT_KEY)
+        if isinstance(in_flight, list) and row.last_seen_at > row.now - timeout_ms:
+            listed[row.id] = (row.last_seen_at, frozenset(str(i) for i in in_flight))
+    orphans = []
+    for row in held_rows:
+        seen = listed.get(row.worker_id)
+        if seen is None or row.id in seen[1]:
+            continue
+        if row.attempt_started_at <= seen[0] - IN_FLIGHT_SLACK_MS:
+            orphans.append(row)
+    return orphans

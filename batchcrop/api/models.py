@@ -424,6 +424,8 @@ class WorkerDocument(BaseModel):
     store: str | None
     leases_held: int
     oldest_lease_at: str | None
+    in_flight: int | None
+    held_not_in_flight: int
 
 
 class WorkerList(BaseModel):

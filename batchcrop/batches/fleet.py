@@ -29,6 +29,8 @@ def worker_document(row: WorkerRow) -> dict[str, Any]:
         "store": info.get("store"),
         "leases_held": row.leases_held,
         "oldest_lease_at": iso(row.oldest_lease_started_at),
+        "in_flight": row.in_flight,
+        "held_not_in_flight": row.held_not_in_flight,
     }
 
 

@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 import time
+import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -610,6 +611,30 @@ def requeue(args: argparse.Namespace) -> int:
         print(f"requeued {moved} item{'' if moved == 1 else 's'}", file=sys.stderr)
         print_status(document)
     return 0
+
+
+def release(args: argparse.Namespace) -> int:
+    """`batchcrop release`: the batch's leases no slot of their live worker works on go back to
+    `queued`, the attempt not counted, each event naming who and why (docs/design.md §3, G'')."""
+    reason = _event_text("--reason", args.reason)
+    by = _event_text("--by", args.by or os.environ.get("USER") or "operator")
+    with opened(args) as app:
+        batch_id = app.batches.resolve_id(args.batch)
+        released = app.leases.release_not_in_flight(batch_id, by=by, why=reason)
+    if args.json:
+        _print_json({"batch_id": batch_id, "released": released})
+    else:
+        print(f"released {released} lease{'' if released == 1 else 's'}")
+    return 0
+
+
+def _event_text(flag: str, text: str) -> str:
+    """`text` as one line for an event's message, or a usage error naming `flag` (empty, or
+    holding control or formatting characters, which would rewrite what operators read)."""
+    line = " ".join(text.split())
+    if not line or any(unicodedata.category(c) in ("Cc", "Cf") for c in line):
+        raise UsageError(f"{flag} must be a line of text without control characters")
+    return line
 
 
 def redeliver(args: argparse.Namespace) -> int:

@@ -408,6 +408,18 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table
     p.set_defaults(handler=commands.requeue)
 
     p = sub.add_parser(
+        "release",
+        help="put back in queued the batch's leases held by live workers but by none of their "
+        "slots (`workers`: not in flight)",
+    )
+    p.add_argument("batch")
+    p.add_argument("--reason", required=True, help="why, written on each item's event")
+    p.add_argument("--by", help="who releases them, written on each event (default: $USER)")
+    _json_flag(p, "count")
+    _database_flags(p)
+    p.set_defaults(handler=commands.release)
+
+    p = sub.add_parser(
         "redeliver", help="deliver a batch's completion callback again (same Idempotency-Key)"
     )
     p.add_argument("batch")

@@ -273,13 +273,13 @@ def print_workers(documents: Sequence[dict[str, Any]]) -> None:
         cells = (
             d["id"], d["status"], d["host"], d["pid"], d["version"], seen, d["concurrency"],
             ",".join(batches) if isinstance(batches, list) else batches, d["store"],
-            d["leases_held"], d["oldest_lease_at"],
+            d["leases_held"], d["held_not_in_flight"], d["oldest_lease_at"],
         )  # fmt: skip
         rows.append([literal(c) for c in cells])
     _show(
         (
             "id", "status", "host", "pid", "version", "seen", "slots", "batches", "store", "held",
-            "oldest lease",
+            "not in flight", "oldest lease",
         ),
         rows,
     )  # fmt: skip

@@ -4,6 +4,12 @@
 timeout / 6: 5 s by default) and, after each refresh, releases the leases of workers no longer
 seen (G'), so a killed worker's items come back within seconds rather than at the next reaper
 pass. A database outage is logged once and its end once; the refresh goes on trying.
+
+Each refresh reads the leases held under the worker's id and lists, in the registry row, those
+the process works on (`working`: its slots' claims in flight, and its callback deliveries); the
+others (a slot that gave up on an ending, a thread that died) are released (G''): one found at
+two refreshes in a row, under the same token, goes back to `queued`, so a claim that a slot has
+not yet registered is never taken from it.
 """
 
 from __future__ import annotations
@@ -12,12 +18,12 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from batchcrop import __version__
 from batchcrop.logs import log_event
-from leases import DatabaseUnavailable, LeaseManager, ReapResult
+from leases import NOT_IN_FLIGHT, DatabaseUnavailable, HeldItem, LeaseManager, ReapResult
 
 REFRESHES_PER_TIMEOUT = 6
 
@@ -48,6 +54,8 @@ class Presence(threading.Thread):
         info: Mapping[str, Any],
         *,
         on_released: Callable[[ReapResult], None] | None = None,
+        working: Callable[[Sequence[HeldItem]], Collection[str]] | None = None,
+        on_not_in_flight: Callable[[int], None] = lambda held: None,
     ) -> None:
         super().__init__(name="presence", daemon=True)
         self.leases = leases
@@ -55,14 +63,27 @@ class Presence(threading.Thread):
         self.info = dict(info)
         self.interval_seconds = leases.worker_timeout_seconds / REFRESHES_PER_TIMEOUT
         self._on_released = on_released
+        self._working = working
+        self._on_not_in_flight = on_not_in_flight
+        # Leases seen held but not in flight at the last refresh (tokens).
+        self._suspects: set[str] = set()
         self._stopping = threading.Event()
         self._down = False
 
     def beat(self) -> None:
-        """One refresh and one release of absent holders; outages are logged, not raised."""
+        """One refresh, one release of absent holders and of this worker's leases no slot
+        works on; outages are logged, not raised."""
         try:
-            self.leases.worker_seen(self.worker_id, self.info)
+            if self._working is None:
+                self.leases.worker_seen(self.worker_id, self.info)
+            else:
+                held = self.leases.held(worker_id=self.worker_id)
+                working = set(self._working(held))
+                in_flight = [h.item_id for h in held if h.lease_token in working]
+                self.leases.worker_seen(self.worker_id, self.info, in_flight=in_flight)
             released = self.leases.release_absent()
+            if self._working is not None:
+                self._release_not_in_flight(held, working)
         except DatabaseUnavailable as exc:
             if not self._down:
                 self._down = True
@@ -88,6 +109,26 @@ class Presence(threading.Thread):
             )
             if self._on_released is not None:
                 self._on_released(released)
+
+    def _release_not_in_flight(self, held: Sequence[HeldItem], working: set[str]) -> None:
+        """Release the leases of `held` (read before the process was asked what it works on:
+        a claim committed after the read is not seen held yet) that it did not work on at this
+        refresh nor at the last one."""
+        orphans = {h.lease_token: h for h in held if h.lease_token not in working}
+        self._on_not_in_flight(len(orphans))
+        for token in sorted(self._suspects & orphans.keys()):
+            lease = orphans.pop(token)
+            if self.leases.release(
+                lease, reason=NOT_IN_FLIGHT, message="no slot of its worker works on it"
+            ):
+                log_event(
+                    "released_not_in_flight",
+                    level=logging.WARNING,
+                    worker=self.worker_id,
+                    item=lease.item_id,
+                    batch=lease.group_id,
+                )
+        self._suspects = set(orphans)
 
     def _absent(self) -> str | None:
         """The registered workers not seen for the timeout (the ones whose leases were just

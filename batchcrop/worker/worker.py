@@ -32,12 +32,14 @@ from batchcrop.logs import log_event
 from batchcrop.metrics import Metrics
 from batchcrop.settings import CONCURRENCY, MAX_SOURCE_BYTES, REAPER_INTERVAL_SECONDS
 from batchcrop.worker.attempts import Attempts, Outcome
+from batchcrop.worker.breakers import Breakers
 from batchcrop.worker.presence import Presence, worker_info
 from batchcrop.worker.processing import Attempt, GiveBack, Interruption, Output, write_pool
 from leases import (
     Claim,
     DatabaseUnavailable,
     Heartbeats,
+    HeldItem,
     HeldLease,
     LeaseLost,
     LeaseManager,
@@ -49,75 +51,18 @@ IDLE_SLEEP_SECONDS = 1.0
 BATCHES_REFRESH_SECONDS = 2.0
 """How long a worker's list of the open batches of its store is used before it is read again
 (a new batch is claimed from within about this long)."""
-OUTAGE_BACKOFF_MIN_SECONDS = 0.5
-OUTAGE_BACKOFF_MAX_SECONDS = 30.0
-# Attempts ending in these categories mean a dependency is down, not that the item is bad:
-# the slots stop claiming for a while so an outage does not burn every item's attempt budget.
-QUIET_OUTCOMES = frozenset({Outcome.SUCCEEDED, Outcome.GIVEN_BACK, Outcome.RETRYABLE})
+QUIET_OUTCOMES = frozenset(
+    {Outcome.SUCCEEDED, Outcome.GIVEN_BACK, Outcome.RETRYABLE, Outcome.PUT_OFF}
+)
 """Outcomes logged at INFO; the others (failed, abandoned, lease lost, database unavailable) at
 WARNING: they are what an operator looks for."""
-OUTAGE_CATEGORIES = frozenset(
-    {Category.STORAGE_UNAVAILABLE, Category.SOURCE_UNAVAILABLE, Category.DEPENDENCY_TIMEOUT}
-)
-
-
-class OutageGate:
-    """Exponential backoff shared by a worker's slots while the database or store is down.
-
-    The first failure of an outage is logged (`outage_started`, with the dependency and the
-    reason) and counted; the first success after it is logged once (`outage_ended`, with how
-    long it lasted).
-    """
-
-    def __init__(self, on_outage: Callable[[str], None] = lambda dependency: None) -> None:
-        self._lock = threading.Lock()
-        self._delay_seconds = 0.0
-        self._until = 0.0
-        self._since: float | None = None
-        self._dependency = ""
-        self._on_outage = on_outage
-
-    def failed(self, dependency: str = "database", reason: str = "") -> None:
-        """Note an outage: claiming pauses for twice the previous pause (with jitter)."""
-        with self._lock:
-            started = self._since is None
-            if started:
-                self._since = time.monotonic()
-                self._dependency = dependency
-            self._delay_seconds = min(
-                max(self._delay_seconds * 2, OUTAGE_BACKOFF_MIN_SECONDS),
-                OUTAGE_BACKOFF_MAX_SECONDS,
-            )
-            self._until = time.monotonic() + self._delay_seconds * random.uniform(0.5, 1.0)
-        if started:
-            self._on_outage(dependency)
-            log_event(
-                "outage_started",
-                level=logging.WARNING,
-                dependency=dependency,
-                reason=reason or None,
-            )
-
-    def recovered(self, dependency: str | None = None) -> None:
-        """`dependency` (None: every one) answered: the next outage starts from the smallest
-        pause again. An outage of another dependency goes on."""
-        with self._lock:
-            if self._since is not None and dependency not in (None, self._dependency):
-                return
-            self._delay_seconds = 0.0
-            since, self._since = self._since, None
-        if since is not None:
-            log_event(
-                "outage_ended",
-                dependency=self._dependency,
-                lasted_s=round(time.monotonic() - since, 1),
-            )
-
-    def wait(self, stopping: threading.Event) -> None:
-        """Sleep out the current pause, if any (returns early on stop)."""
-        remaining = self._until - time.monotonic()
-        if remaining > 0:
-            stopping.wait(remaining)
+OUTAGE_CATEGORIES = {
+    Category.STORAGE_UNAVAILABLE: "store",
+    Category.SOURCE_UNAVAILABLE: "source",
+}
+"""Attempts ending in these categories mean a dependency (named here) is down, not that the item
+is bad: they are put off without counting against max_attempts, and that dependency's breaker
+opens, so the slots stop claiming until it answers (docs/design.md §3, budgets)."""
 
 
 def _said(exc: BaseException) -> str:
@@ -177,7 +122,13 @@ class Worker:
         self._specs: dict[str, RenderSpec] = {}
         self._specs_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
-        self._outage = OutageGate(lambda dependency: metrics.outages.labels(dependency).inc())
+        self._outage = Breakers(
+            probe_store=store.check,
+            on_outage=lambda dependency: metrics.outages.labels(dependency).inc(),
+            on_change=lambda dependency, is_open: metrics.circuit_open.labels(dependency).set(
+                int(is_open)
+            ),
+        )
         self._batches_lock = threading.Lock()
         self._batches: list[str] = []
         self._batches_read_at = -float("inf")
@@ -188,7 +139,10 @@ class Worker:
         self._writes = write_pool(options.concurrency)
         self._progressed = threading.Event()
         self._attempts_lock = threading.Lock()
-        self._attempts = 0
+        # What the slots work on now, by lease token: the registry lists it (docs/design.md §3,
+        # G''), and a lease held but not in here is released.
+        self._in_flight: dict[str, Claim] = {}
+        self._group_kinds: dict[str, bool] = {}  # lease group id → is a batch (presence thread)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -226,7 +180,14 @@ class Worker:
             batch_ids=self.options.batch_ids,
             store=self.store.url,
         )
-        presence = Presence(self.leases, self.worker_id, info, on_released=self._count_released)
+        presence = Presence(
+            self.leases,
+            self.worker_id,
+            info,
+            on_released=self._count_released,
+            working=self.working,
+            on_not_in_flight=self.metrics.held_not_in_flight.set,
+        )
         presence.beat()
         presence.start()
         self._presence = presence
@@ -272,7 +233,29 @@ class Worker:
     def attempts_under_way(self) -> int:
         """Items this worker is processing now."""
         with self._attempts_lock:
-            return self._attempts
+            return len(self._in_flight)
+
+    def in_flight(self) -> list[Claim]:
+        """The claims the slots are working on now (claimed, attempt not yet ended)."""
+        with self._attempts_lock:
+            return list(self._in_flight.values())
+
+    def working(self, held: Sequence[HeldItem]) -> set[str]:
+        """Of `held` (leases under this worker's id), the tokens this process works on: its
+        slots' claims in flight, and every lease outside the batches (its callback deliveries,
+        which the deliverer claims under the same id and ends on its own)."""
+        with self._attempts_lock:
+            tokens = set(self._in_flight)
+        batches = self._batch_groups({lease.group_id for lease in held})
+        return tokens | {lease.lease_token for lease in held if lease.group_id not in batches}
+
+    def _batch_groups(self, group_ids: set[str]) -> set[str]:
+        """Which of these lease groups are batches (remembered: a group never changes kind)."""
+        unknown = group_ids - self._group_kinds.keys()
+        if unknown:
+            batches = self.batches.stores(sorted(unknown))
+            self._group_kinds.update((group_id, group_id in batches) for group_id in unknown)
+        return {group_id for group_id in group_ids if self._group_kinds[group_id]}
 
     def wait_for_progress(self, timeout_seconds: float) -> None:
         """Return once an attempt has ended since the last call, or after `timeout_seconds`: a
@@ -382,7 +365,7 @@ class Worker:
         self.metrics.claims.inc()
         self.metrics.in_flight.inc()
         with self._attempts_lock:
-            self._attempts += 1
+            self._in_flight[claim.lease_token] = claim
         log_event(
             "claim",
             level=logging.DEBUG,
@@ -397,7 +380,7 @@ class Worker:
         finally:
             self.metrics.in_flight.dec()
             with self._attempts_lock:
-                self._attempts -= 1
+                del self._in_flight[claim.lease_token]
             self._progressed.set()
         self.metrics.item_duration.labels(outcome).observe(time.monotonic() - started)
         log_event(
@@ -421,35 +404,45 @@ class Worker:
         cause: Category | None = None
         message: str | None = None
         retried = False
-        try:
-            with self._heartbeats.holding(claim) as heartbeat:
-                output = self._run(claim, heartbeat)
-                outcome = self.attempts.succeed(claim, output.derivatives, output.preview)
-        except LeaseLost:
-            outcome = Outcome.LEASE_LOST
-        except DatabaseUnavailable:
-            outcome = Outcome.DATABASE_UNAVAILABLE
-        except GiveBack:
-            outcome = self.attempts.give_back(claim)
-        except Interruption as exc:
-            cause = exc.category
-            outcome = self.attempts.abandon(claim, cause)
-        except PermanentItemError as exc:
-            cause, message = exc.category, public_message(exc.detail)
-            outcome = self.attempts.fail(claim, cause, message)
-        except ItemError as exc:
-            cause, message, retried = exc.category, public_message(exc.detail), True
-            outcome = self.attempts.retry(claim, cause, message)
-        except Exception as exc:
-            # Only the commit can get here (`_run` turns its own surprises into ItemErrors): a
-            # bug or an unexpected database error is retried, and the slot lives on.
-            logging.getLogger("batchcrop").debug("internal error at commit", exc_info=True)
-            cause, retried = Category.INTERNAL_ERROR, True
-            message = public_message(f"at commit: {_said(exc)}")
-            outcome = self.attempts.retry(claim, cause, message)
+        # The lease stays renewed through the ending too: an ending that meets an outage is
+        # tried again while the lease is valid (`Attempts`).
+        with self._heartbeats.holding(claim) as held:
+            stop = self._give_back_now
+            try:
+                output = self._run(claim, held)
+                outcome = self.attempts.succeed(
+                    claim, output.derivatives, output.preview, held=held, stop=stop
+                )
+            except LeaseLost:
+                outcome = Outcome.LEASE_LOST
+            except DatabaseUnavailable:
+                outcome = Outcome.DATABASE_UNAVAILABLE
+            except GiveBack:
+                outcome = self.attempts.give_back(claim, held=held, stop=stop)
+            except Interruption as exc:
+                cause = exc.category
+                outcome = self.attempts.abandon(claim, cause, held=held, stop=stop)
+            except PermanentItemError as exc:
+                cause, message = exc.category, public_message(exc.detail)
+                outcome = self.attempts.fail(claim, cause, message, held=held, stop=stop)
+            except ItemError as exc:
+                cause, message = exc.category, public_message(exc.detail)
+                if cause in OUTAGE_CATEGORIES:
+                    outcome = self.attempts.put_off(claim, cause, message, held=held, stop=stop)
+                else:
+                    retried = True
+                    outcome = self.attempts.retry(claim, cause, message, held=held, stop=stop)
+            except Exception as exc:
+                # Only the commit can get here (`_run` turns its own surprises into
+                # ItemErrors): a bug or an unexpected database error is retried, and the slot
+                # lives on.
+                logging.getLogger("batchcrop").debug("internal error at commit", exc_info=True)
+                cause, retried = Category.INTERNAL_ERROR, True
+                message = public_message(f"at commit: {_said(exc)}")
+                outcome = self.attempts.retry(claim, cause, message, held=held, stop=stop)
         self._account(claim, outcome, cause, retried=retried)
         category = Category.ATTEMPTS_EXHAUSTED if retried and outcome is Outcome.FAILED else cause
-        if outcome not in (Outcome.FAILED, Outcome.RETRYABLE):
+        if outcome not in (Outcome.FAILED, Outcome.RETRYABLE, Outcome.PUT_OFF):
             message = None  # only a failed attempt's ending keeps its message
         return outcome, None if category is None else str(category), message
 
@@ -487,20 +480,18 @@ class Worker:
             case Outcome.LEASE_LOST:
                 self.metrics.lease_lost.inc()
             case Outcome.DATABASE_UNAVAILABLE:
-                # Nothing of this attempt was committed: its lease runs out and the reaper
-                # retries the item once the database is back.
+                # Nothing of this attempt was committed and its lease ran out while the ending
+                # was tried again: the reaper retries the item once the database is back.
                 self._outage.failed("database", "the attempt could not be ended")
             case Outcome.FAILED | Outcome.ABANDONED:
                 label = Category.ATTEMPTS_EXHAUSTED if retried else cause
                 self.metrics.terminal_failures.labels(str(label)).inc()
             case Outcome.RETRYABLE:
                 self.metrics.retryable_failures.labels(str(cause)).inc()
+            case Outcome.PUT_OFF:
+                self.metrics.put_off.labels(str(cause)).inc()
             case Outcome.GIVEN_BACK:
                 pass
-        if (
-            retried
-            and cause in OUTAGE_CATEGORIES
-            and outcome in (Outcome.RETRYABLE, Outcome.FAILED)
-        ):
-            dependency = "source" if cause is Category.SOURCE_UNAVAILABLE else "store"
+        dependency = None if cause is None else OUTAGE_CATEGORIES.get(cause)
+        if dependency is not None and outcome is Outcome.PUT_OFF:
             self._outage.failed(dependency, str(cause))

@@ -42,7 +42,7 @@ def test_workers_lists_alive_absent_and_unregistered(api: LiveServer) -> None:
         assert list(mine) == [
             "id", "status", "host", "pid", "version", "started_at", "last_seen_at",
             "seen_seconds_ago", "concurrency", "batch_ids", "store", "leases_held",
-            "oldest_lease_at",
+            "oldest_lease_at", "in_flight", "held_not_in_flight",
         ]  # fmt: skip
         assert documents["gone"]["status"] == "absent"
         assert documents["gone"]["seen_seconds_ago"] >= 60

@@ -138,7 +138,15 @@ def test_the_registry_has_the_operators_series_and_no_created_ones() -> None:
     }
     assert samples["batchcrop_queue_oldest_queued_age_seconds"] == {(): 12.5}
     assert samples["batchcrop_items_in_flight"] == {(): 1.0}
-    assert samples["batchcrop_outages_total"] == {(("dependency", "database"),): 1.0}
+    # Every dependency's outage counter and breaker gauge exist from the start, at 0.
+    assert samples["batchcrop_outages_total"] == {
+        (("dependency", "database"),): 1.0,
+        (("dependency", "store"),): 0.0,
+        (("dependency", "source"),): 0.0,
+    }
+    assert samples["batchcrop_circuit_open"] == {
+        (("dependency", name),): 0.0 for name in ("database", "store", "source")
+    }
     assert samples["batchcrop_put_if_absent_hits_total"] == {(): 1.0}
     assert not [name for name in samples if name.endswith("_created")]
 

@@ -63,6 +63,17 @@ class ChaosConfig:
     pg_drops: int = 2
     storage_outages: int = 2
     storage_outage_seconds: float = 2.0
+    # Store outages longer than the S3 client's retries and the item's attempt budget.
+    long_storage_outages: int = 0
+    long_storage_outage_seconds: float = 20.0
+    # PostgreSQL stopped at the moment a worker commits an item (the proxy sees the manifest
+    # INSERT, then the COMMIT: it cuts that connection and the cluster goes down). Each cut's
+    # downtime in turn: 0 is `pg_ctl restart -m fast`, else stopped this many seconds.
+    pg_commit_cuts: int = 0
+    pg_commit_cut_seconds: tuple[float, ...] = (0.0,)
+    # After a database or long store outage ends, no item claimed before its end may still be
+    # in_progress this long after it (docs/design.md §8: no stranded work).
+    stranded_bound_seconds: float = 10.0
     # Stalls: for STALL_WINDOW_SECONDS every request is held this long before it is forwarded.
     pg_stalls: int = 2  # longer than the lease: heartbeats arrive late, leases expire mid-work
     s3_stalls: int = 1  # longer than max_attempt_seconds: a hung item must lose its lease

@@ -7,14 +7,20 @@ short deadline), starts `config.workers` `batchcrop worker` processes that reach
 S3 only through the proxies, and injects faults as the main batch progresses: SIGKILLs (the
 worker is restarted), SIGSTOP/SIGCONT pauses longer than the lease, `pg_ctl restart -m fast`,
 dropped PostgreSQL connections, storage errors and resets on a fraction of S3 requests, short
-storage outages, a cancel. Every wait is bounded; the run stops by itself. Then it checks
-docs/design.md §8 (`tests.chaos.invariants`) and returns a `Report`.
+storage outages, a cancel; and, when configured, PostgreSQL stopped at the moment a worker
+commits an item (`pg_commit_cuts`) and store outages longer than every retry
+(`long_storage_outages`), after each of which no item claimed before its end may stay
+`in_progress` past `stranded_bound_seconds`, and no item may end failed by an outage. Every wait
+is bounded; the run stops by itself. Then it checks docs/design.md §8
+(`tests.chaos.invariants`) and returns a `Report`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import random
 import shutil
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -58,6 +64,14 @@ OVERDUE_SLACK_SECONDS = 3.0
 TERMINAL = ("succeeded", "failed", "abandoned")
 # A run in which no item reaches a terminal state for this long is stuck: stop and audit it.
 STALL_SECONDS = 120.0
+# What a worker's success sends to PostgreSQL, as it crosses the proxy: the preview row's key (a
+# bound value: psycopg sends prepared statements without their text), then the COMMIT.
+COMMIT_MARKER = b"previews/"
+COMMIT_THEN = b"COMMIT"
+# Faults injected one at a time, each after the previous one's end.
+SERIAL_OUTAGES = frozenset({"pg_commit_cut", "long_storage_outage"})
+# Error categories of an item failed by an outage (directly, or its attempts used up by one).
+OUTAGE_FAILURES = frozenset({"attempts_exhausted", "storage_unavailable", "source_unavailable"})
 STALL_WINDOW_SECONDS = 0.5
 # The callback receiver answers 503 to its first requests, then times out once (the deliverer
 # waits 10 s), then accepts everything; once every batch is terminal, the fleet gets this long
@@ -95,6 +109,15 @@ class Report:
     """How many of them were held to the bounds (no database fault near their kill)."""
     release_bound: float = 0.0
     reclaim_bound: float = 0.0
+    outages: list[tuple[str, float]] = field(default_factory=list)
+    """Each database or long store outage: its kind and how long it lasted (seconds)."""
+    stranded: int = 0
+    """Items found in_progress `stranded_bound_seconds` after an outage they were claimed
+    before had ended."""
+    stranded_checks: list[str] = field(default_factory=list)
+    """One violation per outage that left items stranded (added to the audit at its end)."""
+    failed_by_outage: int = 0
+    """Items of the main batch that ended failed with an outage's category."""
 
     @property
     def violations(self) -> list[str]:
@@ -120,6 +143,8 @@ def _schedule(config: ChaosConfig, rng: random.Random) -> list[tuple[float, str]
     plan += [(f, "storage_outage") for f in spread(config.storage_outages, 0.1, 0.8)]
     plan += [(f, "pg_stall") for f in spread(config.pg_stalls, 0.2, 0.8)]
     plan += [(f, "s3_stall") for f in spread(config.s3_stalls, 0.3, 0.6)]
+    plan += [(f, "pg_commit_cut") for f in spread(config.pg_commit_cuts, 0.1, 0.7)]
+    plan += [(f, "long_storage_outage") for f in spread(config.long_storage_outages, 0.2, 0.6)]
     return sorted(plan)
 
 
@@ -149,6 +174,10 @@ class Run:
         self.cancel_after_end = False
         self.database_faults: list[datetime] = []
         self.services: Services | None = None
+        # Outages that ended: (kind, when it ended in UTC, monotonic time to check at).
+        self._ended: list[tuple[str, datetime, float]] = []
+        self._ended_lock = threading.Lock()
+        self._outage_under_way = threading.Event()
 
     def execute(self) -> Report:
         """Set up, run with faults until every batch is terminal (or the timeout), audit."""
@@ -237,10 +266,12 @@ class Run:
                 quiet = time.monotonic() - self.last_outage > OUTAGE_SETTLE_SECONDS
                 if quiet and _overdue(app, allowed_ms):
                     self.report.overdue_samples += 1
+                self._check_stranded(app)
             except DatabaseUnavailable:
                 time.sleep(POLL_SECONDS)
                 continue
             if all(s["state"] in TERMINAL for s in statuses.values()):
+                self._finish_outages(app, deadline)
                 return
             total_done = sum(_done(s) for s in statuses.values())
             if total_done != progress:
@@ -252,6 +283,8 @@ class Run:
                 self._inject("cancel", app, services, fleet, ids)  # part-way through, not after
             done = _done(statuses["main"])
             while plan and plan[0][0] <= done:
+                if plan[0][1] in SERIAL_OUTAGES and self._outage_under_way.is_set():
+                    break  # one long outage at a time: each is checked on its own
                 self._inject(plan.pop(0)[1], app, services, fleet, ids)
             time.sleep(POLL_SECONDS)
         self.report.notes.append(f"timed out after {config.timeout_seconds:.0f} s")
@@ -289,6 +322,11 @@ class Run:
             self.last_outage = time.monotonic()
         elif kind == "storage_outage":
             services.s3_proxy.outage(config.storage_outage_seconds)
+        elif kind == "pg_commit_cut":
+            self._cut_at_commit(services)
+            injected = False  # counted when the cut fires
+        elif kind == "long_storage_outage":
+            injected = self._long_storage_outage(services)
         elif kind == "pg_stall":
             self.database_faults.append(datetime.now(UTC))
             self._stall(services.pg_proxy, config.lease_seconds * 1.5)
@@ -304,6 +342,81 @@ class Run:
                 self.report.notes.append("the cancel came after its batch had ended")
         if injected:
             self.report.faults[kind] += 1
+
+    def _cut_at_commit(self, services: Services) -> None:
+        """Arm the PostgreSQL proxy to cut the next connection that commits an item, and the
+        cluster to go down then (restarted, or stopped for a while). Half of the cuts let the
+        COMMIT through and lose its answer."""
+        self._outage_under_way.set()
+        cuts = self.config.pg_commit_cut_seconds
+        seconds = cuts[self.report.faults["pg_commit_cut"] % len(cuts)]
+
+        def down() -> None:
+            self.report.faults["pg_commit_cut"] += 1
+            self.database_faults.append(datetime.now(UTC))
+            self.last_outage = time.monotonic() + seconds + OUTAGE_SETTLE_SECONDS
+            lasted = services.cluster.down_for(seconds) if seconds else services.cluster.restart()
+            self._outage_ended(f"pg_commit_cut {seconds:g} s", lasted)
+
+        services.pg_proxy.cut_at(COMMIT_MARKER, COMMIT_THEN, down, deliver=self.rng.random() < 0.5)
+
+    def _long_storage_outage(self, services: Services) -> bool:
+        """The S3 proxy refuses everything for `long_storage_outage_seconds`."""
+        if self._outage_under_way.is_set():
+            return False
+        self._outage_under_way.set()
+        seconds = self.config.long_storage_outage_seconds
+        services.s3_proxy.outage(seconds)
+
+        def ended() -> None:
+            self._outage_ended(f"s3_outage {seconds:g} s", seconds)
+
+        threading.Timer(seconds, ended).start()
+        return True
+
+    def _outage_ended(self, kind: str, lasted: float) -> None:
+        self.report.outages.append((kind, round(lasted, 2)))
+        with self._ended_lock:
+            check_at = time.monotonic() + self.config.stranded_bound_seconds
+            self._ended.append((kind, datetime.now(UTC), check_at))
+        self._outage_under_way.clear()
+
+    def _check_stranded(self, app: App) -> None:
+        """For each outage that ended `stranded_bound_seconds` ago: no item claimed before its
+        end is still in_progress (a violation per outage, counting the items)."""
+        now = time.monotonic()
+        with self._ended_lock:
+            due = [e for e in self._ended if e[2] <= now]
+            self._ended = [e for e in self._ended if e[2] > now]
+        for kind, ended_at, _ in due:
+            ended_ms = round(ended_at.timestamp() * 1000)
+            stmt = sa.select(sa.func.count()).where(
+                items_table.c.state == "in_progress",
+                items_table.c.attempt_started_at < ended_ms,
+            )
+            with app.leases.reading() as conn:
+                stranded = int(conn.execute(stmt).scalar_one())
+            if stranded:
+                self.report.stranded += stranded
+                self.report.stranded_checks.append(
+                    f"{stranded} items claimed before the end of {kind} still in_progress "
+                    f"{self.config.stranded_bound_seconds:g} s after it ended"
+                )
+
+    def _finish_outages(self, app: App, deadline: float) -> None:
+        """Every batch is terminal: wait for an outage still under way and its checks (a cut
+        armed after the last commit never fires: it is dropped)."""
+        assert self.services is not None, "services start before faults"
+        if self.services.pg_proxy.disarm():
+            self.report.notes.append("a commit cut armed after the last commit was dropped")
+            self._outage_under_way.clear()
+        while time.monotonic() < deadline and (self._outage_under_way.is_set() or self._ended):
+            if self._ended and not self._outage_under_way.is_set():
+                with self._ended_lock:
+                    self._ended = [(k, at, time.monotonic()) for k, at, _ in self._ended]
+            with contextlib.suppress(DatabaseUnavailable):
+                self._check_stranded(app)
+            time.sleep(POLL_SECONDS)
 
     def _stall(self, proxy: FaultProxy, seconds: float) -> None:
         """Hold every request arriving in the next STALL_WINDOW_SECONDS for `seconds`."""
@@ -345,6 +458,16 @@ class Run:
             report.audit.violate(
                 f"{report.overdue_samples} samples saw items in_progress past lease + reaper"
             )
+        main = invariants.all_items(app, ids["main"])
+        report.failed_by_outage = sum(
+            1
+            for item in main
+            if item.state is State.FAILED and item.error_category in OUTAGE_FAILURES
+        )
+        if report.failed_by_outage:
+            report.audit.violate(f"{report.failed_by_outage} main items failed by an outage")
+        for violation in report.stranded_checks:
+            report.audit.violate(violation)
         self._expect(app, ids, expected)
 
     def _recovery(self, app: App, ids: dict[str, str], kills: list[tuple[int, datetime]]) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from batchcrop.app import App
 from batchcrop.worker.processing import PREVIEW_KEY_PREFIX
+from batchcrop.worker.worker import OUTAGE_CATEGORIES
 from leases import EventRow, ItemRow, State
 from storage import ObjectStore
 from tests.receiver import Receiver
@@ -26,6 +27,8 @@ REAPER_REASONS = frozenset(
     {"lease_expired", "attempts_exhausted", "deadline_exceeded", "cancelled"}
 )
 TERMINAL_STATES = frozenset({State.SUCCEEDED, State.FAILED, State.ABANDONED})
+# A move to retryable with one of these reasons is a put-off (E'): the attempt is taken back.
+PUT_OFF_REASONS = frozenset(str(category) for category in OUTAGE_CATEGORIES)
 
 
 @dataclass
@@ -86,7 +89,8 @@ def check_events(
     too: it logs the token it expired), and each claim is left exactly once. Each event starts
     in the state the previous one ended in, the first in `queued` (an item is created queued,
     with no event: ADR 0023). An item's attempt number is its claims minus its
-    give-backs, and never exceeds the batch's `max_attempts` (no requeue happens in a run).
+    give-backs, releases and put-offs, and never exceeds the batch's `max_attempts` (no
+    requeue happens in a run).
     """
     last_state, attempts = _replay(audit, events)
     for row in items:
@@ -137,8 +141,10 @@ def _replay(audit: Audit, events: Iterable[EventRow]) -> tuple[dict[str, State],
             audit.reclaims += event.reason == "lease_expired"
         if event.from_state is State.IN_PROGRESS:
             _check_fenced(audit, event, latest_claim.get(item), left)
-            if event.to_state is State.QUEUED:
-                attempts[item] -= 1  # a give-back takes its claim back
+            if event.to_state is State.QUEUED or (
+                event.to_state is State.RETRYABLE and event.reason in PUT_OFF_REASONS
+            ):
+                attempts[item] -= 1  # a give-back, release or put-off takes its claim back
         if event.to_state is State.IN_PROGRESS:
             latest_claim[item] = event.lease_token
             attempts[item] += 1

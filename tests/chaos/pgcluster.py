@@ -58,6 +58,15 @@ class PrivateCluster:
         self._pg_ctl("restart", "-m", "fast")
         return time.monotonic() - started
 
+    def down_for(self, seconds: float) -> float:
+        """Stop (fast mode), stay down `seconds`, start again with the same data; returns the
+        seconds from the stop's start until it accepts again."""
+        started = time.monotonic()
+        self.stop()
+        time.sleep(seconds)
+        self._pg_ctl("start")
+        return time.monotonic() - started
+
     def stop(self) -> None:
         """Stop the cluster if it runs (fast mode)."""
         if (self.data / "postmaster.pid").exists():

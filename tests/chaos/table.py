@@ -65,6 +65,12 @@ def render(report: Report) -> str:
         ),
         ("manifest rows", str(audit.manifest_rows)),
         *_recovery_rows(report),
+        (
+            "database / long store outages (lasted)",
+            ", ".join(f"{kind} ({lasted:g} s)" for kind, lasted in report.outages) or "none",
+        ),
+        ("items stranded after an outage", str(report.stranded)),
+        ("main items failed by an outage", str(report.failed_by_outage)),
         ("API status answers", _answers(report.api_answers)),
         ("violations", str(len(report.violations))),
         ("wall time", f"{report.wall_seconds:.0f} s"),

@@ -135,6 +135,9 @@ EXAMPLES: dict[str, Run | InBlock] = {
     "batchcrop recrop": RECROP,
     "batchcrop recrop BATCH ITEM --focus L,T,R,B": RECROP,
     "batchcrop redeliver BATCH": REDELIVER,
+    "batchcrop release BATCH --reason WHY [--by NAME]": Run(
+        "release {BATCH} --reason docs-example --by docs", out=r"^released 0 leases$"
+    ),
     "batchcrop requeue BATCH [--state failed,abandoned] [--item ID]... [--deadline 2h]": Run(
         "requeue {REQUEUE_BATCH} --state failed,abandoned --item {REQUEUE_ITEM} --deadline 2h",
         out=r"queued +│ 1 ",

@@ -9,6 +9,10 @@ every connection to the upstream. Faults are commands, changeable at any time fr
   `trickle_bytes` every `trickle_seconds` (a server that never quite stops sending).
 - `reset_all()` resets every open connection now; `outage(seconds)` fails every request and
   every new connection for a while (a short storage or network outage).
+- `cut_at(marker, then, action)`: one shot, timed by the traffic itself — on a connection whose
+  client sent `marker` (say, a transaction's INSERT INTO its table), the next chunk holding
+  `then` (its COMMIT) resets that connection and starts `action` (an outage, a restart), the
+  chunk dropped or, with `deliver`, forwarded first (the server commits, the answer is lost).
 
 A "request" is a chunk from the client that starts a new HTTP request (it begins with an HTTP
 method), or — for non-HTTP protocols such as PostgreSQL's — any chunk from the client when
@@ -35,6 +39,7 @@ import struct
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 FAULT_KINDS = ("reset_before", "reset_after", "truncate", "drop", "http_503")
@@ -74,6 +79,16 @@ class _Conn:
     doomed: threading.Event = field(default_factory=threading.Event)  # reset at next answer
     truncated: threading.Event = field(default_factory=threading.Event)  # cut the next answer
     closed: threading.Event = field(default_factory=threading.Event)
+    marked: bool = False  # the client sent the armed cut's marker
+
+
+@dataclass
+class _Cut:
+    marker: bytes
+    then: bytes
+    action: Callable[[], object]
+    deliver: bool
+    done: threading.Event = field(default_factory=threading.Event)
 
 
 def _reset(sock: socket.socket) -> None:
@@ -114,6 +129,7 @@ class FaultProxy:
         self._lock = threading.Lock()
         self._conns: set[_Conn] = set()
         self._counts: Counter[str] = Counter()
+        self._cut: _Cut | None = None
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._listener.bind(("127.0.0.1", 0))
@@ -173,6 +189,42 @@ class FaultProxy:
             self._plan.outage_until = time.monotonic() + seconds
         self._count("outage")
         self.reset_all(count=False)
+
+    def cut_at(
+        self,
+        marker: bytes,
+        then: bytes,
+        action: Callable[[], object],
+        *,
+        deliver: bool = False,
+    ) -> threading.Event:
+        """Arm a one-shot cut (see the module docstring); the event is set once it happened.
+        `action` runs in a thread of its own. Arming again replaces an unfired cut."""
+        cut = _Cut(marker, then, action, deliver)
+        with self._lock:
+            self._cut = cut
+        return cut.done
+
+    def disarm(self) -> bool:
+        """Drop an armed cut that has not fired; True if there was one."""
+        with self._lock:
+            armed, self._cut = self._cut, None
+        return armed is not None
+
+    def _cuts(self, conn: _Conn, chunk: bytes) -> _Cut | None:
+        """The armed cut, taken, if `chunk` fires it on `conn`."""
+        with self._lock:
+            cut = self._cut
+            if cut is None:
+                return None
+            at = chunk.find(cut.marker)
+            if at >= 0:
+                conn.marked = True
+                chunk = chunk[at + len(cut.marker) :]
+            if conn.marked and cut.then in chunk:
+                self._cut = None
+                return cut
+        return None
 
     def reset_all(self, *, count: bool = True) -> int:
         """Reset every open connection now; returns how many."""
@@ -255,6 +307,11 @@ class FaultProxy:
                 break
             if not chunk:
                 break
+            cut = self._cuts(conn, chunk)
+            if cut is not None:
+                if self._fire(conn, cut, chunk):
+                    return
+                continue
             if self._is_request(chunk):
                 fate = self._fate()
                 if fate in ("reset_before", "drop"):
@@ -272,6 +329,20 @@ class FaultProxy:
             except OSError:
                 break
         self._finish(conn, reset=False)
+
+    def _fire(self, conn: _Conn, cut: _Cut, chunk: bytes) -> bool:
+        """Cut `conn` at `chunk` and start the cut's action; True when `conn` is finished (the
+        chunk dropped), False when the chunk went through and only its answer will be lost."""
+        if cut.deliver:
+            with contextlib.suppress(OSError):
+                conn.upstream.sendall(chunk)
+            conn.doomed.set()
+        else:
+            self._finish(conn, reset=True)
+        self._count("cut")
+        threading.Thread(target=cut.action, name="proxy-cut", daemon=True).start()
+        cut.done.set()
+        return not cut.deliver
 
     def _fate(self) -> str | None:
         """Count one request and decide: None (pass) or a fault kind; may sleep for a delay."""

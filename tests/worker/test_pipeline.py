@@ -201,7 +201,8 @@ def test_an_unexpected_error_at_commit_is_retried_and_the_slot_lives_on(
 def test_an_unreachable_store_makes_items_retryable_not_failed(
     make_app: Callable[..., App], tmp_path: Path
 ) -> None:
-    """A store outage is transient: attempts end retryable (storage_unavailable), never failed."""
+    """A store outage is transient: attempts end retryable (storage_unavailable), never failed,
+    and are not counted against max_attempts (the attempt number is taken back)."""
     app = make_app(store="s3://derivatives")  # the batch's store, which the worker serves
     sources = write_photos(tmp_path / "src", 2)
     status, _ = app.batches.submit(_request(sources))
@@ -225,8 +226,8 @@ def test_an_unreachable_store_makes_items_retryable_not_failed(
         worker.join(30)
     items, _ = app.batches.items(status["id"])
     assert [(i["state"], i["error_category"], i["attempt"]) for i in items] == [
-        ("retryable", "storage_unavailable", 1),
-        ("retryable", "storage_unavailable", 1),
+        ("retryable", "storage_unavailable", 0),
+        ("retryable", "storage_unavailable", 0),
     ]
 
 
