@@ -55,6 +55,7 @@ if TYPE_CHECKING:
         state_names,
     )
     from leases.registry import WORKER_LOST
+    from leases.wakeups import Signal, Wakeups
 
 _HOMES = {
     "configure_sqlite": "leases.engine",
@@ -99,6 +100,8 @@ _HOMES = {
     "WorkerRow": "leases.models",
     "state_names": "leases.models",
     "WORKER_LOST": "leases.registry",
+    "Signal": "leases.wakeups",
+    "Wakeups": "leases.wakeups",
 }
 
 __all__ = [
@@ -137,8 +140,10 @@ __all__ = [
     "ReapResult",
     "RequeueNeedsDeadline",
     "SchemaMissing",
+    "Signal",
     "State",
     "StopReason",
+    "Wakeups",
     "WorkerRow",
     "configure_sqlite",
     "make_engine",
