@@ -111,10 +111,17 @@ def test_a_rolled_back_transaction_wakes_nobody(
     manager = make_manager()
     signal = wakeups.signal()
     mark = _settled(signal)
-    with pytest.raises(RuntimeError), manager.transaction() as conn:
-        items = [NewItem(str(uuid.uuid4()), {"ref": "r"})]
-        manager.add_group(conn, str(uuid.uuid4()), deadline_seconds=60, max_attempts=1, items=items)
-        raise RuntimeError("roll back")
+    items = [NewItem(str(uuid.uuid4()), {"ref": "r"})]
+
+    def add_then_fail() -> None:
+        with manager.transaction() as conn:
+            manager.add_group(
+                conn, str(uuid.uuid4()), deadline_seconds=60, max_attempts=1, items=items
+            )
+            raise RuntimeError("roll back")
+
+    with pytest.raises(RuntimeError):
+        add_then_fail()
     assert not signal.wait(mark, QUIET_SECONDS)
 
 
@@ -147,7 +154,8 @@ def test_sqlite_has_no_listener_and_its_waiters_time_out(
     wakeups: Wakeups, make_manager: ManagerFactory
 ) -> None:
     """On SQLite nothing listens and a new group wakes nobody: waiters poll as before."""
-    assert not wakeups.listening and not wakeups.connected
+    assert not wakeups.listening
+    assert not wakeups.connected
     signal = wakeups.signal()
     mark = signal.mark()
     new_group(make_manager(), 1)
