@@ -4,15 +4,17 @@ a new item waits to be claimed.
 For each slot count, one worker process's worth (N slots, the reaper, the registry refresh and
 a callback deliverer) runs idle on a fresh database, first as it did before wake-ups (every
 idle slot and the deliverer polling every 1 s, jittered; no listener), then with wake-ups
-(LISTEN/NOTIFY, polling only every `--fallback-poll-seconds`). It counts every statement the
-process sends (SQLAlchemy's cursor executions: BEGIN and COMMIT are not statements here) and,
-as a cross-check from the server's side, the database's committed transactions
-(`pg_stat_database.xact_commit`, flushed when the process's connections close; every
-autocommit statement is one; from two lifetimes of T and 2T seconds, whose difference is T
-seconds of idling without start-up and shutdown). Then it submits a one-item batch
+(LISTEN/NOTIFY, polling only every `--fallback-poll-seconds`). An open batch with nothing to
+claim (its one item held by another worker, as at a batch's tail) is there throughout: with
+no open batch at all, idle slots send no claim. It counts every statement the process sends
+during the idle window (SQLAlchemy's cursor executions, plus BEGIN and COMMIT of every
+transaction that is not autocommit) and, from the server's side, the database's committed
+transactions per second of the process's whole life, start-up and shutdown included
+(`pg_stat_database.xact_commit`, read once the process's connections closed, which flushes
+their statistics; autovacuum's transactions count too). Then it submits a one-item batch
 `--latency-runs` times and times submission → claim (the item's state read every 5 ms).
 
-    .venv/bin/python bench/idle.py [--slots 1,4,16] [--seconds 20] [--database-url URL]
+    .venv/bin/python bench/idle.py [--slots 1,4,16] [--seconds 30] [--database-url URL]
 """
 
 from __future__ import annotations
@@ -57,16 +59,24 @@ class Figures:
 
 
 class Counted:
-    """Counts the statements an engine sends, from now on."""
+    """Counts the statements an engine sends from now on, BEGIN and COMMIT (or ROLLBACK) of
+    each transaction that is not autocommit included."""
 
     def __init__(self, engine: sa.Engine) -> None:
         self.count = 0
         self._lock = threading.Lock()
         sa.event.listen(engine, "before_cursor_execute", self._seen)
+        sa.event.listen(engine, "commit", self._ended)
+        sa.event.listen(engine, "rollback", self._ended)
 
     def _seen(self, *args: Any) -> None:
         with self._lock:
             self.count += 1
+
+    def _ended(self, conn: sa.Connection) -> None:
+        if conn.get_execution_options().get("isolation_level") != "AUTOCOMMIT":
+            with self._lock:
+                self.count += 2
 
 
 def _commits(admin: sa.Engine, name: str) -> int:
@@ -109,19 +119,25 @@ class Fleet:
     wakeups: bool
     fallback: float
 
-    def lifetime(self, idle_seconds: float, latency_runs: int = 0) -> tuple[int, int, list[float]]:
-        """Start a worker, let it idle `idle_seconds` after the warm-up (then time
-        `latency_runs` claims), stop it and close every connection; return the database's
-        committed transactions over the whole lifetime, the statements the process sent during
-        the idle window, and the claim latencies."""
+    def lifetime(
+        self, idle_seconds: float, latency_runs: int = 0
+    ) -> tuple[float, float, list[float]]:
+        """Start a worker beside an open batch with nothing to claim (its one item held by
+        another worker: a batch's tail), let it idle `idle_seconds` after the warm-up (then
+        time `latency_runs` claims), stop it and close every connection; return the
+        database's committed transactions per second of the whole lifetime, the statements
+        per second the process sent during the idle window, and the claim latencies."""
         settings = Settings(
             database_url=self.url,
             store=f"file://{self.root / 'store'}",
             notify_secret=SECRET,
             fallback_poll_seconds=self.fallback,
         )
-        before = _commits(self.admin, self.name)
         app = build(settings)
+        (held,) = write_photos(self.root / "held", 1, size=(400, 300))
+        status, _ = app.batches.submit(_request(held))
+        assert app.leases.claim("another-worker", 1, group_ids=[status["id"]])
+        before, born = _commits(self.admin, self.name), time.monotonic()
         if not self.wakeups:
             app.wakeups.listening = False  # as before: nothing listens, everything polls
         worker = app.worker(
@@ -132,24 +148,25 @@ class Fleet:
         worker.start()
         time.sleep(WARM_UP_SECONDS)
         counted = Counted(app.engine)
+        started = time.monotonic()
         time.sleep(idle_seconds)
-        statements = counted.count
+        statements = counted.count / (time.monotonic() - started)
         (source,) = write_photos(self.root / "src", 1, size=(400, 300))
         latencies = [_claim_latency_ms(app, source) for _ in range(latency_runs)]
         worker.stop()
         worker.join(30)
         worker.retire(forget=True)
         app.close()
+        lived = time.monotonic() - born
         time.sleep(STATS_FLUSH_SECONDS)  # the closed backends' statistics reach the view
-        return _commits(self.admin, self.name) - before, statements, latencies
+        return (_commits(self.admin, self.name) - before) / lived, statements, latencies
 
 
 def measure(
     admin_url: str, slots: int, *, wakeups: bool, seconds: float, runs: int, fallback: float
 ) -> Figures:
-    """One configuration on a database of its own: transactions/s from two idle lifetimes of
-    `seconds` and twice that (their difference leaves start-up and shutdown out), statements/s
-    from the longer one's window, latencies from a third lifetime."""
+    """One configuration on a database of its own: statements/s and transactions/s from one
+    idle lifetime, latencies from another."""
     admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
     name = f"bench_idle_{uuid.uuid4().hex[:10]}"
     with admin.connect() as conn:
@@ -161,10 +178,9 @@ def measure(
             setup.upgrade()
             setup.close()
             fleet = Fleet(admin, name, url, Path(tmp), slots, wakeups, fallback)
-            short, _, _ = fleet.lifetime(seconds)
-            long, statements, _ = fleet.lifetime(2 * seconds)
+            transactions, statements, _ = fleet.lifetime(seconds)
             _, _, latencies = fleet.lifetime(0.0, runs)
-        return Figures(statements / (2 * seconds), (long - short) / seconds, latencies)
+        return Figures(statements, transactions, latencies)
     finally:
         with admin.connect() as conn:
             conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
@@ -175,7 +191,7 @@ def main() -> int:
     """Measure each slot count polling and with wake-ups; print them side by side."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--slots", default="1,4,16", help="comma-separated slot counts")
-    parser.add_argument("--seconds", type=float, default=20.0, help="idle window per run")
+    parser.add_argument("--seconds", type=float, default=30.0, help="idle window per run")
     parser.add_argument("--latency-runs", type=int, default=5)
     parser.add_argument("--fallback-poll-seconds", type=float, default=30.0)
     parser.add_argument("--database-url", help="a PostgreSQL server to create databases on")
