@@ -104,6 +104,23 @@ def test_an_expired_lease_reaped_wakes_the_waiters(
 
 @pytest.mark.postgres
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+def test_a_group_added_in_a_transaction_wakes_the_waiters_at_its_commit(
+    wakeups: Wakeups, make_manager: ManagerFactory
+) -> None:
+    """A small group added in the caller's transaction (a callback's delivery, written by the
+    transaction that ends its batch) announces itself when that transaction commits."""
+    manager = make_manager()
+    signal = wakeups.signal()
+    mark = _settled(signal)
+    items = [NewItem(str(uuid.uuid4()), {"ref": "r"})]
+    with manager.transaction() as conn:
+        manager.add_group(conn, str(uuid.uuid4()), deadline_seconds=60, max_attempts=1, items=items)
+        assert not signal.wait(mark, QUIET_SECONDS)  # not before the commit
+    assert signal.wait(mark, WAKE_TIMEOUT_SECONDS)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
 def test_a_rolled_back_transaction_wakes_nobody(
     wakeups: Wakeups, make_manager: ManagerFactory
 ) -> None:

@@ -3,6 +3,7 @@ and poll on SQLite (docs/design.md §3, wake-ups)."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -18,7 +19,9 @@ from batchcrop.crop import Ratio, RenderSpec
 from batchcrop.worker.worker import Worker, WorkerOptions
 from leases import TERMINAL, Wakeups, make_engine
 from storage import LocalStore
+from tests.app_fixtures import run_batch
 from tests.images import write_photos
+from tests.receiver import SECRET, receiving
 
 LONG_SECONDS = 120.0
 """A poll interval no test waits out: an item claimed sooner was claimed because of a wake-up."""
@@ -125,3 +128,38 @@ def test_an_idle_worker_polls_on_sqlite(make_app: Callable[..., App], tmp_path: 
     finally:
         worker.stop()
         worker.join(10)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+def test_a_deliverer_is_woken_when_a_batch_ends_on_postgresql(
+    make_app: Callable[..., App], tmp_path: Path
+) -> None:
+    """A callback deliverer polling only every 120 s delivers a batch's callback at once: the
+    outbox group written by the batch's last commit announced it."""
+    app = make_app(
+        notify_secret=SECRET,
+        notify_hosts=("127.0.0.1:*",),
+        idle_poll_seconds=LONG_SECONDS,
+        fallback_poll_seconds=LONG_SECONDS,
+    )
+    deliverer = app.deliverer("test-deliverer")
+    assert deliverer is not None
+    with receiving() as receiver:
+        deliverer.start()
+        try:
+            assert app.wakeups.wait_connected(CLAIMED_WITHIN_SECONDS)
+            time.sleep(SETTLE_SECONDS)
+            sources = write_photos(tmp_path / "src", 1)
+            request = dataclasses.replace(_request(sources), notify_url=receiver.url)
+            status, _ = app.batches.submit(request)
+            assert run_batch(app, LocalStore(tmp_path / "store"), status["id"])["state"] == (
+                "succeeded"
+            )
+            ended = time.monotonic()
+            receiver.wait_processed(1, timeout=CLAIMED_WITHIN_SECONDS)
+            assert time.monotonic() - ended < CLAIMED_WITHIN_SECONDS
+        finally:
+            deliverer.stop()
+            deliverer.join(10)
+    assert not deliverer.is_alive()  # stop() woke it: no poll was waited out
