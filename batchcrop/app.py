@@ -16,7 +16,14 @@ from batchcrop.crop.budget import MIB, MemoryBudget
 from batchcrop.crop.limits import IMAGE_SUFFIXES
 from batchcrop.logs import log_event
 from batchcrop.settings import RENAMED_ENV, Settings, SettingsError, redact_url
-from leases import DatabaseRefused, DatabaseUnavailable, LeaseManager, SchemaMissing, make_engine
+from leases import (
+    DatabaseRefused,
+    DatabaseUnavailable,
+    LeaseManager,
+    SchemaMissing,
+    Wakeups,
+    make_engine,
+)
 from leases.executor import driver_reason, is_refusal
 from storage import ObjectStore, S3Settings, SourceReader, open_store
 
@@ -41,9 +48,18 @@ class App:
     batches: BatchService
     decode_budget: MemoryBudget = field(init=False)
     _metrics: Metrics | None = field(default=None, init=False, repr=False)
+    _wakeups: Wakeups | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.decode_budget = MemoryBudget(self.settings.decode_memory_mib * MIB)
+
+    @property
+    def wakeups(self) -> Wakeups:
+        """This process's one wake-up listener (docs/design.md §3, wake-ups), made on first
+        use and started by the first worker or deliverer that starts."""
+        if self._wakeups is None:
+            self._wakeups = Wakeups(self.engine)
+        return self._wakeups
 
     @property
     def metrics(self) -> Metrics:
@@ -204,6 +220,7 @@ class App:
             metrics=self.metrics,
             options=options,
             decode_budget=self.decode_budget,
+            wakeups=self.wakeups,
         )
 
     def deliverer(self, worker_id: str) -> Deliverer | None:
@@ -226,10 +243,15 @@ class App:
             secret=secret,
             hosts=self.settings.callback_hosts,
             worker_id=worker_id,
+            poll_seconds=self.settings.idle_poll_seconds,
+            fallback_poll_seconds=self.settings.fallback_poll_seconds,
+            wakeups=self.wakeups,
         )
 
     def close(self) -> None:
-        """Release pooled connections."""
+        """Stop the wake-up listener and release pooled connections."""
+        if self._wakeups is not None:
+            self._wakeups.stop()
         self.engine.dispose()
 
 

@@ -96,6 +96,17 @@ class Metrics:
             "batch wrote them); nothing was written.",
             registry=self.registry,
         )
+        self.known_outputs = Counter(
+            "batchcrop_known_outputs",
+            "Items that succeeded from derivatives already stored with facts naming the same "
+            "source, ratio and variant: their sources were read but not decoded or rendered.",
+            registry=self.registry,
+        )
+        self.renders = Counter(
+            "batchcrop_renders",
+            "Items whose source was decoded and rendered.",
+            registry=self.registry,
+        )
         self.claims = Counter(
             "batchcrop_claims", "Items claimed by workers.", registry=self.registry
         )

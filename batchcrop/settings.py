@@ -18,6 +18,12 @@ from leases import LEASE_SECONDS, MAX_ATTEMPT_SECONDS, WORKER_TIMEOUT_SECONDS
 DATABASE_URL = "sqlite:///batchcrop.db"
 STORE_URL = "file://./derivatives"
 REAPER_INTERVAL_SECONDS = 30.0
+IDLE_POLL_SECONDS = 1.0
+"""How often an idle slot or deliverer looks for work where nothing wakes it (SQLite, or while
+the wake-up listener is disconnected); jittered to half of it at least."""
+FALLBACK_POLL_SECONDS = 30.0
+"""How often it looks anyway on PostgreSQL, where notifications wake it (docs/design.md §3,
+wake-ups): the fallback for a lost notification."""
 DEADLINE_SECONDS = 24 * 3600.0
 DEADLINE_SECONDS_MAX = 30 * 24 * 3600.0
 """The furthest a batch deadline may lie from now (submission and requeue, CLI and API)."""
@@ -88,6 +94,8 @@ class Settings:
     lease_seconds: float = LEASE_SECONDS
     max_attempt_seconds: float = MAX_ATTEMPT_SECONDS
     reaper_interval_seconds: float = REAPER_INTERVAL_SECONDS
+    idle_poll_seconds: float = IDLE_POLL_SECONDS
+    fallback_poll_seconds: float = FALLBACK_POLL_SECONDS
     worker_timeout_seconds: float = WORKER_TIMEOUT_SECONDS
     max_source_bytes: int = MAX_SOURCE_BYTES
     decode_memory_mib: int = DECODE_MEMORY_MIB
@@ -108,6 +116,8 @@ class Settings:
             "lease_seconds",
             "max_attempt_seconds",
             "reaper_interval_seconds",
+            "idle_poll_seconds",
+            "fallback_poll_seconds",
             "worker_timeout_seconds",
             "callback_retry_seconds",
         ):
@@ -217,6 +227,8 @@ def _convert(name: str, raw: str) -> Any:
         "lease_seconds",
         "max_attempt_seconds",
         "reaper_interval_seconds",
+        "idle_poll_seconds",
+        "fallback_poll_seconds",
         "worker_timeout_seconds",
         "callback_retry_seconds",
     ):

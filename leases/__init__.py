@@ -56,6 +56,7 @@ if TYPE_CHECKING:
         state_names,
     )
     from leases.registry import NOT_IN_FLIGHT, RELEASED, WORKER_LOST
+    from leases.wakeups import Signal, Wakeups
 
 _HOMES = {
     "configure_sqlite": "leases.engine",
@@ -103,6 +104,8 @@ _HOMES = {
     "WORKER_LOST": "leases.registry",
     "NOT_IN_FLIGHT": "leases.registry",
     "RELEASED": "leases.registry",
+    "Signal": "leases.wakeups",
+    "Wakeups": "leases.wakeups",
 }
 
 __all__ = [
@@ -144,8 +147,10 @@ __all__ = [
     "ReapResult",
     "RequeueNeedsDeadline",
     "SchemaMissing",
+    "Signal",
     "State",
     "StopReason",
+    "Wakeups",
     "WorkerRow",
     "configure_sqlite",
     "make_engine",

@@ -342,6 +342,28 @@ class Executor:
                 # The driver's own error, as SQLAlchemy would have raised it: translated above.
                 raise self._driver_error(conn, raw, exc, statement, {}) from exc
 
+    @contextmanager
+    def listening(self, statement: str) -> Iterator[Any]:
+        """A driver connection of its own (outside the pool, autocommit) that has run the
+        `LISTEN` `statement`; closed on exit. Only on psycopg, whose connections yield
+        notifications (`notifies()`); its errors while waiting are the driver's (`psycopg`),
+        for the listener to treat as a lost connection."""
+        with self.translate_errors():
+            pooled = self.engine.raw_connection()
+            pooled.detach()  # a listening connection is never handed to anyone else
+            raw: Any = pooled.dbapi_connection
+            try:
+                raw.autocommit = True
+                raw.execute(statement)
+            except BaseException:
+                raw.close()
+                raise
+        try:
+            yield raw
+        finally:
+            with contextlib.suppress(Exception):
+                raw.close()
+
     def execute(
         self, conn: sa.Connection, stmt: Executable, params: dict[str, Any] | None = None
     ) -> None:

@@ -62,6 +62,7 @@ from leases.models import (
 )
 from leases.reads import Reader
 from leases.transitions import Source
+from leases.wakeups import announce
 
 RETRY_BACKOFF_SECONDS = 5.0
 RETRY_BACKOFF_MAX_SECONDS = 300.0
@@ -197,6 +198,7 @@ class LeaseManager(Reader):
                 c, group_id, deadline_seconds, max_attempts, sealed=True, notify_finish=False
             )
             self._insert_items(c, group_id, items, first_seq=0, now=now)
+            announce(self._db, c)
 
     def _create(
         self,
@@ -231,6 +233,7 @@ class LeaseManager(Reader):
                         raise NoSuchGroup(group_id)
                     if on_seal is not None:
                         on_seal(c)
+                    announce(db, c)
             except BaseException:
                 # Interrupts too (Ctrl-C): half a group would otherwise wait an hour for the
                 # reaper. A failing clean-up must not hide why the creation failed; the reaper
@@ -522,7 +525,10 @@ class LeaseManager(Reader):
         Returns the state the item is now in. Raises `LeaseLost`.
         """
         stmt = queries.retry_later(base_ms=self._backoff_ms, max_ms=self._backoff_max_ms)
-        return State(self._fenced(stmt, claim, category, message=message).state)
+        state = State(self._fenced(stmt, claim, category, message=message).state)
+        if state is State.RETRYABLE:
+            announce(self._db, due=True)
+        return state
 
     def give_back(self, claim: Claim) -> None:
         """F: back to `queued`, the attempt not counted (graceful shutdown). Raises `LeaseLost`."""
@@ -530,6 +536,7 @@ class LeaseManager(Reader):
             State.IN_PROGRESS, attempt_offset=1, reason="interrupted", to_terminal=False
         )
         self._fenced(queries.give_back(), claim, None, source=source)
+        announce(self._db)
 
     def put_off(self, claim: Claim, category: str, *, message: str | None = None) -> None:
         """E': `retryable` after a jittered backoff WITHOUT counting the attempt: a dependency
@@ -910,7 +917,13 @@ class LeaseManager(Reader):
                     self._after_move(c, rows)
             moved.update(row.state for row in rows)
             if len(rows) < MOVE_BATCH_ROWS:
-                return moved
+                break
+        # Released and expired leases come back retryable (or queued): wake the claimers.
+        if moved[State.QUEUED.value]:
+            announce(self._db)
+        elif moved[State.RETRYABLE.value]:
+            announce(self._db, due=True)
+        return moved
 
     def cancel(self, group_id: str) -> None:
         """Request cancel: no more claims; queued and retryable items `abandoned` (`cancelled`).
@@ -992,6 +1005,8 @@ class LeaseManager(Reader):
                 rows = db.rows(c, queries.requeue(group_id, state, category, item_ids))
                 moves.append((rows, source))
             transitions.record(db, c, moves, self._shards)
+            if any(rows for rows, _ in moves):
+                announce(db, c)
         return sum(len(rows) for rows, _ in moves)
 
     def redo(
@@ -1037,6 +1052,7 @@ class LeaseManager(Reader):
                 item.state, item.error_category, cid, attempt_fields=False, reason=reason
             )
             transitions.record(db, c, [(rows, source)], self._shards)
+            announce(db, c)
         return cid
 
 

@@ -18,7 +18,15 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from leases.group_queries import NEW_ITEM_COLUMNS
 from leases.models import CATEGORISED, State
-from leases.queries import MOVED, claimable, claimed_values, inline, literal_limit, state_in
+from leases.queries import (
+    MOVED,
+    claimable,
+    claimed_values,
+    inline,
+    literal_limit,
+    state_in,
+    state_is,
+)
 from leases.schema import counters, events, items
 from leases.sqlfuncs import db_now_ms
 
@@ -168,3 +176,34 @@ def copy_new_items() -> str:
     """Bulk-load new items: COPY in text format into `NEW_ITEM_COLUMNS` of `lease_items` (one
     line per item, formatted by `leases.creation`)."""
     return f"COPY {items.name} ({', '.join(NEW_ITEM_COLUMNS)}) FROM STDIN"
+
+
+WORK_CHANNEL = "leases_work"
+"""The channel `LISTEN`ed to for wake-ups (docs/design.md §3, wake-ups): a notification's
+payload is the milliseconds until the work it announces is due (`0`: now)."""
+
+
+def listen_work() -> str:
+    """`LISTEN` on `WORK_CHANNEL`, run by `leases.wakeups.Wakeups` on its own connection."""
+    return f"LISTEN {WORK_CHANNEL}"
+
+
+@cache
+def notify_work_now() -> sa.Select[tuple[object]]:
+    """Announce claimable work (a sealed group, a requeue, a redo, a give-back). Delivered when
+    the transaction commits (at once in autocommit); a rolled-back one announces nothing."""
+    return sa.select(sa.func.pg_notify(inline(WORK_CHANNEL), inline("0")))
+
+
+@cache
+def notify_work_due() -> sa.Select[tuple[object]]:
+    """Announce retryable work: the payload is the wait until the earliest retryable item not
+    yet due is due (one probe of the retryable due-time index), `0` when there is none."""
+    now = db_now_ms()
+    earliest = (
+        sa.select(sa.func.min(items.c.next_attempt_at))
+        .where(state_is(State.RETRYABLE), items.c.next_attempt_at >= now)
+        .scalar_subquery()
+    )
+    wait_ms = sa.func.coalesce(earliest - now, 0)
+    return sa.select(sa.func.pg_notify(inline(WORK_CHANNEL), sa.cast(wait_ms, sa.Text)))

@@ -53,9 +53,10 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> ObjectStore:
 
 
 def run_batch(
-    app: App, store: ObjectStore, batch_id: str, *, concurrency: int = 2
+    app: App, store: ObjectStore, batch_id: str, *, concurrency: int = 2, force: bool = False
 ) -> dict[str, Any]:
-    """Run an in-process worker on one batch until it is terminal; return its status."""
+    """Run an in-process worker on one batch until it is terminal; return its status.
+    `force`: the worker renders items whose outputs are all stored (`--force`)."""
     worker = app.worker(
         store,
         WorkerOptions(
@@ -63,6 +64,7 @@ def run_batch(
             batch_ids=[batch_id],
             idle_sleep_seconds=0.05,
             reaper_interval_seconds=0.5,
+            force_render=force,
         ),
     )
     worker.start()

@@ -34,7 +34,7 @@ from batchcrop.callbacks.hosts import (
 )
 from batchcrop.db.queries import chunks
 from batchcrop.logs import log_event
-from leases import Claim, DatabaseUnavailable, LeaseLost, LeaseManager, State
+from leases import Claim, DatabaseUnavailable, LeaseLost, LeaseManager, State, Wakeups
 
 if TYPE_CHECKING:
     import httpx
@@ -57,6 +57,9 @@ DELIVERY_DEADLINE_SECONDS = 15.0
 """A whole request (connect, send, the answer's status line and headers) ends within this, or
 the attempt is a `timeout`: a receiver trickling its answer cannot hold a deliverer."""
 POLL_SECONDS = 1.0
+"""How often an idle deliverer looks for due deliveries where nothing wakes it (SQLite)."""
+FALLBACK_POLL_SECONDS = 30.0
+"""How often it looks where notifications wake it (`wakeups` listening)."""
 DELIVERIES_PER_CLAIM = 3
 """Deliveries claimed at once and sent one after another: their deadlines together fit in one
 lease, so the last is still held when its turn comes."""
@@ -252,6 +255,8 @@ class Deliverer(threading.Thread):
         hosts: tuple[str, ...],
         worker_id: str,
         poll_seconds: float = POLL_SECONDS,
+        fallback_poll_seconds: float = FALLBACK_POLL_SECONDS,
+        wakeups: Wakeups | None = None,
         timeout_seconds: float = RESPONSE_TIMEOUT_SECONDS,
         deadline_seconds: float = DELIVERY_DEADLINE_SECONDS,
     ) -> None:
@@ -262,6 +267,11 @@ class Deliverer(threading.Thread):
         self.hosts = hosts
         self.worker_id = worker_id
         self.poll_seconds = poll_seconds
+        self.fallback_poll_seconds = fallback_poll_seconds
+        # A delivery is a lease item: the lease engine's notifications announce it when its
+        # batch ends, and its retries when they are due (docs/design.md §3, wake-ups).
+        self._wakeups = wakeups
+        self._wake = None if wakeups is None else wakeups.signal()
         self.deadline_seconds = deadline_seconds
         import httpx  # noqa: PLC0415  (see parse_url)
 
@@ -281,7 +291,10 @@ class Deliverer(threading.Thread):
         self._refused_logged: set[tuple[str | None, str]] = set()
 
     def run(self) -> None:
+        if self._wakeups is not None:
+            self._wakeups.start()
         while not self._stopping.is_set():
+            mark = None if self._wake is None else self._wake.mark()
             try:
                 delivered = self.deliver_due()
             except DatabaseUnavailable as exc:
@@ -291,12 +304,22 @@ class Deliverer(threading.Thread):
                 logging.getLogger("batchcrop").exception("delivery pass failed")
                 delivered = 0
             if not delivered:
-                self._stopping.wait(self.poll_seconds)
+                self._idle(mark)
+
+    def _idle(self, mark: int | None) -> None:
+        """Wait until woken (when listening) or for the poll interval."""
+        if self._wake is None or mark is None or self._wakeups is None:
+            self._stopping.wait(self.poll_seconds)
+            return
+        listening = self._wakeups.connected
+        self._wake.wait(mark, self.fallback_poll_seconds if listening else self.poll_seconds)
 
     def stop(self) -> None:
         """Finish the delivery under way (within its deadline), give back the others claimed
         with it, then end."""
         self._stopping.set()
+        if self._wake is not None:
+            self._wake.wake()
 
     def deliver_due(self) -> int:
         """Claim and deliver the due deliveries (a few at a time); returns how many were

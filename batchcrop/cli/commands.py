@@ -86,6 +86,8 @@ SETTING_FLAGS = (
     "max_attempt_seconds",
     "reaper_interval_seconds",
     "worker_timeout_seconds",
+    "idle_poll_seconds",
+    "fallback_poll_seconds",
     "store",
     "s3_endpoint_url",
     "s3_request_checksum",
@@ -271,11 +273,14 @@ def submit(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_key(request: BatchRequest, store_url: str) -> str:
+def _run_key(request: BatchRequest, store_url: str, *, force: bool = False) -> str:
     """Idempotency key of `batchcrop run`: the request (sources, render request, limits), the
-    store, and each local source's size and mtime."""
+    store, each local source's size and mtime, and `--force` when given (a forced run is a
+    batch of its own: resuming the unforced one would render nothing)."""
     digest = hashlib.sha256(request.fingerprint().encode())
     digest.update(store_url.encode())
+    if force:
+        digest.update(b"force")
     for item in request.items:
         path = Path(item.source)
         if path.is_file():
@@ -316,7 +321,7 @@ def run(args: argparse.Namespace) -> int:
         request = _request(args, app.source_reader(trusted=True))
         store = app.open_store()
         document, created = app.batches.submit(
-            request, idempotency_key=_run_key(request, store.url)
+            request, idempotency_key=_run_key(request, store.url, force=args.force)
         )
         batch_id = document["id"]
         if not created and not args.json:
@@ -331,6 +336,7 @@ def run(args: argparse.Namespace) -> int:
                 reaper_interval_seconds=app.settings.reaper_interval_seconds,
                 idle_sleep_seconds=RUN_IDLE_SLEEP_SECONDS,
                 max_source_bytes=app.settings.max_source_bytes,
+                force_render=args.force,
             ),
             trusted_sources=True,
             deliver=False,
@@ -419,8 +425,11 @@ def worker(args: argparse.Namespace) -> int:
                 concurrency=args.concurrency,
                 batch_ids=batch_ids,
                 reaper_interval_seconds=app.settings.reaper_interval_seconds,
+                idle_sleep_seconds=app.settings.idle_poll_seconds,
+                fallback_poll_seconds=app.settings.fallback_poll_seconds,
                 max_source_bytes=app.settings.max_source_bytes,
                 database=app.database_label(),
+                force_render=args.force,
             ),
         )
         signals = threading.Event()

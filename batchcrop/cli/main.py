@@ -26,6 +26,8 @@ from batchcrop.settings import (
     DEADLINE_SECONDS,
     DEADLINE_SECONDS_MAX,
     DECODE_MEMORY_MIB,
+    FALLBACK_POLL_SECONDS,
+    IDLE_POLL_SECONDS,
     MAX_ATTEMPTS,
     MAX_SOURCE_BYTES,
     REAPER_INTERVAL_SECONDS,
@@ -94,6 +96,20 @@ def _database_flags(p: argparse.ArgumentParser) -> None:
         metavar="S",
         help="BATCHCROP_WORKER_TIMEOUT_SECONDS: a worker not seen this long is taken for dead and "
         f"its leases are released (default {WORKER_TIMEOUT_SECONDS:g})",
+    )
+    g.add_argument(
+        "--idle-poll-seconds",
+        type=float,
+        metavar="S",
+        help="BATCHCROP_IDLE_POLL_SECONDS: how often an idle worker slot or deliverer looks for "
+        f"work on SQLite (default {IDLE_POLL_SECONDS:g})",
+    )
+    g.add_argument(
+        "--fallback-poll-seconds",
+        type=float,
+        metavar="S",
+        help="BATCHCROP_FALLBACK_POLL_SECONDS: how often it looks on PostgreSQL, where "
+        f"notifications wake it (default {FALLBACK_POLL_SECONDS:g})",
     )
 
 
@@ -201,6 +217,15 @@ def _callback_flags(p: argparse.ArgumentParser, *, with_url: bool) -> None:
     )
 
 
+def _force_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="render every item, even one whose derivatives are all stored already "
+        "(by default such an item succeeds from the stored objects' facts)",
+    )
+
+
 def _migrate_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--migrate",
@@ -278,6 +303,7 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table
         help=f"concurrent items (default {CONCURRENCY})",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _force_flag(p)
     _render_flags(p)
     _json_flag(p, "final status document")
     _database_flags(p)
@@ -306,6 +332,7 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table
     p.set_defaults(handler=commands.submit)
 
     p = sub.add_parser("worker", help="long-running worker claiming from every open batch")
+    _force_flag(p)
     p.add_argument(
         "--concurrency",
         type=int,

@@ -22,6 +22,7 @@ from batchcrop.crop import (
     FORMATS,
     MemoryBudget,
     PreviewTaker,
+    Ratio,
     RenderSpec,
     Rendition,
     Thumbnail,
@@ -37,6 +38,7 @@ from batchcrop.worker.facts import (
     stored_derivative,
     stored_preview,
 )
+from batchcrop.worker.known import Known, Wanted, derivative_prefix, known_outputs
 from leases import Claim, HeldLease, LeaseManager, StopReason
 from storage import (
     AccessDenied,
@@ -89,8 +91,13 @@ class DeadlinePassed(Interruption):
 def derivative_key(source_sha256: str, rendition: Rendition, variant: str) -> str:
     """docs/design.md §5: `derivatives/{source_sha256}/{rw}x{rh}-{variant}.{ext}` (`jpg`,
     `webp`, `avif`); `variant` is the rendition's format's (`variant_of(..., output=...)`)."""
-    extension = FORMATS[rendition.format].extension
-    return f"derivatives/{source_sha256}/{rendition.ratio.key}-{variant}.{extension}"
+    return key_of(source_sha256, rendition.ratio, rendition.format, variant)
+
+
+def key_of(source_sha256: str, ratio: Ratio, output: str, variant: str) -> str:
+    """`derivative_key` of the rendition of `ratio` in format `output`, before it is rendered."""
+    extension = FORMATS[output].extension
+    return f"{derivative_prefix(source_sha256)}{ratio.key}-{variant}.{extension}"
 
 
 PREVIEW_KEY_PREFIX = "previews/"
@@ -251,6 +258,12 @@ class Attempt:
     """Called when a taken key held other bytes of the same derivative (a metric)."""
     on_put_hit: Callable[[], None] = lambda: None
     """Called when a derivative's key already held the same bytes (a metric)."""
+    force_render: bool = False
+    """Render even when every derivative is stored already (`--force`)."""
+    on_known: Callable[[], None] = lambda: None
+    """Called when the item succeeds from its stored outputs, not rendered (a metric)."""
+    on_render: Callable[[], None] = lambda: None
+    """Called when the source is about to be decoded and rendered (a metric)."""
 
     def run(self, heartbeat: HeldLease) -> Output:
         """Read, crop, store; return the manifest and preview to commit. Raises LeaseLost,
@@ -261,10 +274,26 @@ class Attempt:
         self.checkpoint(heartbeat)
         # The item's focus box (a JSON list in the payload) reaches the window and the variant.
         focus = payload_focus(claim.payload)
+        variants = {name: variant_of(self.spec, focus, name) for name in self.spec.formats}
+        known = None if self.force_render else self._known(source_sha256, variants)
+        if known is not None:
+            # Every key is known before the decode (docs/design.md §5, known outputs).
+            self.on_known()
+            log_event(
+                "known_outputs",
+                level=logging.DEBUG,
+                item=claim.item_id,
+                attempt=claim.attempt,
+                corr=claim.correlation_id,
+                derivatives=len(known.derivatives),
+            )
+            self.checkpoint(heartbeat)
+            return Output(known.derivatives, known.preview)
         # The page's picture of the source, made once here rather than on every view: a large
         # PNG takes seconds to decode (docs/design.md §5, previews); from the render's own
         # decode when it is the one the preview needs.
         taker = PreviewTaker(data)
+        self.on_render()
         renditions = render(
             data, self.spec, focus=focus, budget=self.decode_budget, on_decode=taker
         )
@@ -279,7 +308,6 @@ class Attempt:
             corr=claim.correlation_id,
             ratios=len(renditions),
         )
-        variants = {name: variant_of(self.spec, focus, name) for name in self.spec.formats}
         self.checkpoint(heartbeat)
         # One item's objects are written at once: a write mostly waits on the store (a folder's
         # fsyncs, an S3 round trip), so the item waits for the slowest rather than for the sum.
@@ -313,6 +341,23 @@ class Attempt:
         stored = stored_preview.result()
         self.checkpoint(heartbeat)
         return Output(manifest, stored)
+
+    def _known(self, source_sha256: str, variants: dict[str, str]) -> Known | None:
+        """The item's stored outputs when all of them are stored with matching facts."""
+        wanted = [
+            Wanted(ratio, name, variants[name], key_of(source_sha256, ratio, name, variants[name]))
+            for ratio in self.spec.ratios
+            for name in self.spec.formats
+        ]
+        variant = preview_variant()
+        return known_outputs(
+            self.store,
+            wanted,
+            source_sha256=source_sha256,
+            preview_key=preview_key(source_sha256, variant),
+            preview_variant=variant,
+            heads=self.writes,
+        )
 
     def _written(self, rendition: Rendition, derivative: Derivative) -> Derivative:
         """Log the write of `rendition` (and a stored object of other bytes); its manifest row."""

@@ -30,7 +30,13 @@ from batchcrop.errors import (
 )
 from batchcrop.logs import log_event
 from batchcrop.metrics import Metrics
-from batchcrop.settings import CONCURRENCY, MAX_SOURCE_BYTES, REAPER_INTERVAL_SECONDS
+from batchcrop.settings import (
+    CONCURRENCY,
+    FALLBACK_POLL_SECONDS,
+    IDLE_POLL_SECONDS,
+    MAX_SOURCE_BYTES,
+    REAPER_INTERVAL_SECONDS,
+)
 from batchcrop.worker.attempts import Attempts, Outcome
 from batchcrop.worker.breakers import Breakers
 from batchcrop.worker.presence import Presence, worker_info
@@ -44,10 +50,10 @@ from leases import (
     LeaseLost,
     LeaseManager,
     ReapResult,
+    Wakeups,
 )
 from storage import ObjectStore, SourceReader
 
-IDLE_SLEEP_SECONDS = 1.0
 BATCHES_REFRESH_SECONDS = 2.0
 """How long a worker's list of the open batches of its store is used before it is read again
 (a new batch is claimed from within about this long)."""
@@ -83,7 +89,13 @@ class WorkerOptions:
     concurrency: int = CONCURRENCY
     batch_ids: Sequence[str] | None = None
     reaper_interval_seconds: float = REAPER_INTERVAL_SECONDS
-    idle_sleep_seconds: float = IDLE_SLEEP_SECONDS
+    idle_sleep_seconds: float = IDLE_POLL_SECONDS
+    """How long an idle slot waits before it looks again, where no wake-up comes (SQLite, or
+    while the listener is disconnected); jittered down to half of it."""
+    fallback_poll_seconds: float = FALLBACK_POLL_SECONDS
+    """The same wait where wake-ups come (`wakeups` listening): the fallback for a lost one."""
+    force_render: bool = False
+    """Render every item, even one whose derivatives are all stored (`--force`)."""
     max_source_bytes: int = MAX_SOURCE_BYTES
     worker_id: str = ""
     database: str | None = None
@@ -105,8 +117,13 @@ class Worker:
         options: WorkerOptions,
         decode_budget: MemoryBudget | None = None,
         deliverer: Callable[[str], Deliverer | None] | None = None,
+        wakeups: Wakeups | None = None,
     ) -> None:
         self.leases = leases
+        # Idle slots wait on this signal: woken by the database's notifications (PostgreSQL,
+        # docs/design.md §3, wake-ups), by stop(), or by their poll timeout.
+        self._wakeups = wakeups
+        self._wake = wakeups.signal() if wakeups is not None else None
         self._make_deliverer = deliverer
         self._deliverer: Deliverer | None = None
         self.decode_budget = decode_budget
@@ -132,6 +149,7 @@ class Worker:
         self._batches_lock = threading.Lock()
         self._batches: list[str] = []
         self._batches_read_at = -float("inf")
+        self._batches_wake_mark = -1
         self._skipped: set[str] = set()
         self._presence: Presence | None = None
         # One heartbeat thread for every item this worker holds: one statement per interval.
@@ -147,7 +165,9 @@ class Worker:
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the slots and the reaper in daemon threads."""
+        """Start the slots and the reaper in daemon threads (and the wake-up listener)."""
+        if self._wakeups is not None:
+            self._wakeups.start()
         for n in range(self.options.concurrency):
             thread = threading.Thread(target=self._slot, name=f"slot-{n}", daemon=True)
             thread.start()
@@ -205,6 +225,8 @@ class Worker:
     def stop(self) -> None:
         """Stop claiming; held items (and a delivery under way) run to completion."""
         self._stopping.set()
+        if self._wake is not None:
+            self._wake.wake()  # idle slots end now rather than at their next poll
         if self._deliverer is not None:
             self._deliverer.stop()
 
@@ -278,6 +300,8 @@ class Worker:
             self._outage.wait(self._stopping)
             if self._stopping.is_set():
                 break
+            # Taken before looking: a wake-up that comes while the claim runs is not lost.
+            mark = None if self._wake is None else self._wake.mark()
             try:
                 claims = self.leases.claim(self.worker_id, 1, group_ids=self.claimable_batches())
             except DatabaseUnavailable as exc:
@@ -285,18 +309,33 @@ class Worker:
                 continue
             self._outage.recovered("database")
             if not claims:
-                self._stopping.wait(self.options.idle_sleep_seconds * random.uniform(0.5, 1.0))
+                self._idle(mark)
                 continue
             for claim in claims:
                 self.process(claim)
 
+    def _idle(self, mark: int | None) -> None:
+        """Wait for work: until a wake-up (when listening) or the poll interval, jittered."""
+        listening = self._wakeups is not None and self._wakeups.connected
+        seconds = (
+            self.options.fallback_poll_seconds if listening else self.options.idle_sleep_seconds
+        ) * random.uniform(0.5, 1.0)
+        if self._wake is None or mark is None:
+            self._stopping.wait(seconds)
+        else:
+            self._wake.wait(mark, seconds)
+
     def claimable_batches(self) -> list[str]:
         """The open batches this worker claims from: those of its own store (and those from
         before stores were recorded), among `options.batch_ids` when given. Read at most every
-        `BATCHES_REFRESH_SECONDS`; each batch of another store is logged once, when skipped."""
+        `BATCHES_REFRESH_SECONDS`, and again after a wake-up (which may announce a new batch);
+        each batch of another store is logged once, when skipped."""
         with self._batches_lock:
-            if time.monotonic() - self._batches_read_at < BATCHES_REFRESH_SECONDS:
+            woken = self._wake is not None and self._wake.mark() != self._batches_wake_mark
+            if not woken and time.monotonic() - self._batches_read_at < BATCHES_REFRESH_SECONDS:
                 return self._batches
+            if self._wake is not None:
+                self._batches_wake_mark = self._wake.mark()
             open_ids = self.leases.open_groups()
             if self.options.batch_ids is not None:
                 wanted = set(self.options.batch_ids)
@@ -459,6 +498,9 @@ class Worker:
             on_write_differs=self.metrics.derivative_bytes_differ.inc,
             on_put_hit=self.metrics.put_if_absent_hits.inc,
             writes=self._writes,
+            force_render=self.options.force_render,
+            on_known=self.metrics.known_outputs.inc,
+            on_render=self.metrics.renders.inc,
         )
         try:
             return attempt.run(heartbeat)

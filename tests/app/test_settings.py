@@ -38,6 +38,22 @@ def test_a_flag_wins_over_its_variable_which_wins_over_the_default() -> None:
     assert (settings.lease_seconds, settings.database_url) == (5.0, "sqlite:///x.db")
 
 
+def test_the_idle_and_fallback_polls_are_configurable() -> None:
+    """BATCHCROP_IDLE_POLL_SECONDS and BATCHCROP_FALLBACK_POLL_SECONDS are read, 1 s and 30 s
+    by default, and their flags win."""
+    defaults = Settings.load(env={})
+    assert (defaults.idle_poll_seconds, defaults.fallback_poll_seconds) == (1.0, 30.0)
+    env = {"BATCHCROP_IDLE_POLL_SECONDS": "2.5", "BATCHCROP_FALLBACK_POLL_SECONDS": "120"}
+    assert (
+        Settings.load(env=env).idle_poll_seconds,
+        Settings.load(env=env).fallback_poll_seconds,
+    ) == (
+        2.5,
+        120.0,
+    )
+    assert Settings.load({"fallback_poll_seconds": "60"}, env=env).fallback_poll_seconds == 60.0
+
+
 def test_source_roots_split_on_the_path_separator() -> None:
     """BATCHCROP_SOURCE_ROOTS holds folders and s3:// entries separated by os.pathsep."""
     env = {"BATCHCROP_SOURCE_ROOTS": "/srv/photos:s3://bucket/incoming:"}
@@ -51,6 +67,8 @@ def test_source_roots_split_on_the_path_separator() -> None:
         ({"BATCHCROP_LEASE_SECONDS": "-1"}, "lease_seconds"),
         ({"BATCHCROP_MAX_SOURCE_BYTES": "1.5"}, "max_source_bytes"),
         ({"BATCHCROP_S3_REQUEST_CHECKSUM": "always"}, "s3_request_checksum"),
+        ({"BATCHCROP_IDLE_POLL_SECONDS": "0"}, "idle_poll_seconds"),
+        ({"BATCHCROP_FALLBACK_POLL_SECONDS": "often"}, "fallback_poll_seconds"),
     ],
 )
 def test_bad_values_raise_an_error_naming_the_setting(env: dict[str, str], needle: str) -> None:

@@ -323,7 +323,9 @@ def test_a_worker_killed_right_after_the_last_commit_still_notifies_once(
 ) -> None:
     """Real `batchcrop worker` processes: the one that commits the batch's last item is
     SIGKILLed the moment the batch is terminal; the outbox row is already there, and another
-    worker delivers it: the deduplicating receiver processes the notification exactly once."""
+    worker delivers it: the deduplicating receiver processes the notification exactly once.
+    The victim has no callback secret, so it cannot deliver first (on PostgreSQL a deliverer
+    is woken by the outbox's commit, well before any kill)."""
     write_photos(tmp_path / "src", 2)
     with receiving() as receiver:
         cli.env.update(
@@ -332,6 +334,7 @@ def test_a_worker_killed_right_after_the_last_commit_still_notifies_once(
             BATCHCROP_WORKER_TIMEOUT_SECONDS="3",
         )
         batch = _submit(cli, tmp_path / "src", "--callback-url", receiver.url)
+        del cli.env["BATCHCROP_CALLBACK_SECRET"]
         victim = cli.spawn("worker", "--concurrency", "1")
         wait_for(
             lambda: inspect.batches.status(batch)["state"] == "succeeded", "the last commit", 120
@@ -339,6 +342,7 @@ def test_a_worker_killed_right_after_the_last_commit_still_notifies_once(
         victim.send_signal(signal.SIGKILL)
         victim.wait(10)
         (written,) = inspect.batches.status(batch)["deliveries"]
+        cli.env["BATCHCROP_CALLBACK_SECRET"] = SECRET
         survivor = cli.spawn("worker", "--concurrency", "1")
         try:
             receiver.wait_processed(1, timeout=60)
