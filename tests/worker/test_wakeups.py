@@ -151,7 +151,7 @@ def test_a_deliverer_is_woken_when_a_batch_ends_on_postgresql(
             assert app.wakeups.wait_connected(CLAIMED_WITHIN_SECONDS)
             time.sleep(SETTLE_SECONDS)
             sources = write_photos(tmp_path / "src", 1)
-            request = dataclasses.replace(_request(sources), notify_url=receiver.url)
+            request = dataclasses.replace(_request(sources), callback_url=receiver.url)
             status, _ = app.batches.submit(request)
             assert run_batch(app, LocalStore(tmp_path / "store"), status["id"])["state"] == (
                 "succeeded"
