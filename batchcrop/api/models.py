@@ -21,7 +21,7 @@ from batchcrop.batches.items import (
     focus_box,
     storable_text,
 )
-from batchcrop.batches.service import LABEL_CHARS_MAX, label_text
+from batchcrop.batches.submission import LABEL_CHARS_MAX, label_text
 from batchcrop.callbacks.delivery import NOTIFY_URL_CHARS_MAX
 from batchcrop.crop.spec import (
     FORMAT_NAMES,

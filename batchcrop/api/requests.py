@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from batchcrop.api.models import BatchBody
 from batchcrop.api.problems import Problem, field_problem
 from batchcrop.batches.items import ItemList, focus_box
-from batchcrop.batches.service import BatchRequest
+from batchcrop.batches.submission import BatchRequest
 from batchcrop.crop import RenderSpec, SpecError
 from storage import SourceNotAllowed, SourceReader
 

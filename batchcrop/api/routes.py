@@ -12,8 +12,9 @@ from starlette.responses import Response
 from batchcrop.api import models, polling
 from batchcrop.api.requests import batch_request, path_id, query_id
 from batchcrop.app import App
+from batchcrop.batches.reads import PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX
 from batchcrop.batches.recrop import recrop
-from batchcrop.batches.service import IDEMPOTENCY_KEY_CHARS_MAX, PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX
+from batchcrop.batches.submission import IDEMPOTENCY_KEY_CHARS_MAX
 from leases import State
 
 CURSOR_CHARS_MAX = 64

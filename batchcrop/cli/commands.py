@@ -32,7 +32,7 @@ from batchcrop.batches.items import (
     focus_box,
     focus_from_text,
 )
-from batchcrop.batches.service import BatchRequest, check_deadline
+from batchcrop.batches.submission import BatchRequest, check_deadline
 from batchcrop.callbacks.delivery import NotifyUrlError
 from batchcrop.cli.exit_codes import Exit
 from batchcrop.cli.reporting import (

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from batchcrop.app import App
+from batchcrop.batches.errors import IdempotencyConflict
 from batchcrop.batches.items import ItemRequest
-from batchcrop.batches.service import BatchRequest, IdempotencyConflict
+from batchcrop.batches.submission import BatchRequest
 from batchcrop.crop import RenderSpec
 from batchcrop.worker.worker import WorkerOptions
 from storage import LocalStore

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from batchcrop.app import App
 from batchcrop.batches.items import ItemRequest
 from batchcrop.batches.recrop import RECROP_OPEN_SECONDS, recrop
-from batchcrop.batches.service import BatchRequest
+from batchcrop.batches.submission import BatchRequest
 from batchcrop.crop import RenderSpec
 from storage import LocalStore
 from tests.app_fixtures import run_batch

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from batchcrop.app import App
+from batchcrop.batches.errors import IdempotencyConflict
 from batchcrop.batches.items import FocusError, ItemRequest
-from batchcrop.batches.service import BatchRequest, IdempotencyConflict
+from batchcrop.batches.submission import BatchRequest
 from batchcrop.crop import Ratio, RenderSpec
 from storage import LocalStore
 from tests.app_fixtures import run_batch

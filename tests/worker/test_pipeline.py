@@ -21,8 +21,10 @@ from PIL import Image
 
 import batchcrop
 from batchcrop.app import App
+from batchcrop.batches.errors import IdempotencyConflict
 from batchcrop.batches.items import ItemRequest
-from batchcrop.batches.service import BatchRequest, BatchService, IdempotencyConflict
+from batchcrop.batches.service import BatchService
+from batchcrop.batches.submission import BatchRequest
 from batchcrop.crop import Ratio, RenderSpec, Rendition, render, variant_of
 from batchcrop.logs import log_event
 from batchcrop.worker import processing
@@ -140,13 +142,13 @@ def test_a_lost_race_on_an_idempotency_key_returns_the_winners_batch(
     winner, _ = app.batches.submit(_request(sources), idempotency_key="import-8")
     loser = BatchService(app.leases, poll_margin_seconds=app.poll_margin_seconds)
     looks: list[str] = []
-    look_up = loser._by_idempotency_key
+    look_up = loser.submissions._by_idempotency_key
 
     def first_look_misses(key: str, fingerprint: str, store: str | None) -> str | None:
         looks.append(key)
         return None if len(looks) == 1 else look_up(key, fingerprint, store)
 
-    loser._by_idempotency_key = first_look_misses  # type: ignore[method-assign]
+    loser.submissions._by_idempotency_key = first_look_misses  # type: ignore[method-assign]
     document, created = loser.submit(_request(sources), idempotency_key="import-8")
     assert (winner["id"], False) == (document["id"], created)
     assert looks == ["import-8", "import-8"]
