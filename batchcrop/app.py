@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -29,6 +29,23 @@ if TYPE_CHECKING:
 # The migrations (Alembic), the worker (the crop engine: NumPy, Pillow, OpenCV), the callback
 # deliverer (httpx) and the metrics (prometheus_client) are imported where first needed, so that
 # reading commands start fast (`bench/startup.py`).
+
+
+@dataclass(frozen=True)
+class WorkRequest:
+    """How a command asks for a worker (`App.worker_for`); the rest of the worker's options come
+    from the settings (the reaper interval, the source size limit) and the database's label."""
+
+    concurrency: int
+    batch_ids: Sequence[str] | None = None
+    """Only these batches, each named by its id or a prefix only it starts with (`NoSuchBatch`,
+    `AmbiguousId` otherwise); None: every open batch of the worker's store."""
+    idle_sleep_seconds: float | None = None
+    """The pause of a slot that found nothing to claim; None: the worker's default."""
+    trusted_sources: bool = False
+    """Sources are read as named (`run`, whose operator named them), not confined again."""
+    deliver: bool = True
+    """The worker also delivers completion callbacks (not `run`, a one-shot job)."""
 
 
 @dataclass
@@ -204,6 +221,31 @@ class App:
             metrics=self.metrics,
             options=options,
             decode_budget=self.decode_budget,
+        )
+
+    def worker_for(self, store: ObjectStore, work: WorkRequest) -> Worker:
+        """A worker doing what `work` asks, on the given store, its batch ids resolved."""
+        from batchcrop.worker.worker import (  # noqa: PLC0415  (see the imports)
+            IDLE_SLEEP_SECONDS,
+            WorkerOptions,
+        )
+
+        batch_ids = (
+            None
+            if work.batch_ids is None
+            else [self.batches.resolve_id(batch_id) for batch_id in work.batch_ids]
+        )
+        idle = work.idle_sleep_seconds
+        options = WorkerOptions(
+            concurrency=work.concurrency,
+            batch_ids=batch_ids,
+            reaper_interval_seconds=self.settings.reaper_interval_seconds,
+            max_source_bytes=self.settings.max_source_bytes,
+            idle_sleep_seconds=IDLE_SLEEP_SECONDS if idle is None else idle,
+            database=self.database_label(),
+        )
+        return self.worker(
+            store, options, trusted_sources=work.trusted_sources, deliver=work.deliver
         )
 
     def deliverer(self, worker_id: str) -> Deliverer | None:

@@ -51,8 +51,11 @@ def render_spec(body: BatchBody) -> RenderSpec:
         raise field_problem(exc.field, str(exc)) from exc
 
 
-def batch_request(body: BatchBody, sources: SourceReader) -> BatchRequest:
-    """The domain request for `POST /v1/batches`, every source normalised and confined."""
+def batch_request(
+    body: BatchBody, sources: SourceReader, idempotency_key: str | None = None
+) -> BatchRequest:
+    """The domain request for `POST /v1/batches` (with its `Idempotency-Key`), every source
+    normalised and confined."""
     spec = render_spec(body)
     paths: list[str] = []
     refs: list[str | None] = []
@@ -74,4 +77,5 @@ def batch_request(body: BatchBody, sources: SourceReader) -> BatchRequest:
         max_attempts=body.max_attempts,
         label=body.label,
         notify_url=body.notify_url,
+        idempotency_key=idempotency_key,
     )

@@ -68,8 +68,7 @@ def batch_router(app: App) -> APIRouter:
         ] = None,
     ) -> Response:
         """Create a batch; with `Idempotency-Key`, a repeat of the same body returns it (200)."""
-        request = batch_request(body, sources)
-        document, created = app.batches.submit(request, idempotency_key=idempotency_key)
+        document, created = app.batches.submit(batch_request(body, sources, idempotency_key))
         location = f"/v1/batches/{document['id']}"
         return json_response(document, 201 if created else 200, {"Location": location})
 

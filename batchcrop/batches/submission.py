@@ -11,6 +11,7 @@ import unicodedata
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from batchcrop.batches.errors import EmptyBatch, IdempotencyConflict
@@ -29,9 +30,14 @@ IDEMPOTENCY_KEY_CHARS_MAX = 200
 
 @dataclass(frozen=True)
 class BatchRequest:
-    """Everything that defines a batch; two equal requests hash equal. `label` is a human name
-    for tables and filters (`batches --label`). `items` is kept as an `ItemList` (any sequence
-    of `ItemRequest`s given is converted)."""
+    """What to submit: everything that defines a batch, and how a repeat of the submission
+    finds it. Two equal requests hash equal. `label` is a human name for tables and filters
+    (`batches --label`). `items` is kept as an `ItemList` (any sequence of `ItemRequest`s given
+    is converted).
+
+    `idempotency_key`: the same key with the same request returns the batch it made (the key is
+    not part of the fingerprint). `resumable` (`batchcrop run`): the service derives the key
+    instead (`_run_key`), so the same command line finds its batch again; give one or the other."""
 
     items: Sequence[ItemRequest]
     spec: RenderSpec
@@ -39,9 +45,13 @@ class BatchRequest:
     max_attempts: int
     label: str | None = None
     notify_url: str | None = None
+    idempotency_key: str | None = None
+    resumable: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "items", ItemList.of(self.items))
+        if self.resumable and self.idempotency_key is not None:
+            raise ValueError("a resumable request derives its idempotency key: give no key")
 
     @property
     def item_list(self) -> ItemList:
@@ -79,6 +89,20 @@ _ITEMS_PLACEHOLDER = "\0items\0"
 form (with the key before it) occurs nowhere else in that JSON."""
 
 
+def _run_key(request: BatchRequest, fingerprint: str, store_url: str) -> str:
+    """The idempotency key of a resumable request (`batchcrop run`): the request's
+    `fingerprint` (sources, render request, limits), the store's canonical URL, and each local
+    source's size and mtime (so a changed picture makes a new batch)."""
+    digest = hashlib.sha256(fingerprint.encode())
+    digest.update(store_url.encode())
+    for item in request.items:
+        path = Path(item.source)
+        if path.is_file():
+            stat = path.stat()
+            digest.update(f"{stat.st_size}:{stat.st_mtime_ns}".encode())
+    return "run:" + digest.hexdigest()
+
+
 class Submissions:
     """Creates batches; the store recorded on each is this service's (`store`)."""
 
@@ -95,15 +119,15 @@ class Submissions:
         self.store = store
         self.notify_hosts = notify_hosts
 
-    def submit(
-        self, request: BatchRequest, *, idempotency_key: str | None = None
-    ) -> tuple[dict[str, Any], bool]:
+    def submit(self, request: BatchRequest) -> tuple[dict[str, Any], bool]:
         """Create a batch and its items, atomically for every reader; returns (status, created).
 
         The batch records this service's store (its canonical URL): only workers of that store
         serve it. The same idempotency key with the same request and store returns the existing
         batch (created=False); with another request or store it raises IdempotencyConflict (the
         store is not part of the fingerprint, so keys in flight across the upgrade keep matching).
+        A resumable request's key is derived from its fingerprint, this service's store and its
+        local sources' sizes and mtimes.
         """
         if not request.items:
             raise EmptyBatch("a batch needs at least one source image")
@@ -112,6 +136,9 @@ class Submissions:
             check_notify_url(request.notify_url, self.notify_hosts)
         store = None if self.store is None else canonical_store_url(self.store)
         fingerprint = request.fingerprint()
+        idempotency_key = request.idempotency_key
+        if request.resumable:
+            idempotency_key = _run_key(request, fingerprint, store or "")
         if idempotency_key is not None:
             _check_idempotency_key(idempotency_key)
             existing = self._by_idempotency_key(idempotency_key, fingerprint, store)
