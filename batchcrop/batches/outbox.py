@@ -3,7 +3,9 @@ writes a batch's notification as a delivery (a lease group of one item and an ou
 transaction that ends the batch, so a crash after the commit cannot lose it; and the reads of
 those deliveries (a batch's delivery documents, which open groups are deliveries).
 
-Writes happen only inside a caller's transaction (`conn`); reads open their own.
+Writes happen only inside a caller's transaction (`conn`): the one that ends the batch, or the
+one `Actions.redeliver` holds under the batch group's lock. Reads open their own unless given
+`conn`.
 """
 
 from __future__ import annotations

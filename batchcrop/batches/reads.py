@@ -1,7 +1,8 @@
 """Reads of batches: a batch's row, status document and polling version; listings (filtered,
 searched, paged: docs/adr/0019); a batch's items, events and manifest; which batch or item an
-id prefix names. Nothing here writes; each read opens its own transaction (one per statement
-group), so a document may mix moments only where its docstring says so.
+id prefix names. Nothing here writes. A call may read in several short read transactions
+(`leases.reading()`), so a document's parts (counters, deliveries, manifest rows) are each as of
+their own read; `version` is the token that tells a poller something moved (docs/design.md §7).
 """
 
 from __future__ import annotations
