@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -36,6 +36,25 @@ if TYPE_CHECKING:
 # The migrations (Alembic), the worker (the crop engine: NumPy, Pillow, OpenCV), the callback
 # deliverer (httpx) and the metrics (prometheus_client) are imported where first needed, so that
 # reading commands start fast (`bench/startup.py`).
+
+
+@dataclass(frozen=True)
+class WorkRequest:
+    """How a command asks for a worker (`App.worker_for`); the rest of the worker's options come
+    from the settings (the reaper interval, the source size limit) and the database's label."""
+
+    concurrency: int
+    batch_ids: Sequence[str] | None = None
+    """Only these batches, each named by its id or a prefix only it starts with (`NoSuchBatch`,
+    `AmbiguousId` otherwise); None: every open batch of the worker's store."""
+    idle_sleep_seconds: float | None = None
+    """The pause of a slot that found nothing to claim; None: `BATCHCROP_IDLE_POLL_SECONDS`."""
+    force_render: bool = False
+    """Render every item even when its outputs are all stored (`--force`; docs/design.md §5)."""
+    trusted_sources: bool = False
+    """Sources are read as named (`run`, whose operator named them), not confined again."""
+    deliver: bool = True
+    """The worker also delivers completion callbacks (not `run`, a one-shot job)."""
 
 
 @dataclass
@@ -221,6 +240,30 @@ class App:
             options=options,
             decode_budget=self.decode_budget,
             wakeups=self.wakeups,
+        )
+
+    def worker_for(self, store: ObjectStore, work: WorkRequest) -> Worker:
+        """A worker doing what `work` asks, on the given store, its batch ids resolved."""
+        from batchcrop.worker.worker import WorkerOptions  # noqa: PLC0415  (see the imports)
+
+        batch_ids = (
+            None
+            if work.batch_ids is None
+            else [self.batches.resolve_id(batch_id) for batch_id in work.batch_ids]
+        )
+        idle = work.idle_sleep_seconds
+        options = WorkerOptions(
+            concurrency=work.concurrency,
+            batch_ids=batch_ids,
+            reaper_interval_seconds=self.settings.reaper_interval_seconds,
+            max_source_bytes=self.settings.max_source_bytes,
+            idle_sleep_seconds=self.settings.idle_poll_seconds if idle is None else idle,
+            fallback_poll_seconds=self.settings.fallback_poll_seconds,
+            force_render=work.force_render,
+            database=self.database_label(),
+        )
+        return self.worker(
+            store, options, trusted_sources=work.trusted_sources, deliver=work.deliver
         )
 
     def deliverer(self, worker_id: str) -> Deliverer | None:

@@ -36,7 +36,7 @@ import sqlalchemy as sa
 
 from batchcrop.app import App, build
 from batchcrop.batches.items import ItemRequest
-from batchcrop.batches.service import BatchRequest
+from batchcrop.batches.submission import BatchRequest
 from batchcrop.crop import Ratio, RenderSpec
 from batchcrop.settings import Settings
 from batchcrop.worker.worker import WorkerOptions

@@ -25,7 +25,7 @@ from moto.server import ThreadedMotoServer
 
 from batchcrop.app import build
 from batchcrop.batches.items import ItemRequest
-from batchcrop.batches.service import BatchRequest
+from batchcrop.batches.submission import BatchRequest
 from batchcrop.crop import Ratio, RenderSpec
 from batchcrop.settings import Settings
 from batchcrop.worker.worker import WorkerOptions

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from batchcrop.app import App, build
 from batchcrop.batches.items import ItemRequest
-from batchcrop.batches.service import BatchRequest
+from batchcrop.batches.submission import BatchRequest
 from batchcrop.crop import RATIOS_DEFAULT, Ratio, RenderSpec
 from batchcrop.settings import Settings
 from batchcrop.worker.worker import WorkerOptions

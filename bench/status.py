@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from batchcrop.app import build
 from batchcrop.batches.items import ItemRequest
-from batchcrop.batches.service import BatchRequest
+from batchcrop.batches.submission import BatchRequest
 from batchcrop.crop import Ratio, RenderSpec
 from batchcrop.settings import Settings
 from tests.services import postgres

@@ -16,8 +16,7 @@ from starlette.responses import Response
 from starlette.routing import Match
 
 from batchcrop.api.problems import Problem, field_problem, problem_response
-from batchcrop.batches.recrop import BatchCancelled, RecropConflict
-from batchcrop.batches.service import (
+from batchcrop.batches.errors import (
     BadCursor,
     EmptyBatch,
     IdempotencyConflict,
@@ -26,6 +25,7 @@ from batchcrop.batches.service import (
     NoSuchRef,
     NothingToRedeliver,
 )
+from batchcrop.batches.recrop import BatchCancelled, RecropConflict
 from leases import DatabaseUnavailable
 
 DATABASE_RETRY_AFTER_SECONDS = 5

@@ -21,7 +21,7 @@ from batchcrop.batches.items import (
     focus_box,
     storable_text,
 )
-from batchcrop.batches.service import LABEL_CHARS_MAX, label_text
+from batchcrop.batches.submission import LABEL_CHARS_MAX, label_text
 from batchcrop.callbacks.delivery import CALLBACK_URL_CHARS_MAX
 from batchcrop.crop.spec import RenderSpec
 from batchcrop.crop.thumbnails import PREVIEW_MAX_SIDE_PX

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from batchcrop.api.models import BatchBody
 from batchcrop.api.problems import Problem, field_problem
 from batchcrop.batches.items import ItemList, focus_box
-from batchcrop.batches.service import BatchRequest
+from batchcrop.batches.submission import BatchRequest
 from batchcrop.crop import RenderSpec, SpecError
 from storage import SourceNotAllowed, SourceReader
 
@@ -53,8 +53,11 @@ def render_spec(body: BatchBody) -> RenderSpec:
         raise field_problem(exc.field, str(exc)) from exc
 
 
-def batch_request(body: BatchBody, sources: SourceReader) -> BatchRequest:
-    """The domain request for `POST /v1/batches`, every source normalised and confined."""
+def batch_request(
+    body: BatchBody, sources: SourceReader, idempotency_key: str | None = None
+) -> BatchRequest:
+    """The domain request for `POST /v1/batches` (with its `Idempotency-Key`), every source
+    normalised and confined."""
     spec = render_spec(body)
     if body.callback_url is not None and body.notify_url is not None:
         raise field_problem("notify_url", DEPRECATED_NOTIFY_URL)
@@ -78,4 +81,5 @@ def batch_request(body: BatchBody, sources: SourceReader) -> BatchRequest:
         max_attempts=body.max_attempts,
         label=body.label,
         callback_url=body.given_callback_url,
+        idempotency_key=idempotency_key,
     )

@@ -13,8 +13,9 @@ from batchcrop.api import models, polling
 from batchcrop.api.problems import field_problem
 from batchcrop.api.requests import batch_request, path_id, query_id
 from batchcrop.app import App
+from batchcrop.batches.reads import PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX
 from batchcrop.batches.recrop import FocusOutside, recrop
-from batchcrop.batches.service import IDEMPOTENCY_KEY_CHARS_MAX, PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX
+from batchcrop.batches.submission import IDEMPOTENCY_KEY_CHARS_MAX
 from batchcrop.callbacks.delivery import CallbackUrlError
 from leases import State
 
@@ -69,9 +70,9 @@ def batch_router(app: App) -> APIRouter:
         ] = None,
     ) -> Response:
         """Create a batch; with `Idempotency-Key`, a repeat of the same body returns it (200)."""
-        request = batch_request(body, sources)
+        request = batch_request(body, sources, idempotency_key)
         try:
-            document, created = app.batches.submit(request, idempotency_key=idempotency_key)
+            document, created = app.batches.submit(request)
         except CallbackUrlError as exc:
             # Named as the client named it: `notify_url` is the deprecated name (ADR 0030).
             raise field_problem(body.callback_url_field, str(exc)) from exc

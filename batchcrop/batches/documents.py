@@ -39,6 +39,17 @@ class Batch:
     callback_url: str | None = None
 
 
+def batch_of_row(row: Any) -> Batch:
+    """The `Batch` of a `batchcrop_batches` row."""
+    return Batch(
+        id=str(row["id"]),
+        spec=RenderSpec.from_record(row["spec"]),
+        store=row["store"],
+        label=row["label"],
+        callback_url=row["notify_url"],
+    )
+
+
 def batch_state(summary: GroupSummary) -> State:
     """docs/design.md §4: computed from the item counts, never from a client counter."""
     counts = summary.counts

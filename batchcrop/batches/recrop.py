@@ -14,8 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from batchcrop.batches.errors import NoSuchBatch
 from batchcrop.batches.items import focus_box, payload_focus
-from batchcrop.batches.service import RECROP_REASON, BatchService, NoSuchBatch
+from batchcrop.batches.reads import RECROP_REASON
+from batchcrop.batches.service import BatchService
 from batchcrop.db import queries
 from batchcrop.errors import BatchcropError
 from leases import GroupCancelled, NoSuchGroup, NoSuchItem, NotRedoable

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import hashlib
 import itertools
 import json
 import logging
@@ -18,11 +17,10 @@ import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from batchcrop.app import App, NoDatabaseFile, build
+from batchcrop.app import App, NoDatabaseFile, WorkRequest, build
 from batchcrop.batches.documents import parse_iso
 from batchcrop.batches.fleet import fleet_summary, worker_documents
 from batchcrop.batches.items import (
@@ -33,7 +31,7 @@ from batchcrop.batches.items import (
     focus_box,
     focus_from_text,
 )
-from batchcrop.batches.service import BatchRequest, check_deadline
+from batchcrop.batches.submission import BatchRequest, check_deadline
 from batchcrop.callbacks.delivery import CallbackUrlError
 from batchcrop.cli.exit_codes import Exit
 from batchcrop.cli.reporting import (
@@ -56,7 +54,7 @@ from storage import SourceReader
 if TYPE_CHECKING:
     from batchcrop.crop.geometry import Box
     from batchcrop.db.revisions import History
-    from batchcrop.worker.worker import Worker, WorkerOptions
+    from batchcrop.worker.worker import Worker
 
 # The worker (and with it the crop engine) and prometheus_client are imported by the commands
 # that use them: reading commands start without them (`bench/startup.py`).
@@ -72,12 +70,6 @@ exits anyway (a slot stuck past that has its item recovered by the reaper, lease
 
 class UsageError(BatchcropError):
     """A command line that cannot be run as given (exit 2)."""
-
-
-def _worker_options(**values: Any) -> WorkerOptions:
-    from batchcrop.worker.worker import WorkerOptions  # noqa: PLC0415  (see the imports)
-
-    return WorkerOptions(**values)
 
 
 SETTING_FLAGS = (
@@ -241,7 +233,10 @@ def _csv_focus(row: list[str], columns: list[int | None], *, where: str) -> Box 
         raise UsageError(f"{where}: focus_{exc.term}: {exc}") from exc
 
 
-def _request(args: argparse.Namespace, reader: SourceReader) -> BatchRequest:
+def _request(
+    args: argparse.Namespace, reader: SourceReader, *, resumable: bool = False
+) -> BatchRequest:
+    """What `submit` (or, `resumable`, `run`) asks to submit, parsed once from its flags."""
     spec = RenderSpec.from_input(vars(args))
     deadline_seconds = parse_duration(args.deadline)
     return BatchRequest(
@@ -251,6 +246,9 @@ def _request(args: argparse.Namespace, reader: SourceReader) -> BatchRequest:
         max_attempts=args.max_attempts,
         label=args.label,
         callback_url=getattr(args, "callback_url", None),
+        idempotency_key=getattr(args, "idempotency_key", None),
+        resumable=resumable,
+        forced=resumable and getattr(args, "force", False),
     )
 
 
@@ -263,7 +261,7 @@ def submit(args: argparse.Namespace) -> int:
             # SIGTERM (a container's stop, `timeout`) ends a submission as Ctrl-C does: the
             # half-created batch is discarded now instead of waiting for the reaper.
             with _signals(_interrupt):
-                document, _ = app.batches.submit(request, idempotency_key=args.idempotency_key)
+                document, _ = app.batches.submit(request)
         except CallbackUrlError as exc:
             raise UsageError(f"--callback-url {exc}") from exc
     if args.json:
@@ -271,22 +269,6 @@ def submit(args: argparse.Namespace) -> int:
     else:
         print(document["id"])
     return 0
-
-
-def _run_key(request: BatchRequest, store_url: str, *, force: bool = False) -> str:
-    """Idempotency key of `batchcrop run`: the request (sources, render request, limits), the
-    store, each local source's size and mtime, and `--force` when given (a forced run is a
-    batch of its own: resuming the unforced one would render nothing)."""
-    digest = hashlib.sha256(request.fingerprint().encode())
-    digest.update(store_url.encode())
-    if force:
-        digest.update(b"force")
-    for item in request.items:
-        path = Path(item.source)
-        if path.is_file():
-            stat = path.stat()
-            digest.update(f"{stat.st_size}:{stat.st_mtime_ns}".encode())
-    return "run:" + digest.hexdigest()
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -318,29 +300,23 @@ def run(args: argparse.Namespace) -> int:
     out = {"store": f"file://{os.path.abspath(args.out)}"} if args.out else {}
     with opened(args, creates=True, **out) as app:
         app.prepare_schema()
-        request = _request(args, app.source_reader(trusted=True))
+        request = _request(args, app.source_reader(trusted=True), resumable=True)
+        # Opened first: the batch records the store's canonical URL, which resolves its folder.
         store = app.open_store()
-        document, created = app.batches.submit(
-            request, idempotency_key=_run_key(request, store.url, force=args.force)
-        )
+        document, created = app.batches.submit(request)
         batch_id = document["id"]
         if not created and not args.json:
             again = "already ended" if document["state"] in TERMINAL else "resuming it"
             print(f"This run's batch is {batch_id}: {again}", file=sys.stderr)
-        worker = app.worker(
-            store,
-            _worker_options(
-                concurrency=args.workers,
-                batch_ids=[batch_id],
-                database=app.database_label(),
-                reaper_interval_seconds=app.settings.reaper_interval_seconds,
-                idle_sleep_seconds=RUN_IDLE_SLEEP_SECONDS,
-                max_source_bytes=app.settings.max_source_bytes,
-                force_render=args.force,
-            ),
+        work = WorkRequest(
+            concurrency=args.workers,
+            batch_ids=[batch_id],
+            idle_sleep_seconds=RUN_IDLE_SLEEP_SECONDS,
+            force_render=args.force,
             trusted_sources=True,
             deliver=False,
         )
+        worker = app.worker_for(store, work)
         interrupted = threading.Event()
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -414,24 +390,10 @@ def worker(args: argparse.Namespace) -> int:
             store = wait_until_ready(app, stopped, migrate=args.migrate)
         if store is None:
             return 0  # stopped while waiting for the database or store: nothing was held
-        batch_ids = (
-            None
-            if args.batch_ids is None
-            else [app.batches.resolve_id(batch_id) for batch_id in args.batch_ids]
+        work = WorkRequest(
+            concurrency=args.concurrency, batch_ids=args.batch_ids, force_render=args.force
         )
-        the_worker = app.worker(
-            store,
-            _worker_options(
-                concurrency=args.concurrency,
-                batch_ids=batch_ids,
-                reaper_interval_seconds=app.settings.reaper_interval_seconds,
-                idle_sleep_seconds=app.settings.idle_poll_seconds,
-                fallback_poll_seconds=app.settings.fallback_poll_seconds,
-                max_source_bytes=app.settings.max_source_bytes,
-                database=app.database_label(),
-                force_render=args.force,
-            ),
-        )
+        the_worker = app.worker_for(store, work)
         signals = threading.Event()
         second = threading.Event()
 

@@ -583,8 +583,7 @@ def printable(text: str) -> str:
 def _errors() -> tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], Exit], ...]:
     """Which error means which exit code; imported only once a command failed."""
     # The error classes live with the (heavier) modules that raise them.
-    from batchcrop.batches.recrop import BatchCancelled, RecropConflict  # noqa: PLC0415
-    from batchcrop.batches.service import (  # noqa: PLC0415
+    from batchcrop.batches.errors import (  # noqa: PLC0415
         AmbiguousId,
         BadCursor,
         EmptyBatch,
@@ -593,6 +592,7 @@ def _errors() -> tuple[tuple[type[BaseException] | tuple[type[BaseException], ..
         NoSuchBatch,
         NothingToRedeliver,
     )
+    from batchcrop.batches.recrop import BatchCancelled, RecropConflict  # noqa: PLC0415
     from batchcrop.cli import commands as module  # noqa: PLC0415
     from batchcrop.db.revisions import SchemaBehind  # noqa: PLC0415
     from batchcrop.settings import SettingsError  # noqa: PLC0415

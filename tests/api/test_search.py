@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from batchcrop.batches import service as batches_module
+from batchcrop.batches import reads as reads_module
 from tests.api.conftest import assert_problem, batch_body
 from tests.api.live import LiveServer
 
@@ -68,7 +68,7 @@ def test_filtered_listing_reads_a_bounded_window_per_request(
 ) -> None:
     """With a state or a search, one request reads at most the window of batches: pages may be
     short, even empty, with a cursor that goes on below them, and every match comes once."""
-    monkeypatch.setattr(batches_module, "SEARCH_WINDOW_BATCHES", 3)
+    monkeypatch.setattr(reads_module, "SEARCH_WINDOW_BATCHES", 3)
     oldest = _submit(api, sources[:1], label="needle")["id"]
     for _ in range(6):
         _submit(api, sources[:1])

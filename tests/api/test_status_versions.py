@@ -13,7 +13,11 @@ import sqlalchemy as sa
 from tests.api.conftest import batch_body
 from tests.api.live import LiveServer
 
-BATCHES_MODULE = sys.modules["batchcrop.batches.service"]
+DOCUMENT_BUILDERS = [
+    sys.modules["batchcrop.batches.reads"],
+    sys.modules["batchcrop.batches.outbox"],
+]
+"""The modules that build status documents (reads for polls, the outbox for callbacks)."""
 
 
 class Poller:
@@ -42,14 +46,15 @@ class Poller:
 def built(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The ids of the status documents the server builds (the real builder, counted)."""
     calls: list[str] = []
-    real = BATCHES_MODULE.status_document
+    real = DOCUMENT_BUILDERS[0].status_document
 
     def counted(batch: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         calls.append(batch.id)
         document: dict[str, Any] = real(batch, *args, **kwargs)
         return document
 
-    monkeypatch.setattr(BATCHES_MODULE, "status_document", counted)
+    for module in DOCUMENT_BUILDERS:
+        monkeypatch.setattr(module, "status_document", counted)
     return calls
 
 

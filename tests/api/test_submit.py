@@ -15,7 +15,7 @@ from batchcrop.api.models import (
     SOURCE_CHARS_MAX,
     storable_text,
 )
-from batchcrop.batches.service import IDEMPOTENCY_KEY_CHARS_MAX
+from batchcrop.batches.submission import IDEMPOTENCY_KEY_CHARS_MAX
 from tests.api.conftest import assert_problem, batch_body
 from tests.api.live import LiveServer
 

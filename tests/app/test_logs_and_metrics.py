@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from batchcrop import __version__
 from batchcrop.app import App
 from batchcrop.batches.items import ItemRequest
-from batchcrop.batches.service import BatchRequest
+from batchcrop.batches.submission import BatchRequest
 from batchcrop.crop import RenderSpec
 from batchcrop.logs import LogSettingError, configure, log_event
 from batchcrop.metrics import Metrics

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from batchcrop.app import App
+from batchcrop.batches.errors import IdempotencyConflict
 from batchcrop.batches.items import ItemRequest
-from batchcrop.batches.service import BatchRequest, IdempotencyConflict
+from batchcrop.batches.submission import BatchRequest
 from batchcrop.crop import RenderSpec
 from batchcrop.worker.worker import WorkerOptions
 from storage import LocalStore
@@ -21,12 +22,13 @@ from tests.app_fixtures import run_batch
 from tests.images import write_photos
 
 
-def _request(paths: list[Path]) -> BatchRequest:
+def _request(paths: list[Path], idempotency_key: str | None = None) -> BatchRequest:
     return BatchRequest(
         items=tuple(ItemRequest(source=str(p)) for p in paths),
         spec=RenderSpec.from_input({"ratios": "1:1,16:9", "max_side": 200}),
         deadline_seconds=3600,
         max_attempts=2,
+        idempotency_key=idempotency_key,
     )
 
 
@@ -88,12 +90,12 @@ def test_an_idempotency_key_reused_for_another_store_is_a_conflict(
 ) -> None:
     paths = write_photos(tmp_path / "src", 1)
     first = make_app(store=f"file://{tmp_path / 'a'}")
-    document, created = first.batches.submit(_request(paths), idempotency_key="k")
-    again, created_again = first.batches.submit(_request(paths), idempotency_key="k")
+    document, created = first.batches.submit(_request(paths, idempotency_key="k"))
+    again, created_again = first.batches.submit(_request(paths, idempotency_key="k"))
     assert (created, created_again, again["id"]) == (True, False, document["id"])
     other = make_app(store=f"file://{tmp_path / 'b'}")
     with pytest.raises(IdempotencyConflict):
-        other.batches.submit(_request(paths), idempotency_key="k")
+        other.batches.submit(_request(paths, idempotency_key="k"))
 
 
 def test_the_api_reads_a_derivative_from_the_batchs_store(

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from batchcrop.batches import items as items_module
 from batchcrop.batches.items import ItemList, ItemRequest, storable_text
-from batchcrop.batches.service import BatchRequest
+from batchcrop.batches.submission import BatchRequest
 from batchcrop.crop.spec import RenderSpec
 
 AWKWARD = [

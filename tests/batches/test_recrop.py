@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from batchcrop.app import App
 from batchcrop.batches.items import ItemRequest
 from batchcrop.batches.recrop import RECROP_OPEN_SECONDS, FocusOutside, recrop
-from batchcrop.batches.service import BatchRequest
+from batchcrop.batches.submission import BatchRequest
 from batchcrop.crop import RenderSpec
 from storage import LocalStore
 from tests.app_fixtures import run_batch

@@ -12,8 +12,9 @@ import pytest
 import sqlalchemy as sa
 
 from batchcrop.app import App
+from batchcrop.batches.errors import NoSuchBatch
 from batchcrop.batches.items import ItemRequest
-from batchcrop.batches.service import BatchRequest, NoSuchBatch
+from batchcrop.batches.submission import BatchRequest
 from batchcrop.cli.main import main
 from batchcrop.crop import RenderSpec
 from storage import LocalStore

@@ -16,8 +16,9 @@ import pytest
 import sqlalchemy as sa
 
 from batchcrop.app import App
+from batchcrop.batches.errors import NoSuchBatch, NothingToRedeliver
 from batchcrop.batches.items import ItemRequest
-from batchcrop.batches.service import BatchRequest, NoSuchBatch, NothingToRedeliver
+from batchcrop.batches.submission import BatchRequest
 from batchcrop.callbacks.delivery import CallbackUrlError, check_callback_url, signature, verify
 from batchcrop.callbacks.hosts import address_refusal, destination_refusal
 from batchcrop.cli.main import main

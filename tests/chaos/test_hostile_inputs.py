@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from batchcrop.app import build
-from batchcrop.batches.service import IDEMPOTENCY_KEY_CHARS_MAX
+from batchcrop.batches.submission import IDEMPOTENCY_KEY_CHARS_MAX
 from batchcrop.settings import Settings
 from tests.api.live import LiveServer, running
 from tests.chaos import corpus

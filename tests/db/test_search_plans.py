@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from batchcrop.app import App
 from batchcrop.batches.items import ItemRequest
-from batchcrop.batches.service import BatchRequest
+from batchcrop.batches.submission import BatchRequest
 from batchcrop.crop import Ratio, RenderSpec
 from batchcrop.db import migrations, queries
 from leases import State, make_engine

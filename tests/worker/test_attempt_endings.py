@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from batchcrop.app import App
 from batchcrop.batches.documents import Derivative
 from batchcrop.batches.items import ItemRequest
-from batchcrop.batches.service import BatchRequest
+from batchcrop.batches.submission import BatchRequest
 from batchcrop.crop import Ratio, RenderSpec
 from batchcrop.errors import Category
 from batchcrop.worker.attempts import Attempts, Outcome

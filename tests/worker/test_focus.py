@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from batchcrop.app import App
+from batchcrop.batches.errors import IdempotencyConflict
 from batchcrop.batches.items import FocusError, ItemRequest
-from batchcrop.batches.service import BatchRequest, IdempotencyConflict
+from batchcrop.batches.submission import BatchRequest
 from batchcrop.crop import Ratio, RenderSpec
 from storage import LocalStore
 from tests.app_fixtures import run_batch
@@ -191,13 +193,13 @@ def test_focus_boxes_are_part_of_the_fingerprint_only_when_given(app: App, tmp_p
     moved = _request(ItemRequest(source=source, ref="a", focus_box=(0, 0, 10, 10)))
     assert len({plain.fingerprint(), focused.fingerprint(), moved.fingerprint()}) == 3
 
-    first, _ = app.batches.submit(focused, idempotency_key="import-focus")
-    again, created = app.batches.submit(focused, idempotency_key="import-focus")
+    first, _ = app.batches.submit(replace(focused, idempotency_key="import-focus"))
+    again, created = app.batches.submit(replace(focused, idempotency_key="import-focus"))
     assert (again["id"], created) == (first["id"], False)
     with pytest.raises(IdempotencyConflict):
-        app.batches.submit(plain, idempotency_key="import-focus")
+        app.batches.submit(replace(plain, idempotency_key="import-focus"))
     with pytest.raises(IdempotencyConflict):
-        app.batches.submit(moved, idempotency_key="import-focus")
+        app.batches.submit(replace(moved, idempotency_key="import-focus"))
 
 
 @pytest.mark.parametrize(

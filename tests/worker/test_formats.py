@@ -12,7 +12,7 @@ from PIL import Image, ImageDraw
 
 from batchcrop.app import App
 from batchcrop.batches.items import ItemRequest
-from batchcrop.batches.service import BatchRequest
+from batchcrop.batches.submission import BatchRequest
 from batchcrop.crop import FORMATS, Ratio, RenderSpec, variant_of
 from storage import ObjectStore, S3Store
 from tests.app_fixtures import run_batch

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from batchcrop.app import App
 from batchcrop.batches.items import ItemRequest
-from batchcrop.batches.service import BatchRequest
+from batchcrop.batches.submission import BatchRequest
 from batchcrop.crop import Ratio, RenderSpec
 from batchcrop.worker.facts import SOURCE_SHA256
 from storage import ObjectStore

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from batchcrop.app import App
 from batchcrop.batches.documents import Derivative, Preview
 from batchcrop.batches.items import ItemRequest
-from batchcrop.batches.service import BatchRequest
+from batchcrop.batches.submission import BatchRequest
 from batchcrop.crop import Ratio, RenderSpec
 from batchcrop.worker.attempts import Attempts, Outcome
 from batchcrop.worker.presence import Presence

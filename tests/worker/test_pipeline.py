@@ -21,8 +21,10 @@ from PIL import Image
 
 import batchcrop
 from batchcrop.app import App
+from batchcrop.batches.errors import IdempotencyConflict
 from batchcrop.batches.items import ItemRequest
-from batchcrop.batches.service import BatchRequest, BatchService, IdempotencyConflict
+from batchcrop.batches.service import BatchService
+from batchcrop.batches.submission import BatchRequest
 from batchcrop.crop import Ratio, RenderSpec, Rendition, render, variant_of
 from batchcrop.logs import log_event
 from batchcrop.worker import processing
@@ -37,12 +39,15 @@ from tests.images import write_corrupt, write_photos
 RATIOS = tuple(Ratio.parse(r) for r in ("1:1", "4:3", "16:9", "3:4"))
 
 
-def _request(paths: list[Path], *, max_attempts: int = 3) -> BatchRequest:
+def _request(
+    paths: list[Path], *, max_attempts: int = 3, idempotency_key: str | None = None
+) -> BatchRequest:
     return BatchRequest(
         items=tuple(ItemRequest(source=str(p), ref=p.stem) for p in paths),
         spec=RenderSpec(ratios=RATIOS, max_side=400, quality=80),
         deadline_seconds=3600,
         max_attempts=max_attempts,
+        idempotency_key=idempotency_key,
     )
 
 
@@ -124,11 +129,11 @@ def test_idempotency_key_returns_the_same_batch_and_refuses_another_request(
 ) -> None:
     """Same key + same request ⇒ same batch; same key + other request ⇒ IdempotencyConflict."""
     sources = write_photos(tmp_path / "src", 2)
-    first, created = app.batches.submit(_request(sources), idempotency_key="import-7")
-    again, created_again = app.batches.submit(_request(sources), idempotency_key="import-7")
+    first, created = app.batches.submit(_request(sources, idempotency_key="import-7"))
+    again, created_again = app.batches.submit(_request(sources, idempotency_key="import-7"))
     assert (created, created_again, again["id"]) == (True, False, first["id"])
     with pytest.raises(IdempotencyConflict):
-        app.batches.submit(_request(sources[:1]), idempotency_key="import-7")
+        app.batches.submit(_request(sources[:1], idempotency_key="import-7"))
 
 
 def test_a_lost_race_on_an_idempotency_key_returns_the_winners_batch(
@@ -137,17 +142,17 @@ def test_a_lost_race_on_an_idempotency_key_returns_the_winners_batch(
     """Two submissions of one key that both looked before either wrote: the loser's insert
     meets the unique key, and it answers with the winner's batch instead of an error."""
     sources = write_photos(tmp_path / "src", 1)
-    winner, _ = app.batches.submit(_request(sources), idempotency_key="import-8")
+    winner, _ = app.batches.submit(_request(sources, idempotency_key="import-8"))
     loser = BatchService(app.leases, poll_margin_seconds=app.poll_margin_seconds)
     looks: list[str] = []
-    look_up = loser._by_idempotency_key
+    look_up = loser.submissions._by_idempotency_key
 
     def first_look_misses(key: str, fingerprint: str, store: str | None) -> str | None:
         looks.append(key)
         return None if len(looks) == 1 else look_up(key, fingerprint, store)
 
-    loser._by_idempotency_key = first_look_misses  # type: ignore[method-assign]
-    document, created = loser.submit(_request(sources), idempotency_key="import-8")
+    loser.submissions._by_idempotency_key = first_look_misses  # type: ignore[method-assign]
+    document, created = loser.submit(_request(sources, idempotency_key="import-8"))
     assert (winner["id"], False) == (document["id"], created)
     assert looks == ["import-8", "import-8"]
     assert len(app.batches.list_batches()[0]) == 1

@@ -13,7 +13,7 @@ from PIL import Image
 
 from batchcrop.app import App
 from batchcrop.batches.items import ItemRequest
-from batchcrop.batches.service import BatchRequest
+from batchcrop.batches.submission import BatchRequest
 from batchcrop.crop import Ratio, RenderSpec, preview_variant, source_preview
 from batchcrop.worker.facts import preview_facts
 from batchcrop.worker.processing import preview_key

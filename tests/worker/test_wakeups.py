@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from batchcrop.app import App
 from batchcrop.batches.items import ItemRequest
-from batchcrop.batches.service import BatchRequest
+from batchcrop.batches.submission import BatchRequest
 from batchcrop.crop import Ratio, RenderSpec
 from batchcrop.worker.worker import Worker, WorkerOptions
 from leases import TERMINAL, Wakeups, make_engine
