@@ -15,7 +15,8 @@ from PIL import Image
 
 from batchcrop.crop.decode import OpenedImage, decode_cost, reduction
 from batchcrop.crop.errors import InvalidFocus
-from batchcrop.crop.faces import DETECTION_BYTES, find_faces, keep_box
+from batchcrop.crop.faces import DETECTION_BYTES, find_faces
+from batchcrop.crop.keep import keep_box
 from batchcrop.crop.resample import Cut
 from batchcrop.crop.saliency import saliency_map, small_copy
 from batchcrop.crop.spec import Ratio, RenderSpec
@@ -49,8 +50,8 @@ def plan(opened: OpenedImage, spec: RenderSpec) -> Plan:
     windows = tuple(window_size(ratio, width, height) for ratio in spec.ratios)
     # The reduction a whole-picture output would use: no ratio's window is longer than the
     # picture, so every ratio decodes at this reduction or a finer one, and usually this one.
-    # It needs no margin for detail: the saliency reads a copy of 192 px and the faces one of
-    # 256 px.
+    # It needs no margin for detail: the saliency reads a copy of 192 px and the faces copies
+    # of 320 and 640 px.
     saliency_factor = saliency_reduction(opened, spec.max_side)
     # Each ratio at the largest reduction still covering its own output (1/4 and 1/8 with a
     # margin); `resample.restore_detail` then makes up the detail the reduction softened, for
@@ -108,7 +109,7 @@ def placed_windows(
             size,
             saliency,
             keep=focus if focus is not None else keep_box(faces, window, size),
-            whole=faces,
+            whole=[face.box for face in faces],
         )
         for window in windows
     ]

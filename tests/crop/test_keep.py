@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from batchcrop.crop.faces import HEADROOM, keep_box, with_room
+from batchcrop.crop.faces import Face
+from batchcrop.crop.keep import HEADROOM, LOOK_ROOM, SIDE_ROOM, keep_box, with_room
 from batchcrop.crop.window import place_window
 from tests.crop.images import contains
 
@@ -61,33 +62,79 @@ def test_whole_boxes_are_left_inside_or_outside() -> None:
     assert inside or outside
 
 
+def _face(box: Box, confidence: int = 90, facing: int = 0) -> Face:
+    return Face(box, confidence, facing)
+
+
 def test_keep_box_gives_headroom() -> None:
+    """A window with room keeps half a face height above the face."""
     size = (1000, 1500)
-    face = (400, 100, 600, 300)
+    face = _face((400, 100, 600, 300))
     kept = keep_box([face], (1000, 562), size)
     assert kept is not None
-    assert kept[1] == face[1] - round(HEADROOM * 200)
+    assert kept[1] == 100 - round(HEADROOM * 200)
     assert kept == with_room(face, size)
 
 
-def test_keep_box_takes_the_largest_faces_that_fit_together() -> None:
+def test_keep_box_keeps_every_face_when_they_fit_together() -> None:
+    """Three faces across a wide picture that one window can hold are all kept."""
+    size, window = (3000, 1000), (1400, 1000)
+    faces = [
+        _face((300, 300, 400, 400)),
+        _face((800, 300, 900, 400)),
+        _face((1300, 300, 1400, 400)),
+    ]
+    kept = keep_box(faces, window, size)
+    assert kept is not None
+    assert all(contains(kept, face.box) for face in faces)
+
+
+def test_keep_box_takes_the_heaviest_group_that_fits() -> None:
+    """Two faces side by side outweigh one far away; the far one is left out."""
     size, window = (3000, 1000), (1000, 1000)
     big, small, far = (100, 300, 400, 600), (450, 350, 550, 450), (2600, 300, 2700, 400)
-    kept = keep_box([far, small, big], window, size)
+    kept = keep_box([_face(far), _face(small), _face(big)], window, size)
     assert kept is not None
     assert kept[0] <= big[0]
     assert kept[2] >= small[2]
     assert kept[2] < far[0]
 
 
+def test_a_doubtful_large_box_does_not_win_over_a_real_face() -> None:
+    """The back of a head scoring 55 is larger than the real face at 92 beside it, and the
+    window holds only one of them: the real face is kept; a box under the face confidence is
+    never kept at all."""
+    size, window = (3000, 1000), (800, 1000)
+    head, face = (300, 200, 700, 700), (2200, 300, 2400, 500)
+    kept = keep_box([_face(head, 55), _face(face, 92)], window, size)
+    assert kept is not None
+    assert contains(kept, face)
+    assert not contains(kept, head)
+    assert keep_box([_face(head, 40)], window, size) is None
+
+
+def test_a_profile_gets_room_on_the_side_it_looks_to() -> None:
+    """A face looking right keeps more room right of it than left."""
+    size = (3000, 1000)
+    box = (1000, 300, 1200, 500)
+    right = with_room(_face(box, facing=1), size)
+    assert right[2] - box[2] == round((SIDE_ROOM + LOOK_ROOM) * 200)
+    assert box[0] - right[0] == round(SIDE_ROOM * 200)
+    left = with_room(_face(box, facing=-1), size)
+    assert box[0] - left[0] == right[2] - box[2]
+
+
 def test_keep_box_falls_back_to_the_bare_face() -> None:
     """A face whose room does not fit gets less of it, then none; one that does not fit at all
     is returned to be centred on."""
     size = (2000, 1000)
-    face = (500, 50, 1300, 950)
-    assert keep_box([face], (900, 1000), size) == with_room(face, size, 0.25)
-    assert keep_box([face], (810, 1000), size) == with_room(face, size, 0.0)
-    assert keep_box([face], (700, 1000), size) == face
+    face = _face((500, 50, 1300, 950))
+    assert keep_box([face], (1000, 1000), size) == with_room(face, size, 0.5)
+    bare = with_room(face, size, 0.0)
+    # As wide as the bare face: a quarter of the room is as wide, and keeps more above and below.
+    assert keep_box([face], (bare[2] - bare[0], 1000), size) == with_room(face, size, 0.25)
+    assert keep_box([face], (810, 1000), size) == face.box
+    assert keep_box([face], (700, 1000), size) == face.box
     assert keep_box([], (700, 1000), size) is None
 
 
@@ -111,7 +158,7 @@ def test_a_face_that_fits_is_always_inside(
     face = (left, 100, right, 200)
     saliency = np.zeros((32, 64), dtype=np.float32)
     saliency[:, salient_cell] = 1.0
-    kept = keep_box([face], window, size)
+    kept = keep_box([_face(face)], window, size)
     box = place_window(window, size, saliency, keep=kept, whole=[face])
     assert box[2] - box[0] == window[0]
     if right - left <= window[0]:
