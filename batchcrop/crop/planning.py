@@ -50,8 +50,8 @@ def plan(opened: OpenedImage, spec: RenderSpec) -> Plan:
     windows = tuple(window_size(ratio, width, height) for ratio in spec.ratios)
     # The reduction a whole-picture output would use: no ratio's window is longer than the
     # picture, so every ratio decodes at this reduction or a finer one, and usually this one.
-    # It needs no margin for detail: the saliency reads a copy of 192 px and the faces copies
-    # of 320 and 640 px.
+    # It needs no margin for detail: the saliency reads a copy of 192 px and the faces one of
+    # 448 px.
     saliency_factor = saliency_reduction(opened, spec.max_side)
     # Each ratio at the largest reduction still covering its own output (1/4 and 1/8 with a
     # margin); `resample.restore_detail` then makes up the detail the reduction softened, for

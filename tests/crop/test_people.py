@@ -24,10 +24,10 @@ PORTRAITS = ("grace_hopper", "astronaut", "camera", "luispedro")
 
 
 EAR_CUT = ("car", "1:1")
-EAR_CUT_PX = 12
+EAR_CUT_PX = 16
 """The one crop of the set that cuts a marked face: the car's 1:1 window holds both three-quarter
 faces only with the driver's ear at its very edge; both look left, and the detector does not
-say which way a face looks, so the room is shared out evenly and the window ends 10 px before
+say which way a face looks, so the room is shared out evenly and the window ends 13 px before
 the ear's edge (docs/adr/0031)."""
 
 WITH_FACES = tuple(photo.name for photo in photos() if photo.faces)
@@ -142,8 +142,8 @@ def _found_confidently(photo: RealPhoto) -> list[Box]:
 
 
 def test_the_detector_finds_the_marked_faces_and_nothing_else() -> None:
-    """Over the whole real set, all marked faces but the cafeteria's back-turned profile are
-    found confidently, and every confident detection lies mostly on a marked face or person
+    """Over the whole real set, every marked face is found confidently (the cafeteria's
+    back-turned profile too), and every confident detection lies mostly on a marked face or person
     (the back of a head scores under the face confidence)."""
     marked = found = 0
     for photo in photos():
@@ -154,7 +154,7 @@ def test_the_detector_finds_the_marked_faces_and_nothing_else() -> None:
             on = [mark for mark in (*photo.faces, *photo.people) if _inside(box, mark) > 0.5]
             assert on, (photo.name, box)
     assert marked >= 15
-    assert found >= marked - 1
+    assert found == marked
 
 
 def test_a_small_face_is_found_in_a_large_picture() -> None:
