@@ -63,14 +63,15 @@ SIZE_CLASSES_PX = (320, 640)
 ones class 2; each class has its own calibration."""
 
 CALIBRATION: tuple[tuple[tuple[int, int, int], ...], ...] = (
-    ((1, 1, 1), (50, 49, 50), (70, 79, 64), (85, 93, 83), (95, 100, 97), (100, 100, 100)),
-    ((1, 1, 1), (50, 49, 50), (70, 79, 64), (85, 93, 83), (95, 100, 97), (100, 100, 100)),
-    ((1, 1, 1), (50, 49, 50), (70, 79, 64), (85, 93, 83), (95, 100, 97), (100, 100, 100)),
+    ((1, 1, 1), (50, 49, 50), (70, 70, 65), (85, 85, 75), (95, 95, 90), (100, 100, 100)),
+    ((1, 1, 1), (50, 49, 50), (70, 75, 65), (85, 85, 75), (95, 95, 90), (100, 100, 100)),
+    ((1, 1, 1), (50, 49, 50), (70, 90, 75), (85, 95, 85), (95, 95, 90), (100, 100, 100)),
 )
-"""Per size class, rows of (JPEG quality, WebP quality, AVIF quality): at each JPEG quality, the
+"""Per size class, rows of (JPEG quality, WebP quality, AVIF quality): at 70, 85 and 95, the
 settings whose outputs were, on the most real photographs of that class, no larger than the JPEG
-and within 1 SSIMULACRA2 point of it or better (`bench/formats.py --calibrate`); qualities
-between two rows are interpolated linearly (`encoder_quality`)."""
+and within 1 SSIMULACRA2 point of it or better; where none was, the nearest in score, then the
+fewest bytes (`bench/formats.py --calibrate`, docs/benchmarks.md). The 50 row is the earlier
+single table's. Qualities between two rows are interpolated linearly (`encoder_quality`)."""
 
 
 def size_class(long_side: int) -> int:
