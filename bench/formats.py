@@ -12,12 +12,12 @@ their own qualities; SSIMULACRA2 (the `ssimulacra2` package, `bench` extra) scor
 the pixels encoded. For each JPEG quality the setting chosen is the one whose outputs are, on
 the most photos, both no larger than the JPEG and within 1 point of its score or better (ties:
 the median score nearer the JPEG's, then the fewer bytes); that is the promise a WebP or AVIF
-output makes. `--classes` prints, for the shipped table at quality 85, the median bytes against the JPEG, the median score difference and
-how many outputs keep the promise, per class. The timing run renders each source with the
-default request (1:1, 4:3, 16:9, 3:4 at 1200 px, quality 85) as JPEG only and as
-jpeg,webp,avif, and prints the median time of each, their ratio, the bytes per format and each
-encoder's own time per output. Needs the `bench` extra (ssimulacra2) for --calibrate and
---classes only.
+output makes. `--classes` prints, for the shipped table at quality 85, the median bytes against
+the JPEG, the median score difference and how many outputs keep the promise, per class. The
+timing run renders each source with the default request (1:1, 4:3, 16:9, 3:4 at 1200 px,
+quality 85) as JPEG only and as jpeg,webp,avif, and prints the median time of each, their
+ratio, the bytes per format and each encoder's own time per output. Needs the `bench` extra
+(ssimulacra2) for --calibrate and --classes only.
 """
 
 from __future__ import annotations
