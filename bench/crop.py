@@ -2,10 +2,14 @@
 
 Generates 12 MP JPEGs (baseline and progressive) with a subject at a known place, renders each
 into 1:1, 4:3, 16:9 and 3:4 at 1200 px and quality 85 with every engine, and prints per engine:
-median ms per image, peak RSS of the engine's own process, and how many crops contain the whole
-subject. Each engine runs in its own subprocess, pinned to one thread (VIPS_CONCURRENCY=1,
-OMP/OPENBLAS threads 1) so the comparison is per core; the images are generated in another
-subprocess so the parent stays small (Linux children inherit the parent's ru_maxrss).
+median ms per image (and, for batchcrop, the face search's own median ms), peak RSS of the
+engine's own process, and how many crops contain the whole subject. On the real set (`--set
+real`: the test suite's photographs of people, each also EXIF-rotated) "kept" counts the crops
+keeping every face among those whose window can hold them all, and "subjects" each marked face
+or person inside a crop that can hold it. Each engine runs in its own subprocess, pinned to one
+thread (VIPS_CONCURRENCY=1, OMP/OPENBLAS threads 1) so the comparison is per core; the images
+are generated in another subprocess so the parent stays small (Linux children inherit the
+parent's ru_maxrss).
 
     .venv/bin/python bench/crop.py [--images 10] [--rounds 1] \
         [--engines ours,vips,vips-full,smartcrop]
@@ -141,24 +145,46 @@ def generate_real(directory: Path) -> None:
             copy = photo if orientation == 1 else rotated(photo, orientation)
             path = directory / f"{photo.name}-{orientation}.img"
             path.write_bytes(copy.data)
-            manifest.append({"file": path.name, "faces": [list(face) for face in photo.faces]})
+            manifest.append(
+                {
+                    "file": path.name,
+                    "faces": [list(face) for face in photo.faces],
+                    "people": [list(person) for person in photo.people],
+                }
+            )
     (directory / "manifest.json").write_text(json.dumps(manifest))
 
 
-def kept(boxes: list[Box], entry: dict[str, list[int] | list[list[int]]]) -> tuple[int, int]:
-    """(kept, counted): the synthetic subject in every crop; a real photo's faces in every crop
-    big enough to hold them."""
+def _fits(box: Box, inner: Box) -> bool:
+    return inner[2] - inner[0] <= box[2] - box[0] and inner[3] - inner[1] <= box[3] - box[1]
+
+
+def kept(boxes: list[Box], entry: dict[str, list[int] | list[list[int]]]) -> tuple[int, ...]:
+    """(kept, counted) twice. Synthetic: the subject in every crop (and no second pair). Real:
+    crops keeping every face among those whose window can hold all the faces, then subjects
+    (each face and each marked person) inside among the crops that can hold each."""
     if "faces" not in entry:
         subject = tuple(entry["subject"])
-        return sum(contains(box, subject) for box in boxes), len(boxes)
-    counted = done = 0
+        return sum(contains(box, subject) for box in boxes), len(boxes), 0, 0
+    faces = [tuple(face) for face in entry["faces"] if isinstance(face, list)]
+    subjects = faces + [tuple(person) for person in entry["people"] if isinstance(person, list)]
+    all_faces = all_counted = subjects_kept = subjects_counted = 0
     for box in boxes:
-        for face in entry["faces"]:
-            assert isinstance(face, list)
-            if face[2] - face[0] <= box[2] - box[0] and face[3] - face[1] <= box[3] - box[1]:
-                counted += 1
-                done += contains(box, tuple(face))
-    return done, counted
+        if faces:
+            union = (
+                min(f[0] for f in faces),
+                min(f[1] for f in faces),
+                max(f[2] for f in faces),
+                max(f[3] for f in faces),
+            )
+            if _fits(box, union):
+                all_counted += 1
+                all_faces += all(contains(box, face) for face in faces)
+        for subject in subjects:
+            if _fits(box, subject):
+                subjects_counted += 1
+                subjects_kept += contains(box, subject)
+    return all_faces, all_counted, subjects_kept, subjects_counted
 
 
 def generate(directory: Path, count: int) -> None:
@@ -268,15 +294,14 @@ def worker(engine: str, directory: Path) -> None:
     run = engines[engine]
     sources = [(directory / entry["file"]).read_bytes() for entry in manifest]
     run(sources[0])  # warm-up: imports, codec tables, first-call allocations
-    wall, cpu, contained, total = [], [], 0, 0
+    wall, cpu, counts = [], [], [0, 0, 0, 0]
     for data, entry in zip(sources, manifest, strict=True):
         start, start_cpu = time.perf_counter(), time.process_time()
         boxes = run(data)
         wall.append((time.perf_counter() - start) * 1000)
         cpu.append((time.process_time() - start_cpu) * 1000)
-        done, counted = kept(boxes, entry)
-        contained += done
-        total += counted
+        counts = [a + b for a, b in zip(counts, kept(boxes, entry), strict=True)]
+    contained, total, subjects, subject_crops = counts
     hwm, maxrss = peak_rss_mb()
     result = {
         "median_ms": statistics.median(wall),
@@ -287,8 +312,27 @@ def worker(engine: str, directory: Path) -> None:
         "ru_maxrss_mb": maxrss,
         "contained": contained,
         "crops": total,
+        "subjects": subjects,
+        "subject_crops": subject_crops,
+        "detector_ms": detector_ms(sources) if engine == "ours" else None,
     }
     print(json.dumps(result))
+
+
+def detector_ms(sources: list[bytes]) -> float:
+    """Median ms of the face search alone (`find_faces`) on each source's saliency decode."""
+    from batchcrop.crop.decode import decode_rgb, open_image  # noqa: PLC0415
+    from batchcrop.crop.faces import find_faces  # noqa: PLC0415
+    from batchcrop.crop.planning import saliency_reduction  # noqa: PLC0415
+
+    times = []
+    for data in sources:
+        opened = open_image(data, 10**9)
+        picture = decode_rgb(opened, saliency_reduction(opened, SPEC.max_side))
+        start = time.perf_counter()
+        find_faces(picture, opened.size)
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times)
 
 
 def main() -> None:
@@ -351,17 +395,29 @@ def main() -> None:
 def print_table(results: dict[str, dict[str, float]]) -> None:
     """One row per engine; the last column is our median divided by the engine's."""
     ours = results.get("ours", {}).get("median_ms")
-    columns = ("median ms", "min-max ms", "CPU ms", "VmHWM MB", "ru_maxrss MB", "kept", "ours/it")
-    widths = (10, 12, 8, 10, 13, 7, 8)
+    columns = (
+        "median ms",
+        "min-max ms",
+        "CPU ms",
+        "faces ms",
+        "VmHWM MB",
+        "ru_maxrss MB",
+        "kept",
+        "subjects",
+        "ours/it",
+    )
+    widths = (10, 12, 8, 9, 10, 13, 7, 9, 8)
     print(f"{'engine':34}" + "".join(f"{c:>{w + 1}}" for c, w in zip(columns, widths, strict=True)))
     for engine, row in results.items():
         cells = (
             f"{row['median_ms']:.1f}",
             f"{row['min_ms']:.0f}-{row['max_ms']:.0f}",
             f"{row['cpu_ms']:.1f}",
+            "-" if row.get("detector_ms") is None else f"{row['detector_ms']:.1f}",
             f"{row['peak_rss_mb']:.1f}",
             f"{row['ru_maxrss_mb']:.1f}",
             f"{row['contained']:.0f}/{row['crops']:.0f}",
+            f"{row['subjects']:.0f}/{row['subject_crops']:.0f}" if row["subject_crops"] else "-",
             f"{ours / row['median_ms']:.2f}" if ours else "-",
         )
         line = "".join(f"{c:>{w + 1}}" for c, w in zip(cells, widths, strict=True))

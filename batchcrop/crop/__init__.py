@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from batchcrop.crop.budget import MIB, BudgetBusy, MemoryBudget
     from batchcrop.crop.encode import FORMATS, OutputFormat
     from batchcrop.crop.errors import CropError, ImageTooLarge, InvalidImage, UnsupportedImage
+    from batchcrop.crop.faces import face_detector
     from batchcrop.crop.fields import SpecError
     from batchcrop.crop.limits import IMAGE_SUFFIXES, MAX_SOURCE_PIXELS
     from batchcrop.crop.render import render
@@ -34,6 +35,7 @@ _HOMES = {
     "MIB": "batchcrop.crop.budget",
     "BudgetBusy": "batchcrop.crop.budget",
     "MemoryBudget": "batchcrop.crop.budget",
+    "face_detector": "batchcrop.crop.faces",
     "IMAGE_SUFFIXES": "batchcrop.crop.limits",
     "MAX_SOURCE_PIXELS": "batchcrop.crop.limits",
     "FORMATS": "batchcrop.crop.encode",
@@ -79,6 +81,7 @@ __all__ = [
     "SpecError",
     "Thumbnail",
     "UnsupportedImage",
+    "face_detector",
     "preview_variant",
     "render",
     "source_preview",

@@ -4,8 +4,9 @@ A batch asks for one or more formats; each (ratio, format) is one derivative. Th
 resampled pixels are shared: the render resamples once and encodes once per format (a source with
 transparency is the exception, see `render`). `quality` is one number on the JPEG scale (1-100,
 default 85) that means the same visual quality in every format: WebP's and AVIF's own quality
-settings are read from `CALIBRATION`, measured with SSIMULACRA2 on real photographs
-(`bench/formats.py --calibrate`, docs/benchmarks.md).
+settings are read from `CALIBRATION`, one table per output size class (`SIZE_CLASSES_PX`: the
+same setting looks different on a 256 px thumbnail and a 1200 px page image), measured with
+SSIMULACRA2 on real photographs (`bench/formats.py --calibrate`, docs/benchmarks.md, ADR 0031).
 
 Every encoder is deterministic (same pixels, same settings, same libraries ⇒ same bytes) across
 runs and threads: AVIF is encoded with one encoder thread because libaom's multi-threaded encoder
@@ -57,24 +58,34 @@ AVIF = OutputFormat("avif", "avif", "image/avif", keeps_alpha=True)
 FORMATS: dict[str, OutputFormat] = {f.name: f for f in (JPEG, WEBP, AVIF)}
 """Every output format by name, in the order the documents list them."""
 
-CALIBRATION: tuple[tuple[int, int, int], ...] = (
-    (1, 1, 1),
-    (50, 49, 50),
-    (70, 79, 64),
-    (85, 93, 83),
-    (95, 100, 97),
-    (100, 100, 100),
+SIZE_CLASSES_PX = (320, 640)
+"""Outputs whose longer side is at most 320 px are size class 0, at most 640 px class 1, larger
+ones class 2; each class has its own calibration."""
+
+CALIBRATION: tuple[tuple[tuple[int, int, int], ...], ...] = (
+    ((1, 1, 1), (50, 49, 50), (70, 70, 65), (85, 85, 75), (95, 95, 90), (100, 100, 100)),
+    ((1, 1, 1), (50, 49, 50), (70, 75, 65), (85, 85, 75), (95, 95, 90), (100, 100, 100)),
+    ((1, 1, 1), (50, 49, 50), (70, 90, 75), (85, 95, 85), (95, 95, 90), (100, 100, 100)),
 )
-"""(JPEG quality, WebP quality, AVIF quality) of equal mean SSIMULACRA2 on the real-photo set;
-qualities between two rows are interpolated linearly (`encoder_quality`)."""
+"""Per size class, rows of (JPEG quality, WebP quality, AVIF quality): at 70, 85 and 95, the
+settings whose outputs were, on the most real photographs of that class, no larger than the JPEG
+and within 1 SSIMULACRA2 point of it or better; where none was, the nearest in score, then the
+fewest bytes (`bench/formats.py --calibrate`, docs/benchmarks.md). The 50 row is the earlier
+single table's. Qualities between two rows are interpolated linearly (`encoder_quality`)."""
 
 
-def encoder_quality(name: str, quality: int) -> int:
-    """The encoder's own quality setting for `quality` on the JPEG scale (1-100)."""
+def size_class(long_side: int) -> int:
+    """The calibration class of an output whose longer side is `long_side` pixels."""
+    return sum(long_side > bound for bound in SIZE_CLASSES_PX)
+
+
+def encoder_quality(name: str, quality: int, long_side: int = 0) -> int:
+    """The encoder's own quality setting for `quality` on the JPEG scale (1-100), for an output
+    whose longer side is `long_side` pixels (0: the smallest class)."""
     column = {"jpeg": 0, "webp": 1, "avif": 2}[name]
     if column == 0:
         return quality
-    for low, high in itertools.pairwise(CALIBRATION):
+    for low, high in itertools.pairwise(CALIBRATION[size_class(long_side)]):
         if low[0] <= quality <= high[0]:
             span = high[0] - low[0]
             step = (quality - low[0]) * (high[column] - low[column])
@@ -85,8 +96,11 @@ def encoder_quality(name: str, quality: int) -> int:
 
 def encoder_settings(name: str, quality: int) -> str:
     """Everything besides the pixels that decides the bytes of `name` at `quality`, as text for
-    the variant (`variant_of`): the encoder's settings and its libraries' versions."""
-    setting = encoder_quality(name, quality)
+    the variant (`variant_of`): the encoder's settings (one quality per size class, `q85/85/88`)
+    and its libraries' versions."""
+    setting = "/".join(
+        str(encoder_quality(name, quality, bound + 1)) for bound in (0, *SIZE_CLASSES_PX)
+    )
     if name == "webp":
         return f"webp-lossy-q{setting}-m{WEBP_METHOD}-alpha;webp={features.version('webp')}"
     if name == "avif":
@@ -110,7 +124,7 @@ def encode(image: Image.Image, name: str, quality: int) -> bytes:
     if name == "jpeg":
         return encode_jpeg(image, quality)
     buffer = io.BytesIO()
-    setting = encoder_quality(name, quality)
+    setting = encoder_quality(name, quality, max(image.size))
     if name == "webp":
         image.save(buffer, format="WEBP", quality=setting, method=WEBP_METHOD, lossless=False)
     elif name == "avif":

@@ -15,8 +15,9 @@ from PIL import Image
 
 from batchcrop.crop.decode import OpenedImage, decode_cost, reduction
 from batchcrop.crop.errors import InvalidFocus
-from batchcrop.crop.faces import DETECTION_BYTES, find_faces, keep_box
+from batchcrop.crop.faces import DETECTION_BYTES, find_faces
 from batchcrop.crop.geometry import Box, needed_scale, output_size, place_window, window_size
+from batchcrop.crop.keep import keep_box
 from batchcrop.crop.resample import Cut
 from batchcrop.crop.saliency import saliency_map, small_copy
 from batchcrop.crop.spec import Ratio, RenderSpec
@@ -108,7 +109,7 @@ def placed_windows(
             size,
             saliency,
             keep=focus if focus is not None else keep_box(faces, window, size),
-            whole=faces,
+            whole=[face.box for face in faces],
         )
         for window in windows
     ]

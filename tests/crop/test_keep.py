@@ -7,8 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from batchcrop.crop.faces import HEADROOM, keep_box, with_room
+from batchcrop.crop.faces import Face
 from batchcrop.crop.geometry import place_window
+from batchcrop.crop.keep import HEADROOM, SIDE_ROOM, keep_box, with_room
 from tests.crop.images import contains
 
 Box = tuple[int, int, int, int]
@@ -61,33 +62,94 @@ def test_whole_boxes_are_left_inside_or_outside() -> None:
     assert inside or outside
 
 
+def _face(box: Box, confidence: int = 90) -> Face:
+    return Face(box, confidence)
+
+
 def test_keep_box_gives_headroom() -> None:
+    """A window with room keeps half a face height above the face."""
     size = (1000, 1500)
-    face = (400, 100, 600, 300)
+    face = _face((400, 100, 600, 300))
     kept = keep_box([face], (1000, 562), size)
     assert kept is not None
-    assert kept[1] == face[1] - round(HEADROOM * 200)
+    assert kept[1] == 100 - round(HEADROOM * 200)
     assert kept == with_room(face, size)
 
 
-def test_keep_box_takes_the_largest_faces_that_fit_together() -> None:
+def test_keep_box_keeps_every_face_when_they_fit_together() -> None:
+    """Three faces across a wide picture that one window can hold are all kept."""
+    size, window = (3000, 1000), (1400, 1000)
+    faces = [
+        _face((300, 300, 400, 400)),
+        _face((800, 300, 900, 400)),
+        _face((1300, 300, 1400, 400)),
+    ]
+    kept = keep_box(faces, window, size)
+    assert kept is not None
+    assert all(contains(kept, face.box) for face in faces)
+
+
+def test_keep_box_takes_the_heaviest_group_that_fits() -> None:
+    """Two faces side by side outweigh one far away; the far one is left out."""
     size, window = (3000, 1000), (1000, 1000)
     big, small, far = (100, 300, 400, 600), (450, 350, 550, 450), (2600, 300, 2700, 400)
-    kept = keep_box([far, small, big], window, size)
+    kept = keep_box([_face(far), _face(small), _face(big)], window, size)
     assert kept is not None
     assert kept[0] <= big[0]
     assert kept[2] >= small[2]
     assert kept[2] < far[0]
 
 
+def test_a_doubtful_large_box_does_not_win_over_a_real_face() -> None:
+    """The back of a head scoring 55 is larger than the real face at 92 beside it, and the
+    window holds only one of them: the real face is kept; a box under the face confidence is
+    never kept at all."""
+    size, window = (3000, 1000), (800, 1000)
+    head, face = (300, 200, 700, 700), (2200, 300, 2400, 500)
+    kept = keep_box([_face(head, 55), _face(face, 92)], window, size)
+    assert kept is not None
+    assert contains(kept, face)
+    assert not contains(kept, head)
+    assert keep_box([_face(head, 40)], window, size) is None
+
+
+def test_room_shrinks_only_as_far_as_the_window_needs() -> None:
+    """Two faces that fit with nine tenths of their room, not all of it, keep nine tenths."""
+    size = (3000, 1000)
+    faces = [_face((400, 300, 600, 500)), _face((1200, 300, 1400, 500))]
+    full = _union_of([with_room(face, size) for face in faces])
+    window = (full[2] - full[0] - 10, 1000)
+    assert keep_box(faces, window, size) == _union_of([with_room(f, size, 0.9) for f in faces])
+
+
+def test_side_room_holds_an_ear_a_third_of_the_box_beyond_it() -> None:
+    """The detector's box of a three-quarter face ends before the ear: full room reaches it."""
+    box = (1000, 300, 1300, 700)
+    roomy = with_room(_face(box), (3000, 1000))
+    assert roomy[2] - box[2] >= 100
+    assert box[0] - roomy[0] == round(SIDE_ROOM * 300)
+
+
+def _union_of(boxes: list[Box]) -> Box:
+    return (
+        min(b[0] for b in boxes),
+        min(b[1] for b in boxes),
+        max(b[2] for b in boxes),
+        max(b[3] for b in boxes),
+    )
+
+
 def test_keep_box_falls_back_to_the_bare_face() -> None:
     """A face whose room does not fit gets less of it, then none; one that does not fit at all
     is returned to be centred on."""
     size = (2000, 1000)
-    face = (500, 50, 1300, 950)
-    assert keep_box([face], (900, 1000), size) == with_room(face, size, 0.25)
-    assert keep_box([face], (810, 1000), size) == with_room(face, size, 0.0)
-    assert keep_box([face], (700, 1000), size) == face
+    face = _face((500, 50, 1300, 950))
+    half = with_room(face, size, 0.5)
+    assert keep_box([face], (half[2] - half[0], 1000), size) == half
+    bare = with_room(face, size, 0.0)
+    assert keep_box([face], (bare[2] - bare[0], 1000), size) == bare
+    assert keep_box([face], (810, 1000), size) == face.box
+    assert keep_box([face], (700, 1000), size) == face.box
     assert keep_box([], (700, 1000), size) is None
 
 
@@ -111,7 +173,7 @@ def test_a_face_that_fits_is_always_inside(
     face = (left, 100, right, 200)
     saliency = np.zeros((32, 64), dtype=np.float32)
     saliency[:, salient_cell] = 1.0
-    kept = keep_box([face], window, size)
+    kept = keep_box([_face(face)], window, size)
     box = place_window(window, size, saliency, keep=kept, whole=[face])
     assert box[2] - box[0] == window[0]
     if right - left <= window[0]:

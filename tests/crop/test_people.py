@@ -6,20 +6,40 @@ detector misses (small faces in a crowd, a profile)."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 
 import pytest
 from PIL import Image
 
 from batchcrop.crop import Ratio, RenderSpec, render
 from batchcrop.crop.decode import decode_rgb, open_image
-from batchcrop.crop.faces import find_faces
+from batchcrop.crop.faces import FACE_CONFIDENCE, Face, find_faces
 from tests.crop.images import Box, contains
-from tests.crop.real_photos import RealPhoto, by_name, rotated
+from tests.crop.real_photos import RealPhoto, by_name, photos, rotated
 
 RATIOS = tuple(Ratio.parse(text) for text in ("1:1", "4:3", "16:9", "2:1", "9:16", "3:4"))
 SPEC = RenderSpec(RATIOS, max_side=400)
-PORTRAITS = ("grace_hopper", "astronaut")
-"""Photos whose face the detector finds (the test set's others are reported by the bench)."""
+PORTRAITS = ("grace_hopper", "astronaut", "camera", "luispedro")
+"""Photos of one face, frontal, three-quarter (the camera man) or filling the frame."""
+
+
+EAR_CUT = ("car", "1:1")
+EAR_CUT_PX = 16
+"""The one crop of the set that cuts a marked face: the car's 1:1 window holds both three-quarter
+faces only with the driver's ear at its very edge; both look left, and the detector does not
+say which way a face looks, so the room is shared out evenly and the window ends 13 px before
+the ear's edge (docs/adr/0031)."""
+
+WITH_FACES = tuple(photo.name for photo in photos() if photo.faces)
+
+
+def _union(boxes: Sequence[Box]) -> Box:
+    return (
+        min(box[0] for box in boxes),
+        min(box[1] for box in boxes),
+        max(box[2] for box in boxes),
+        max(box[3] for box in boxes),
+    )
 
 
 def _upright(photo: RealPhoto) -> Image.Image:
@@ -37,22 +57,34 @@ def _overlap(a: Box, b: Box) -> float:
 
 @pytest.mark.parametrize("name", PORTRAITS)
 def test_the_face_found_is_the_face_marked(name: str) -> None:
+    """The one face found in a portrait is the face marked, found confidently."""
     photo = by_name(name)
     (found,) = find_faces(_upright(photo), photo.size)
     (marked,) = photo.faces
-    assert _overlap(found, marked) > 0.6, (found, marked)
+    assert _overlap(found.box, marked) > 0.5, (found, marked)
+    assert found.confidence >= FACE_CONFIDENCE
 
 
 @pytest.mark.parametrize("orientation", [1, 3, 6, 8])
-@pytest.mark.parametrize("name", PORTRAITS)
-def test_every_window_that_can_hold_the_face_keeps_it(name: str, orientation: int) -> None:
+@pytest.mark.parametrize("name", WITH_FACES)
+def test_every_window_that_can_hold_all_faces_keeps_them(name: str, orientation: int) -> None:
+    """Whenever a crop is large enough for the union of the marked faces, every one is in it,
+    whatever the EXIF orientation."""
     photo = by_name(name)
     source = photo if orientation == 1 else rotated(photo, orientation)
-    (face,) = photo.faces
+    union = _union(photo.faces)
+    held = 0
     for rendition in render(source.data, SPEC):
         crop = rendition.crop_box
-        if face[2] - face[0] <= crop[2] - crop[0] and face[3] - face[1] <= crop[3] - crop[1]:
-            assert contains(crop, face), (rendition.ratio, crop, face)
+        if union[2] - union[0] <= crop[2] - crop[0] and union[3] - union[1] <= crop[3] - crop[1]:
+            held += 1
+            cut = [face for face in photo.faces if not contains(crop, face)]
+            if (name, str(rendition.ratio)) == EAR_CUT:
+                (face,) = cut
+                assert face[2] - crop[2] <= EAR_CUT_PX, crop
+                continue
+            assert cut == [], (rendition.ratio, crop)
+    assert held > 0
 
 
 def test_a_face_gets_headroom_when_the_window_has_room() -> None:
@@ -63,8 +95,8 @@ def test_a_face_gets_headroom_when_the_window_has_room() -> None:
     assert wide.crop_box[1] <= face[1] - 0.2 * (face[3] - face[1])
 
 
-def test_pictures_without_skin_skip_the_detector_and_grey_ones_do_not() -> None:
-    """A product on a plain ground costs no detection; a grey picture says nothing about skin."""
+def test_a_grey_picture_and_a_product_shot() -> None:
+    """A grey copy of a portrait still has its face; a product on a plain ground has none."""
     product = Image.new("RGB", (400, 300), (40, 90, 200))
     assert find_faces(product, product.size) == ()
     grace = _upright(by_name("grace_hopper"))
@@ -73,11 +105,11 @@ def test_pictures_without_skin_skip_the_detector_and_grey_ones_do_not() -> None:
 
 
 def test_detection_is_the_same_from_every_thread() -> None:
-    """Each thread has its own classifier; results do not depend on which thread asks."""
-    photo = by_name("astronaut")
+    """Results do not depend on which thread asks, nor on how many ask at once."""
+    photo = by_name("cafeteria")
     picture = _upright(photo)
     alone = find_faces(picture, photo.size)
-    results: list[tuple[Box, ...]] = []
+    results: list[tuple[Face, ...]] = []
 
     def detect() -> None:
         for _ in range(3):
@@ -90,3 +122,43 @@ def test_detection_is_the_same_from_every_thread() -> None:
         thread.join()
     assert len(results) == 12
     assert all(result == alone for result in results)
+
+
+def _inside(box: Box, mark: Box) -> float:
+    """The fraction of `box` inside `mark`."""
+    width = min(box[2], mark[2]) - max(box[0], mark[0])
+    height = min(box[3], mark[3]) - max(box[1], mark[1])
+    if width <= 0 or height <= 0:
+        return 0.0
+    return width * height / ((box[2] - box[0]) * (box[3] - box[1]))
+
+
+def _found_confidently(photo: RealPhoto) -> list[Box]:
+    return [
+        face.box
+        for face in find_faces(_upright(photo), photo.size)
+        if face.confidence >= FACE_CONFIDENCE
+    ]
+
+
+def test_the_detector_finds_the_marked_faces_and_nothing_else() -> None:
+    """Over the whole real set, every marked face is found confidently (the cafeteria's
+    back-turned profile too), and every confident detection lies mostly on a marked face or person
+    (the back of a head scores under the face confidence)."""
+    marked = found = 0
+    for photo in photos():
+        boxes = _found_confidently(photo)
+        marked += len(photo.faces)
+        found += sum(any(_overlap(box, face) > 0.3 for box in boxes) for face in photo.faces)
+        for box in boxes:
+            on = [mark for mark in (*photo.faces, *photo.people) if _inside(box, mark) > 0.5]
+            assert on, (photo.name, box)
+    assert marked >= 15
+    assert found == marked
+
+
+def test_a_small_face_is_found_in_a_large_picture() -> None:
+    """The seated man at the lectern (6 % of the picture's width) is found with the speaker."""
+    photo = by_name("lectern")
+    boxes = _found_confidently(photo)
+    assert all(any(_overlap(box, face) > 0.3 for box in boxes) for face in photo.faces)

@@ -1,0 +1,124 @@
+"""What a window keeps for the faces found: the people as a group, with room around them.
+
+A face is kept with room (`HEADROOM`, `CHIN_ROOM`, `SIDE_ROOM` in face heights and widths), so a
+window that holds it does not put the head against its edge nor cut the ear a three-quarter
+face's box leaves out. The window keeps the faces as a group: all of them when they fit together
+along its free axis; otherwise the group that fits with the most weight, a face weighing its
+confidence squared (a real face at 90 outweighs two doubtful ones at 55, three people at 65-80
+outweigh one at 92), ties going to the group nearest the picture's centre. Room is given up in
+`ROOM_STEPS` (down to `BARE_ROOM`, then the detector's box alone) only where that keeps more
+weight, and otherwise as little as the window needs. Only faces at least
+`faces.FACE_CONFIDENCE` confident are kept; the weaker ones are only not cut
+(`window.place_window`'s `whole`). Pure functions (ADR 0031).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from batchcrop.crop.faces import FACE_CONFIDENCE, Face
+from batchcrop.crop.geometry import Box
+
+HEADROOM = 0.5
+CHIN_ROOM = 0.3
+SIDE_ROOM = 0.35
+"""Room kept around a face: above it, below it and on each side, in face heights or widths.
+The side room holds the ear a three-quarter face's box ends before (a third of the box's width
+on the real-photo set) and the room such a face looks into: which side is which is not known
+(the detector gives no landmarks, and skin beside the box was measured not to tell), so both
+sides get it."""
+
+ROOM_STEPS = tuple(step / 10 for step in range(10, -1, -1))
+"""Shares of that room tried in turn (1.0, 0.9, ... 0.0) when a window cannot hold the faces
+with all of it: between `BARE_ROOM` (share 0) and the full room, linearly."""
+
+_PLAIN = -1.0  # a share meaning the detector's box, without even the bare room
+
+BARE_ROOM = (0.12, 0.05, 0.05)
+"""Room still kept around a face with no room left (each side, above, below, in face widths and
+heights): the detector's boxes end inside the ears and at the chin."""
+
+
+def with_room(face: Face, size: tuple[int, int], share: float = 1.0) -> Box:
+    """The face's box with `share` of its room, within a picture of `size` (share 0: the bare
+    face with `BARE_ROOM`)."""
+    left, top, right, bottom = face.box
+    width, height = right - left, bottom - top
+    side, above, below = (
+        bare + share * (full - bare)
+        for bare, full in zip(BARE_ROOM, (SIDE_ROOM, HEADROOM, CHIN_ROOM), strict=True)
+    )
+    return (
+        max(0, left - round(side * width)),
+        max(0, top - round(above * height)),
+        min(size[0], right + round(side * width)),
+        min(size[1], bottom + round(below * height)),
+    )
+
+
+def keep_box(faces: Sequence[Face], window: tuple[int, int], size: tuple[int, int]) -> Box | None:
+    """The box a `window` of a `size` picture keeps for `faces`, or None if none is a face to
+    keep (at least `FACE_CONFIDENCE`).
+
+    The heaviest group that fits along the window's free axis, with the most room that keeps
+    that weight (the detector's box alone, last); when no face fits even so, the heaviest
+    face's box (the window centres on it).
+    """
+    kept = [face for face in faces if face.confidence >= FACE_CONFIDENCE]
+    if not kept:
+        return None
+    axis = 0 if window[0] < size[0] else 1
+    best: tuple[tuple[int, float], Box] | None = None
+    for share in (*ROOM_STEPS, _PLAIN):
+        group = _heaviest_group(kept, share, axis, window[axis], size)
+        if group is not None and (best is None or group[0][0] > best[0][0]):
+            best = group
+    if best is not None:
+        return best[1]
+    heaviest = max(kept, key=lambda face: (_weight(face), _centrality(face.box, axis, size)))
+    return heaviest.box
+
+
+def _weight(face: Face) -> int:
+    return face.confidence * face.confidence
+
+
+def _centrality(box: Box, axis: int, size: tuple[int, int]) -> float:
+    """Minus the distance of the box's centre from the picture's along `axis`."""
+    return -abs((box[axis] + box[axis + 2]) / 2 - size[axis] / 2)
+
+
+def _heaviest_group(
+    faces: Sequence[Face], share: float, axis: int, length: int, size: tuple[int, int]
+) -> tuple[tuple[int, float], Box] | None:
+    """The faces with `share` of their room that fit together in `length` along `axis`, with
+    the most weight (then nearest the centre): (its weight and centrality, the union of their
+    boxes), or None when no face fits alone. Each group tried is the faces inside a span of
+    `length` starting where one face's box does."""
+    roomy = [
+        (face, face.box if share == _PLAIN else with_room(face, size, share)) for face in faces
+    ]
+    best: tuple[tuple[int, float], Box] | None = None
+    for _, first in roomy:
+        start = first[axis]
+        members = [
+            (face, box)
+            for face, box in roomy
+            if box[axis] >= start and box[axis + 2] <= start + length
+        ]
+        if not members:
+            continue
+        union = _union([box for _, box in members])
+        score = (sum(_weight(face) for face, _ in members), _centrality(union, axis, size))
+        if best is None or score > best[0]:
+            best = (score, union)
+    return best
+
+
+def _union(boxes: Sequence[Box]) -> Box:
+    return (
+        min(box[0] for box in boxes),
+        min(box[1] for box in boxes),
+        max(box[2] for box in boxes),
+        max(box[3] for box in boxes),
+    )
