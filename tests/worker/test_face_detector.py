@@ -21,7 +21,7 @@ import pytest
 
 from batchcrop.app import App
 from batchcrop.batches.items import ItemRequest
-from batchcrop.batches.service import BatchRequest
+from batchcrop.batches.submission import BatchRequest
 from batchcrop.crop import RenderSpec, face_detector, variant_of
 from batchcrop.worker.worker import WorkerOptions
 from storage import LocalStore
