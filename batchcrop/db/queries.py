@@ -257,6 +257,15 @@ def deliveries_among(delivery_ids: Collection[str]) -> sa.Select[Any]:
     return sa.select(deliveries.c.id).where(deliveries.c.id.in_(list(delivery_ids)))
 
 
+def fresh_deliveries_among(delivery_ids: Collection[str]) -> sa.Select[Any]:
+    """Which of these deliveries (at most `IN_LIST_IDS_MAX`) were never attempted: their lease
+    item is `queued` (a delivery's only item), not `retryable`."""
+    return sa.select(lease_items.c.group_id).where(
+        lease_items.c.group_id.in_(list(delivery_ids)),
+        lease_items.c.state == State.QUEUED.value,
+    )
+
+
 def insert_recrop(
     *, correlation_id: str, batch_id: str, item_id: str, focus_box: Sequence[int]
 ) -> sa.Insert:
