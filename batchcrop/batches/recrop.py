@@ -15,7 +15,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from batchcrop.batches.items import focus_box, payload_focus
-from batchcrop.batches.service import RECROP_REASON, BatchService, NoSuchBatch
+from batchcrop.batches.service import (
+    RECROP_REASON,
+    BatchService,
+    NoSuchBatch,
+    require_batch_row,
+)
 from batchcrop.db import queries
 from batchcrop.errors import BatchcropError
 from leases import GroupCancelled, NoSuchGroup, NoSuchItem, NotRedoable
@@ -75,6 +80,7 @@ def recrop(
                 open_seconds=RECROP_OPEN_SECONDS,
                 conn=conn,
             )
+            require_batch_row(conn, batch_id)
             conn.execute(
                 queries.insert_recrop(
                     correlation_id=correlation_id,

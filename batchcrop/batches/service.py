@@ -302,10 +302,15 @@ class BatchService:
             check_deadline(deadline_seconds)
         self.batch(batch_id)
         try:
-            with _as_batch(batch_id):
+            with _as_batch(batch_id), self.leases.transaction() as conn:
                 moved = self.leases.requeue(
-                    batch_id, states=states, item_ids=item_ids, deadline_seconds=deadline_seconds
+                    batch_id,
+                    states=states,
+                    item_ids=item_ids,
+                    deadline_seconds=deadline_seconds,
+                    conn=conn,
                 )
+                require_batch_row(conn, batch_id)
         except RequeueNeedsDeadline as exc:
             raise NeedsNewDeadline(
                 f"batch {batch_id} is cancelled or past its deadline: requeue it with a new "
@@ -756,6 +761,16 @@ class BatchService:
         with self.leases.reading() as conn:
             rows = conn.execute(queries.batch_stores(batch_ids)).all()
         return {str(row.id): row.store for row in rows}
+
+
+def require_batch_row(conn: Any, batch_id: str) -> None:
+    """`NoSuchBatch` unless the batch row is there, read in `conn` once it holds the batch
+    group's row lock (a requeue or redo took it): `prune` deletes the row under that lock and
+    purges the group afterwards, so items moved back to `queued` after the row went would be
+    left in a group no worker claims and no prune finishes (docs/design.md §4, retention).
+    Raised, it rolls the move back."""
+    if conn.execute(queries.batch_by_id(batch_id)).first() is None:
+        raise NoSuchBatch(f"no batch {batch_id}")  # pruned since it was read
 
 
 @contextmanager
