@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from batchcrop.batches.causes import RECROP_SEQ_FIELD, callback_cause
 from batchcrop.batches.documents import (
     Batch,
     batch_state,
@@ -441,17 +442,25 @@ class BatchService:
             poll_margin_seconds=self.poll_margin_seconds,
             deliveries=self.deliveries(group_id, conn),
         )
-        body = json.dumps(document, separators=(",", ":"), ensure_ascii=False)
-        self._add_delivery(conn, batch, str(uuid.uuid4()), body)
+        earlier = [self.leases.item(d, conn=conn) for d in self._delivery_ids(group_id, conn)]
+        cause, recrop_seq = callback_cause(
+            conn, self.leases, group_id, [item for item in earlier if item is not None]
+        )
+        body = json.dumps({**document, **cause}, separators=(",", ":"), ensure_ascii=False)
+        self._add_delivery(conn, batch, str(uuid.uuid4()), body, recrop_seq=recrop_seq)
 
-    def _add_delivery(self, conn: Any, batch: Batch, notification_id: str, body: str) -> str:
-        """One delivery of a notification: its lease group of one item, and its outbox row."""
+    def _add_delivery(
+        self, conn: Any, batch: Batch, notification_id: str, body: str, *, recrop_seq: int = 0
+    ) -> str:
+        """One delivery of a notification: its lease group of one item, and its outbox row
+        (`recrop_seq`: the last re-crop the callback covers, `batchcrop.batches.causes`)."""
         delivery_id = str(uuid.uuid4())
         payload = {
             "batch_id": batch.id,
             "notification_id": notification_id,
             "url": batch.callback_url,
             "body": body,
+            RECROP_SEQ_FIELD: recrop_seq,
         }
         self.leases.add_group(
             conn,
@@ -512,9 +521,11 @@ class BatchService:
                 documents.append(delivery_document(item, str(row["notification_id"])))
         return documents
 
-    def _delivery_ids(self, batch_id: str) -> list[str]:
-        with self.leases.reading() as conn:
-            return [str(r["id"]) for r in conn.execute(queries.deliveries_of(batch_id)).mappings()]
+    def _delivery_ids(self, batch_id: str, conn: Any = None) -> list[str]:
+        if conn is None:
+            with self.leases.reading() as reading:
+                return self._delivery_ids(batch_id, reading)
+        return [str(r["id"]) for r in conn.execute(queries.deliveries_of(batch_id)).mappings()]
 
     def open_deliveries(self) -> list[str]:
         """The deliveries a deliverer may claim from now: open lease groups that are

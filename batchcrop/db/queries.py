@@ -285,6 +285,15 @@ def recrop_boxes(correlation_ids: Collection[str]) -> sa.Select[Any]:
     )
 
 
+def recrops_after(batch_id: str, seq: int) -> sa.Select[Any]:
+    """(seq, item_id, focus_box) of the batch's re-crops after `seq`, oldest first."""
+    return (
+        sa.select(recrops.c.seq, recrops.c.item_id, recrops.c.focus_box)
+        .where(recrops.c.batch_id == batch_id, recrops.c.seq > seq)
+        .order_by(recrops.c.seq)
+    )
+
+
 def delete_recrops(batch_id: str) -> sa.Delete:
     """Delete the batch's re-crop rows (retention, with its manifest)."""
     return sa.delete(recrops).where(recrops.c.batch_id == batch_id)
