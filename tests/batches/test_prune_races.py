@@ -102,5 +102,5 @@ def test_a_requeue_or_recrop_between_prunes_batch_delete_and_purge_is_refused(
     racer.join(STEP_SECONDS)
     (raised,) = outcome
     assert isinstance(raised, NoSuchBatch), raised
-    assert 0 == _lease_rows(app, batch_id)
+    assert _lease_rows(app, batch_id) == 0
     assert batch_id not in app_batches.leases.open_groups()

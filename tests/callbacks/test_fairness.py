@@ -14,7 +14,7 @@ import pytest
 from batchcrop.app import App
 from batchcrop.batches.items import ItemRequest
 from batchcrop.batches.service import BatchRequest
-from batchcrop.callbacks.delivery import Deliverer
+from batchcrop.callbacks.deliverer import Deliverer
 from batchcrop.crop import RenderSpec
 from tests.cli.test_cli import wait_for
 from tests.images import write_photos
