@@ -59,9 +59,10 @@ one destination holds)."""
 FRESH_SENDERS_RESERVED = 2
 """Senders only a delivery's first attempt may use: retries (hanging receivers, mostly) never
 take every sender, so a new callback starts at the next pass whatever is retrying."""
-RESOLVERS_MAX = 4
-"""Threads resolving host names at once; a resolver that never answers ties up one until the
-system's own resolver timeout, while the attempt ends at its deadline."""
+RESOLVERS_MAX = 2 * DELIVERY_SENDERS
+"""Threads resolving host names at once. A resolution that outlasts its attempt's deadline
+keeps its thread until the system resolver's own timeout: twice the senders, so a slow
+resolver answering for one tenant's name does not queue the others' resolutions."""
 assert 0 < FRESH_SENDERS_RESERVED < DELIVERY_SENDERS
 
 
