@@ -28,7 +28,7 @@ from leases.executor import driver_reason, is_refusal
 from storage import ObjectStore, S3Settings, SourceReader, open_store
 
 if TYPE_CHECKING:
-    from batchcrop.callbacks.delivery import Deliverer
+    from batchcrop.callbacks.deliverer import Deliverer
     from batchcrop.db.revisions import History
     from batchcrop.metrics import Metrics
     from batchcrop.worker.worker import Worker, WorkerOptions
@@ -269,7 +269,8 @@ class App:
     def deliverer(self, worker_id: str) -> Deliverer | None:
         """The callback deliverer of a worker or `serve` (not started), or None when this
         process has no `BATCHCROP_CALLBACK_SECRET`: its deliveries wait for a process that has."""
-        from batchcrop.callbacks.delivery import Deliverer, delivery_leases  # noqa: PLC0415  (see the imports)
+        from batchcrop.callbacks.deliverer import Deliverer  # noqa: PLC0415  (see the imports)
+        from batchcrop.callbacks.delivery import delivery_leases  # noqa: PLC0415
 
         secret = self.settings.callback_secret
         if secret is None:

@@ -977,13 +977,15 @@ class LeaseManager(Reader):
         states: Collection[State] = REQUEUEABLE,
         item_ids: Collection[str] | None = None,
         deadline_seconds: float | None = None,
+        conn: sa.Connection | None = None,
     ) -> int:
         """J: move the group's `failed`/`abandoned` items (or only `item_ids`) back to `queued`.
 
         Gives them a fresh attempt budget; attempt numbers keep growing. Clears the cancel flag;
         `deadline_seconds` (from now) replaces the deadline. Returns the number of items moved.
         Raises `NoSuchGroup`, and `RequeueNeedsDeadline` when the group is cancelled or past its
-        deadline and no new deadline is given.
+        deadline and no new deadline is given. With `conn`, runs in the caller's transaction,
+        whose later statements are then under the group's row lock (taken first, as `redo`).
         """
         wanted = {State(s) for s in states}
         if not wanted <= REQUEUEABLE:
@@ -991,7 +993,7 @@ class LeaseManager(Reader):
         db = self._db
         cid = transitions.new_correlation_id()
         moves: list[tuple[Sequence[sa.Row[Any]], Source]] = []
-        with db.write() as c:
+        with db.write(conn) as c:
             group = db.one(c, group_queries.group_row(group_id, lock=True))
             if group is None:
                 raise NoSuchGroup(group_id)

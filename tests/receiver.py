@@ -3,7 +3,8 @@
 It checks every request's `Batchcrop-Signature` with the shared secret, deduplicates on the
 `Idempotency-Key` as a careful receiver would, and answers from a script: a list of actions
 taken in turn for the first requests (`"fail"`: 503, `"hang"`: no answer for `hang_seconds`,
-`"redirect"`: 302 elsewhere, an int: that status), then 204 for every later one.
+`"redirect"`: 302 elsewhere, an int: that status), then 204 for every later one. `hanging`
+starts several receivers that hang on every request: other tenants' stuck receivers.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -47,6 +48,8 @@ class Receiver:
     url: str = ""
     requests: list[Received] = field(default_factory=list)
     processed: dict[str, dict[str, Any]] = field(default_factory=dict)
+    processed_at: dict[str, float] = field(default_factory=dict)
+    """When (`time.monotonic()`) each notification was processed."""
     duplicates: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -64,6 +67,7 @@ class Receiver:
                     self.duplicates += 1
                 else:
                     self.processed[received.key] = received.body
+                    self.processed_at[received.key] = time.monotonic()
 
     def wait_processed(self, n: int, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
@@ -135,6 +139,21 @@ def receiving(script: Sequence[int | str] = (), hang_seconds: float = 3.0) -> It
     finally:
         server.shutdown()
         server.server_close()
+
+
+HANG_FOREVER = 10_000
+"""Requests a `hanging` receiver hangs on: more than any test makes."""
+
+
+@contextmanager
+def hanging(count: int, hang_seconds: float) -> Iterator[list[Receiver]]:
+    """`count` receivers on 127.0.0.1 (each on its own port: its own destination) that answer
+    no request before `hang_seconds`, for the `with` block."""
+    with ExitStack() as stack:
+        yield [
+            stack.enter_context(receiving(["hang"] * HANG_FOREVER, hang_seconds))
+            for _ in range(count)
+        ]
 
 
 @dataclass

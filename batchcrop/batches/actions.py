@@ -61,10 +61,15 @@ class Actions:
             check_deadline(deadline_seconds)
         self.reads.batch(batch_id)
         try:
-            with as_batch(batch_id):
+            with as_batch(batch_id), self.leases.transaction() as conn:
                 moved = self.leases.requeue(
-                    batch_id, states=states, item_ids=item_ids, deadline_seconds=deadline_seconds
+                    batch_id,
+                    states=states,
+                    item_ids=item_ids,
+                    deadline_seconds=deadline_seconds,
+                    conn=conn,
                 )
+                require_batch_row(conn, batch_id)
         except RequeueNeedsDeadline as exc:
             raise NeedsNewDeadline(
                 f"batch {batch_id} is cancelled or past its deadline: requeue it with a new "
@@ -104,3 +109,13 @@ class Actions:
             body = str(item.payload["body"])
             self.outbox.add_delivery(conn, batch, str(latest["notification_id"]), body)
         return self.reads.status(batch_id)
+
+
+def require_batch_row(conn: Any, batch_id: str) -> None:
+    """`NoSuchBatch` unless the batch row is there, read in `conn` once it holds the batch
+    group's row lock (a requeue or redo took it): `prune` deletes the row under that lock and
+    purges the group afterwards, so items moved back to `queued` after the row went would be
+    left in a group no worker claims and no prune finishes (docs/design.md §4, retention).
+    Raised, it rolls the move back."""
+    if conn.execute(queries.batch_by_id(batch_id)).first() is None:
+        raise NoSuchBatch(f"no batch {batch_id}")  # pruned since it was read

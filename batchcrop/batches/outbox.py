@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from batchcrop.batches.causes import RECROP_SEQ_FIELD, callback_cause
 from batchcrop.batches.documents import (
     Batch,
     batch_of_row,
@@ -49,17 +50,25 @@ class Outbox:
             poll_margin_seconds=self.poll_margin_seconds,
             deliveries=self.deliveries(group_id, conn),
         )
-        body = json.dumps(document, separators=(",", ":"), ensure_ascii=False)
-        self.add_delivery(conn, batch, str(uuid.uuid4()), body)
+        earlier = [self.leases.item(d, conn=conn) for d in self.delivery_ids(group_id, conn)]
+        cause, recrop_seq = callback_cause(
+            conn, self.leases, group_id, [item for item in earlier if item is not None]
+        )
+        body = json.dumps({**document, **cause}, separators=(",", ":"), ensure_ascii=False)
+        self.add_delivery(conn, batch, str(uuid.uuid4()), body, recrop_seq=recrop_seq)
 
-    def add_delivery(self, conn: Any, batch: Batch, notification_id: str, body: str) -> str:
-        """One delivery of a notification: its lease group of one item, and its outbox row."""
+    def add_delivery(
+        self, conn: Any, batch: Batch, notification_id: str, body: str, *, recrop_seq: int = 0
+    ) -> str:
+        """One delivery of a notification: its lease group of one item, and its outbox row
+        (`recrop_seq`: the last re-crop the callback covers, `batchcrop.batches.causes`)."""
         delivery_id = str(uuid.uuid4())
         payload = {
             "batch_id": batch.id,
             "notification_id": notification_id,
             "url": batch.callback_url,
             "body": body,
+            RECROP_SEQ_FIELD: recrop_seq,
         }
         self.leases.add_group(
             conn,
@@ -87,9 +96,12 @@ class Outbox:
                 documents.append(delivery_document(item, str(row["notification_id"])))
         return documents
 
-    def delivery_ids(self, batch_id: str) -> list[str]:
-        with self.leases.reading() as conn:
-            return [str(r["id"]) for r in conn.execute(queries.deliveries_of(batch_id)).mappings()]
+    def delivery_ids(self, batch_id: str, conn: Any = None) -> list[str]:
+        """The ids of a batch's deliveries, oldest first (with `conn`: in that transaction)."""
+        if conn is None:
+            with self.leases.reading() as reading:
+                return self.delivery_ids(batch_id, reading)
+        return [str(r["id"]) for r in conn.execute(queries.deliveries_of(batch_id)).mappings()]
 
     def open_deliveries(self) -> list[str]:
         """The deliveries a deliverer may claim from now: open lease groups that are

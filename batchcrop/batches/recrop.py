@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from batchcrop.batches.actions import require_batch_row
 from batchcrop.batches.errors import NoSuchBatch
 from batchcrop.batches.items import focus_box, payload_focus
 from batchcrop.batches.reads import RECROP_REASON
@@ -77,6 +78,7 @@ def recrop(
                 open_seconds=RECROP_OPEN_SECONDS,
                 conn=conn,
             )
+            require_batch_row(conn, batch_id)
             conn.execute(
                 queries.insert_recrop(
                     correlation_id=correlation_id,

@@ -1,11 +1,12 @@
-"""Completion callbacks: which URLs a batch may give, how a request is signed, and the
-delivery loop (docs/design.md §7, callbacks; ADR 0013; its words: ADR 0030).
+"""Completion callbacks: which URLs a batch may give, how a request is signed, and a
+delivery's lease, timeouts and outcomes (docs/design.md §7, callbacks; ADR 0013; its words:
+ADR 0030).
 
 A delivery is a lease item (its own one-item group, written in the outbox transaction by
 `BatchService.on_group_finished`), so it is claimed, fenced, retried with backoff, released
 when its holder dies and abandoned at its deadline by the lease engine, like an image. The
-`Deliverer` thread of every worker and of `serve` claims due deliveries and POSTs them:
-signed, never following a redirect, with short timeouts, reading only the status code.
+`Deliverer` thread (`batchcrop.callbacks.deliverer`) of every worker and of `serve` claims
+due deliveries and POSTs them.
 """
 
 from __future__ import annotations
@@ -13,28 +14,21 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import logging
 import socket
-import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
-from batchcrop import __version__
 from batchcrop.callbacks.hosts import (
-    ADDRESS_NOT_ALLOWED,
     DEFAULT_PORTS,
     HOST_NOT_ALLOWED,
     PORT_MAX,
     PORT_NOT_ALLOWED,
-    address_refusal,
     destination_refusal,
 )
-from batchcrop.db.queries import chunks
-from batchcrop.logs import log_event
-from leases import Claim, DatabaseUnavailable, LeaseLost, LeaseManager, State, Wakeups
+from leases import LeaseManager
 
 if TYPE_CHECKING:
     import httpx
@@ -56,14 +50,7 @@ do its work afterwards."""
 DELIVERY_DEADLINE_SECONDS = 15.0
 """A whole request (connect, send, the answer's status line and headers) ends within this, or
 the attempt is a `timeout`: a receiver trickling its answer cannot hold a deliverer."""
-POLL_SECONDS = 1.0
-"""How often an idle deliverer looks for due deliveries where nothing wakes it (SQLite)."""
-FALLBACK_POLL_SECONDS = 30.0
-"""How often it looks where notifications wake it (`wakeups` listening)."""
-DELIVERIES_PER_CLAIM = 3
-"""Deliveries claimed at once and sent one after another: their deadlines together fit in one
-lease, so the last is still held when its turn comes."""
-assert DELIVERIES_PER_CLAIM * DELIVERY_DEADLINE_SECONDS < DELIVERY_LEASE_SECONDS
+assert DELIVERY_DEADLINE_SECONDS < DELIVERY_LEASE_SECONDS
 
 SIGNATURE_HEADER = "Batchcrop-Signature"
 TIMESTAMP_DIGITS_MAX = 12
@@ -224,228 +211,3 @@ def delivery_leases(
         retry_backoff_max_seconds=DELIVERY_RETRY_MAX_SECONDS,
         worker_timeout_seconds=worker_timeout_seconds,
     )
-
-
-def _request_error_reason(exc: httpx.HTTPError) -> str:
-    """The reason an attempt's request failed without an answer's status code."""
-    import httpx  # noqa: PLC0415  (see parse_url)
-
-    if isinstance(exc, httpx.TimeoutException):
-        return TIMEOUT
-    if isinstance(exc, httpx.ProtocolError):
-        return PROTOCOL_ERROR
-    return CONNECT_ERROR
-
-
-def _fails_at_once(code: int | None, reason: str) -> bool:
-    """Whether an attempt's outcome can never change by asking again: a name resolving to an
-    internal address, or a redirect (a 3xx; redirects are never followed)."""
-    return reason == ADDRESS_NOT_ALLOWED or (code is not None and 300 <= code < 400)
-
-
-class Deliverer(threading.Thread):
-    """Claims due deliveries and POSTs them until `stop()` (a daemon thread)."""
-
-    def __init__(
-        self,
-        *,
-        leases: LeaseManager,
-        open_deliveries: OpenDeliveries,
-        secret: str,
-        hosts: tuple[str, ...],
-        worker_id: str,
-        poll_seconds: float = POLL_SECONDS,
-        fallback_poll_seconds: float = FALLBACK_POLL_SECONDS,
-        wakeups: Wakeups | None = None,
-        timeout_seconds: float = RESPONSE_TIMEOUT_SECONDS,
-        deadline_seconds: float = DELIVERY_DEADLINE_SECONDS,
-    ) -> None:
-        super().__init__(name="deliverer", daemon=True)
-        self.leases = leases
-        self.open_deliveries = open_deliveries
-        self.secret = secret
-        self.hosts = hosts
-        self.worker_id = worker_id
-        self.poll_seconds = poll_seconds
-        self.fallback_poll_seconds = fallback_poll_seconds
-        # A delivery is a lease item: the lease engine's notifications announce it when its
-        # batch ends, and its retries when they are due (docs/design.md §3, wake-ups).
-        self._wakeups = wakeups
-        self._wake = None if wakeups is None else wakeups.signal()
-        self.deadline_seconds = deadline_seconds
-        import httpx  # noqa: PLC0415  (see parse_url)
-
-        from batchcrop.callbacks.transport import DeadlineBackend, DeadlineTransport  # noqa: PLC0415
-
-        self.backend = DeadlineBackend()
-        self.client = httpx.Client(
-            transport=DeadlineTransport(self.backend),
-            timeout=httpx.Timeout(
-                timeout_seconds, connect=min(timeout_seconds, CONNECT_TIMEOUT_SECONDS)
-            ),
-            follow_redirects=False,
-            trust_env=False,
-            headers={"User-Agent": f"batchcrop/{__version__}"},
-        )
-        self._stopping = threading.Event()
-        self._refused_logged: set[tuple[str | None, str]] = set()
-
-    def run(self) -> None:
-        if self._wakeups is not None:
-            self._wakeups.start()
-        while not self._stopping.is_set():
-            mark = None if self._wake is None else self._wake.mark()
-            try:
-                delivered = self.deliver_due()
-            except DatabaseUnavailable as exc:
-                log_event("database_unavailable", level=logging.WARNING, error=type(exc).__name__)
-                delivered = 0
-            except Exception:
-                logging.getLogger("batchcrop").exception("delivery pass failed")
-                delivered = 0
-            if not delivered:
-                self._idle(mark)
-
-    def _idle(self, mark: int | None) -> None:
-        """Wait until woken (when listening) or for the poll interval."""
-        if self._wake is None or mark is None or self._wakeups is None:
-            self._stopping.wait(self.poll_seconds)
-            return
-        listening = self._wakeups.connected
-        self._wake.wait(mark, self.fallback_poll_seconds if listening else self.poll_seconds)
-
-    def stop(self) -> None:
-        """Finish the delivery under way (within its deadline), give back the others claimed
-        with it, then end."""
-        self._stopping.set()
-        if self._wake is not None:
-            self._wake.wake()
-
-    def deliver_due(self) -> int:
-        """Claim and deliver the due deliveries (a few at a time); returns how many were
-        claimed. Once stopping, the claimed ones not yet started are given back."""
-        claims: list[Claim] = []
-        # A bounded id list per claim statement, however many deliveries are open.
-        for chunk in chunks(self.open_deliveries()):
-            claims = self.leases.claim(self.worker_id, DELIVERIES_PER_CLAIM, group_ids=chunk)
-            if claims:
-                break
-        for claim in claims:
-            if self._stopping.is_set():
-                self._give_back(claim)
-            else:
-                self.deliver(claim)
-        return len(claims)
-
-    def _give_back(self, claim: Claim) -> None:
-        try:
-            self.leases.give_back(claim)
-        except LeaseLost:
-            log_event("delivery_lease_lost", level=logging.WARNING, delivery=claim.item_id)
-
-    def deliver(self, claim: Claim) -> State | None:
-        """POST one claimed delivery and end its attempt: `succeeded` on a 2xx; `failed`
-        `invalid_url` for a URL that cannot be sent, `address_not_allowed` for a name that
-        resolves to an internal address, or `http_3xx` for a redirect (never followed, so
-        asking again cannot succeed); retryable `host_not_allowed` / `port_not_allowed` when
-        this process's allowlist refuses it (`_refused_here`); else retryable with
-        `http_<status>`, `timeout`, `connect_error` or `protocol_error`. None when the lease
-        was lost."""
-        payload = claim.payload
-        url = str(payload["url"])
-        reason: str | None = None
-        code: int | None = None
-        started = time.monotonic()
-        try:
-            try:
-                parsed = parse_url(url)
-            except CallbackUrlError:
-                # A URL stored before submission parsed URLs as delivery does (an invalid
-                # IDNA name): it can never be sent.
-                self.leases.fail(claim, INVALID_URL)
-                return self._logged(claim, State.FAILED, INVALID_URL, None, started)
-            refusal = destination_refusal(parsed, self.hosts)
-            if refusal is not None:
-                return self._refused_here(claim, url, refusal, started)
-            code, reason = self._post(claim, parsed)
-            if reason is not None and _fails_at_once(code, reason):
-                self.leases.fail(claim, reason)
-                return self._logged(claim, State.FAILED, reason, code, started)
-            if reason is None:
-                self.leases.complete(claim)
-                return self._logged(claim, State.SUCCEEDED, None, code, started)
-            state = self.leases.retry_later(claim, reason)
-            return self._logged(claim, state, reason, code, started)
-        except LeaseLost:
-            log_event("delivery_lease_lost", level=logging.WARNING, delivery=claim.item_id)
-            return None
-
-    def _refused_here(self, claim: Claim, url: str, reason: str, started: float) -> State:
-        """This process's `BATCHCROP_CALLBACK_HOSTS` refuses what submission (perhaps in another
-        process) allowed: a difference of configuration, not the receiver's fault. The
-        attempt is retried with backoff, by whichever deliverer claims it next (one configured
-        like the submitter delivers it); logged once per host and reason in this process."""
-        host = url_host(url)
-        if (host, reason) not in self._refused_logged:
-            self._refused_logged.add((host, reason))
-            log_event(
-                "delivery_refused_here",
-                level=logging.WARNING,
-                reason=reason,
-                host=host,
-                hint="BATCHCROP_CALLBACK_HOSTS differs between the processes",
-            )
-        state = self.leases.retry_later(claim, reason)
-        return self._logged(claim, state, reason, None, started)
-
-    def _post(self, claim: Claim, url: httpx.URL) -> tuple[int | None, str | None]:
-        """(status code, failure reason or None); the response body is never read. The host
-        is resolved here, its addresses checked (`address_refusal`) and the connection made
-        to one of them, so a name cannot resolve to a checked address and then another."""
-        import httpx  # noqa: PLC0415  (see parse_url)
-
-        try:
-            addresses = resolve(url)
-        except (OSError, UnicodeError):
-            # UnicodeError: the resolver's own IDNA step refusing a name (a label over 63).
-            return None, CONNECT_ERROR
-        refusal = address_refusal(url, addresses)
-        if refusal is not None:
-            return None, refusal
-        notification_id = str(claim.payload["notification_id"])
-        body = callback_body(notification_id, str(claim.payload["body"]))
-        headers = {
-            "Content-Type": "application/json",
-            SIGNATURE_HEADER: signature(self.secret, body, int(time.time())),
-            IDEMPOTENCY_HEADER: notification_id,
-            "Batchcrop-Batch-Id": str(claim.payload["batch_id"]),
-            "Batchcrop-Delivery-Id": claim.item_id,
-            "Batchcrop-Delivery-Attempt": str(claim.attempt),
-        }
-        try:
-            with (
-                self.backend.request(self.deadline_seconds, addresses),
-                self.client.stream("POST", url, content=body, headers=headers) as response,
-            ):
-                code = response.status_code
-        except httpx.InvalidURL:
-            return None, INVALID_URL
-        except httpx.HTTPError as exc:
-            return None, _request_error_reason(exc)
-        return code, None if 200 <= code < 300 else f"http_{code}"
-
-    def _logged(
-        self, claim: Claim, state: State, reason: str | None, code: int | None, started: float
-    ) -> State:
-        log_event(
-            "delivery",
-            level=logging.INFO if state is State.SUCCEEDED else logging.WARNING,
-            delivery=claim.item_id,
-            batch=claim.payload.get("batch_id"),
-            attempt=claim.attempt,
-            state=state.value,
-            reason=reason,
-            status=code,
-            ms=round((time.monotonic() - started) * 1000),
-        )
-        return state

@@ -257,6 +257,15 @@ def deliveries_among(delivery_ids: Collection[str]) -> sa.Select[Any]:
     return sa.select(deliveries.c.id).where(deliveries.c.id.in_(list(delivery_ids)))
 
 
+def fresh_deliveries_among(delivery_ids: Collection[str]) -> sa.Select[Any]:
+    """Which of these deliveries (at most `IN_LIST_IDS_MAX`) were never attempted: their lease
+    item is `queued` (a delivery's only item), not `retryable`."""
+    return sa.select(lease_items.c.group_id).where(
+        lease_items.c.group_id.in_(list(delivery_ids)),
+        lease_items.c.state == State.QUEUED.value,
+    )
+
+
 def insert_recrop(
     *, correlation_id: str, batch_id: str, item_id: str, focus_box: Sequence[int]
 ) -> sa.Insert:
@@ -273,6 +282,15 @@ def recrop_boxes(correlation_ids: Collection[str]) -> sa.Select[Any]:
     """(correlation_id, focus_box) of the re-crops with these correlation ids."""
     return sa.select(recrops.c.correlation_id, recrops.c.focus_box).where(
         recrops.c.correlation_id.in_(list(correlation_ids))
+    )
+
+
+def recrops_after(batch_id: str, seq: int) -> sa.Select[Any]:
+    """(seq, item_id, focus_box) of the batch's re-crops after `seq`, oldest first."""
+    return (
+        sa.select(recrops.c.seq, recrops.c.item_id, recrops.c.focus_box)
+        .where(recrops.c.batch_id == batch_id, recrops.c.seq > seq)
+        .order_by(recrops.c.seq)
     )
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from batchcrop import __version__
 from batchcrop.batches.service import BatchService
-from batchcrop.callbacks.delivery import Deliverer
+from batchcrop.callbacks.deliverer import Deliverer
 from batchcrop.crop import MemoryBudget, RenderSpec
 from batchcrop.errors import (
     Category,

@@ -454,13 +454,13 @@ def test_prune_keeps_a_batch_that_ended_again_with_a_new_callback_after_it_was_l
     assert len({r.key for r in receiver.requests}) == 2
 
 
-def test_a_trickling_receiver_is_cut_off_at_the_deadline_and_stop_gives_back_the_rest(
+def test_a_trickling_receiver_is_cut_off_at_the_deadline_and_stop_ends_within_it(
     calling_back: App, tmp_path: Path
 ) -> None:
     """A receiver sending its answer a byte every 0.2 s never exceeds the per-read timeout, but
     the delivery's total deadline (1.5 s here) ends the attempt as a `timeout`; a deliverer
-    stopped meanwhile ends within that deadline and gives back the delivery it claimed but had
-    not started."""
+    stopped meanwhile ends within that deadline, and the delivery it claimed beyond the
+    destination's limit (one request at a time here) was given back unsent."""
     app = calling_back
     sources = write_photos(tmp_path / "src", 1)
     with trickling(0.2) as trickler:
@@ -472,6 +472,7 @@ def test_a_trickling_receiver_is_cut_off_at_the_deadline_and_stop_gives_back_the
         assert deliverer is not None
         deliverer.client.timeout = httpx.Timeout(1.0)
         deliverer.deadline_seconds = 1.5
+        deliverer.pacing.per_destination_max = 1
         started = time.monotonic()
         deliverer.start()
         wait_for(lambda: trickler.requests == 1, "the first request", 10)
@@ -620,7 +621,8 @@ def test_the_signature_covers_the_notification_id(calling_back: App, tmp_path: P
     assert request.signed
     assert request.body["notification_id"] == request.key
     assert next(iter(request.body)) == "notification_id"
-    assert set(request.body) - {"notification_id"} == set(app.batches.status(status["id"]))
+    extra = {"notification_id", "cause", "changed_items"}
+    assert set(request.body) - extra == set(app.batches.status(status["id"]))
     assert verify(SECRET, request.raw, request.signature, idempotency_key=request.key)
     replayed_key = str(uuid.uuid4())
     assert not verify(SECRET, request.raw, request.signature, idempotency_key=replayed_key)
