@@ -17,7 +17,7 @@ from batchcrop.batches.errors import NoSuchBatch
 from batchcrop.batches.items import ItemRequest
 from batchcrop.batches.submission import BatchRequest
 from batchcrop.crop import RenderSpec
-from batchcrop.worker.worker import IDLE_SLEEP_SECONDS
+from batchcrop.settings import IDLE_POLL_SECONDS
 from storage import LocalStore
 from tests.images import write_photos
 
@@ -103,6 +103,6 @@ def test_a_work_request_becomes_a_worker_with_the_settings_options(
         options.database,
     )
     every = app.worker_for(store, WorkRequest(concurrency=1))
-    assert (every.options.batch_ids, every.options.idle_sleep_seconds) == (None, IDLE_SLEEP_SECONDS)
+    assert (every.options.batch_ids, every.options.idle_sleep_seconds) == (None, IDLE_POLL_SECONDS)
     with pytest.raises(NoSuchBatch):
         app.worker_for(store, WorkRequest(concurrency=1, batch_ids=["ffffffff"]))
