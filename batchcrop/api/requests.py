@@ -73,6 +73,7 @@ def batch_request(body: BatchBody, sources: SourceReader) -> BatchRequest:
             focus[index] = focus_box(item.focus_box)
     return BatchRequest(
         items=ItemList(paths, refs, focus),
+        allow_failures=body.allow_failures,
         spec=spec,
         deadline_seconds=body.deadline_seconds,
         max_attempts=body.max_attempts,

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from batchcrop.batches.allowance import allow_failures_text, failures_allowed
 from batchcrop.batches.documents import (
     Batch,
     batch_state,
@@ -131,9 +132,13 @@ class BatchRequest:
     max_attempts: int
     label: str | None = None
     callback_url: str | None = None
+    allow_failures: str | None = None
+    """How many failed items the batch tolerates (`allow_failures_text`: `5`, `2.5%`)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "items", ItemList.of(self.items))
+        if self.allow_failures is not None:
+            object.__setattr__(self, "allow_failures", allow_failures_text(self.allow_failures))
 
     @property
     def item_list(self) -> ItemList:
@@ -157,6 +162,8 @@ class BatchRequest:
             body["label"] = self.label
         if self.callback_url is not None:
             body["notify_url"] = self.callback_url
+        if self.allow_failures is not None:
+            body["allow_failures"] = self.allow_failures
         slot = '"items": ' + json.dumps(_ITEMS_PLACEHOLDER)
         before, after = json.dumps(body, sort_keys=True).split(slot, 1)
         digest = hashlib.sha256(before.encode())
@@ -231,6 +238,7 @@ class BatchService:
             store=store,
             label=request.label,
             notify_url=request.callback_url,
+            allow_failures=request.allow_failures,
         )
         try:
             # The batch row is written by the transaction that seals the group, so the batch
@@ -614,9 +622,10 @@ class BatchService:
             summary = summaries.get(row["id"])
             if summary is None:
                 continue  # its group is being purged
-            if state is not None and batch_state(summary) is not state:
-                continue
             batch = _batch(row)
+            allowed = failures_allowed(batch.allow_failures, summary.total)
+            if state is not None and batch_state(summary, allowed) is not state:
+                continue
             deliveries = self.deliveries(batch.id) if batch.callback_url is not None else []
             documents.append(
                 status_document(
@@ -828,4 +837,5 @@ def _batch(row: Any) -> Batch:
         store=row["store"],
         label=row["label"],
         callback_url=row["notify_url"],
+        allow_failures=row["allow_failures"],
     )

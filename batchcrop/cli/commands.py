@@ -248,6 +248,7 @@ def _request(args: argparse.Namespace, reader: SourceReader) -> BatchRequest:
         max_attempts=args.max_attempts,
         label=args.label,
         callback_url=getattr(args, "callback_url", None),
+        allow_failures=args.allow_failures,
     )
 
 

@@ -15,6 +15,7 @@ from typing import NoReturn
 # Only light modules here: `--help`, `--version` and reading commands must start fast
 # (`bench/startup.py`). The commands, and whatever they need, are imported when one runs.
 from batchcrop import __version__
+from batchcrop.batches.allowance import allow_failures_text
 from batchcrop.callbacks.hosts import PORT_MAX
 from batchcrop.cli.exit_codes import Exit
 from batchcrop.crop.fields import RenderField
@@ -154,6 +155,13 @@ def _render_flags(p: argparse.ArgumentParser) -> None:
         help=f"attempts per item before it fails (default {MAX_ATTEMPTS})",
     )
     g.add_argument("--label", help="a human label for the batch (listings, `batches --label`)")
+    g.add_argument(
+        "--allow-failures",
+        type=_allow_failures,
+        metavar="N|P%",
+        help="failed items the batch tolerates and still ends succeeded (exit 0), as a count "
+        "or a percentage of its items, e.g. 5 or 2.5%% (default 0)",
+    )
 
 
 def _render_flag_help(declared: RenderField) -> str:
@@ -230,6 +238,14 @@ def _states(text: str) -> list[str]:
             f"states are {', '.join(STATE_NAMES)}, comma-separated; not {text!r}"
         )
     return names
+
+
+def _allow_failures(text: str) -> str:
+    """`--allow-failures`, as a flag's type: its canonical text, or a usage error."""
+    try:
+        return allow_failures_text(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).replace("allow_failures", "it", 1)) from None
 
 
 def _scrape_port(text: str) -> int:

@@ -67,6 +67,7 @@ def insert_batch(
     store: str | None,
     label: str | None = None,
     notify_url: str | None = None,
+    allow_failures: str | None = None,
 ) -> sa.Insert:
     """Insert one batch row; a duplicate idempotency key fails on its unique index."""
     return batches.insert().values(
@@ -77,6 +78,7 @@ def insert_batch(
         store=store,
         label=label,
         notify_url=notify_url,
+        allow_failures=allow_failures,
     )
 
 

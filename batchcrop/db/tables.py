@@ -29,6 +29,9 @@ batches = sa.Table(
     # Where the final status document is POSTed when the batch ends (docs/design.md §7,
     # callbacks); NULL: no callback. The column keeps the URL's former name (ADR 0030).
     sa.Column("notify_url", sa.String(2048), nullable=True),
+    # How many failed items the batch tolerates, as given (`5`, `2.5%`; docs/design.md §4);
+    # NULL: none.
+    sa.Column("allow_failures", sa.String(8), nullable=True),
 )
 
 # The outbox: one row per delivery of a completion callback. A delivery is also a lease group
