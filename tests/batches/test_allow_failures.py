@@ -52,29 +52,25 @@ def test_a_bad_allowance_is_refused_naming_the_field(given: str | bool) -> None:
 
 def test_a_percentage_is_of_the_batchs_items_rounded_down() -> None:
     """5% of 164 items tolerates 8 failures; no allowance tolerates none."""
-    assert (8, 164, 0, 3) == (
+    assert (
         failures_allowed("5%", 164),
         failures_allowed("100%", 164),
         failures_allowed(None, 164),
         failures_allowed("3", 164),
-    )
+    ) == (8, 164, 0, 3)
 
 
 @local_store
 @pytest.mark.parametrize(
-    ("allow", "state", "allowed"),
+    "case",
     [("2", "succeeded", 2), ("40%", "succeeded", 2), ("1", "failed", 1), (None, "failed", 0)],
 )
 def test_a_batch_within_its_allowance_ends_succeeded_with_its_failures_counted(
-    app: App,
-    store: ObjectStore,
-    tmp_path: Path,
-    allow: str | None,
-    state: str,
-    allowed: int,
+    app: App, store: ObjectStore, tmp_path: Path, case: tuple[str | None, str, int]
 ) -> None:
     """3 good and 2 corrupt items: with 2 (or 40%) allowed the batch is succeeded, its counts
     and failures as without; with 1 allowed it is failed; listings filter on that state."""
+    allow, state, allowed = case
     paths = write_photos(tmp_path / "src", 3) + write_corrupt(tmp_path / "src")
     status, _ = app.batches.submit(_request(paths, allow))
     assert (status["allow_failures"], status["failures_allowed"]) == (allow, allowed)
@@ -117,8 +113,8 @@ def test_the_callback_of_a_batch_within_its_allowance_says_succeeded(
     item = app.leases.item(delivery["id"])
     assert item is not None
     body = json.loads(str(item.payload["body"]))
-    assert ("succeeded", 2, 2) == (
+    assert (
         body["state"],
         body["counts"]["failed"],
         body["failures_allowed"],
-    )
+    ) == ("succeeded", 2, 2)
