@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 
 from batchcrop.batches.service import BatchService
+from batchcrop.batches.serving import read_served_queue
 from batchcrop.crop.budget import MIB, MemoryBudget
 from batchcrop.crop.limits import IMAGE_SUFFIXES
 from batchcrop.logs import log_event
@@ -51,7 +52,9 @@ class App:
         if self._metrics is None:
             from batchcrop.metrics import Metrics  # noqa: PLC0415  (see the imports)
 
-            self._metrics = Metrics(queue=self.leases.queue)
+            self._metrics = Metrics(
+                queue=self.leases.queue, queue_by_store=lambda: read_served_queue(self.leases)
+            )
         return self._metrics
 
     @property

@@ -12,7 +12,7 @@ import logging
 import platform
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client import (
     CollectorRegistry,
@@ -43,7 +43,11 @@ ITEM_DURATION_BUCKETS_SECONDS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 30
 class Metrics:
     """The counters and histogram operators alert on; safe to share between threads."""
 
-    def __init__(self, queue: Callable[[], QueueStats] | None = None) -> None:
+    def __init__(
+        self,
+        queue: Callable[[], QueueStats] | None = None,
+        queue_by_store: Callable[[], StoreQueues] | None = None,
+    ) -> None:
         self.registry = CollectorRegistry()
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
@@ -51,7 +55,7 @@ class Metrics:
             {"version": __version__, "python": platform.python_version()}
         )
         if queue is not None:
-            self.registry.register(QueueCollector(queue))
+            self.registry.register(QueueCollector(queue, queue_by_store))
         self.in_flight = Gauge(
             "batchcrop_items_in_flight",
             "Items this process is working on now (claimed, not yet ended).",
@@ -122,14 +126,23 @@ class Metrics:
         return generate_latest(self.registry)
 
 
-class QueueCollector(Collector):
-    """`batchcrop_queue_items{state}` and `batchcrop_queue_oldest_queued_age_seconds`, read
-    from the database when scraped; nothing is exported while the database is unavailable."""
+StoreQueues = Mapping[str, Mapping[State, int]]
+"""Unfinished items by store and state, of the stores a live worker serves only (an autoscaler
+must not add workers for a mistyped bucket's batches); `""` for batches without a store."""
 
-    def __init__(self, read: Callable[[], QueueStats]) -> None:
+
+class QueueCollector(Collector):
+    """`batchcrop_queue_items{state,store}` and `batchcrop_queue_oldest_queued_age_seconds`,
+    read from the database when scraped; nothing is exported while the database is
+    unavailable. Without `by_store`, the items gauge has the `state` label only."""
+
+    def __init__(
+        self, read: Callable[[], QueueStats], by_store: Callable[[], StoreQueues] | None = None
+    ) -> None:
         self._read = read
+        self._by_store = by_store
         self._lock = threading.Lock()
-        self._last: tuple[float, QueueStats] | None = None
+        self._last: tuple[float, QueueStats, StoreQueues | None] | None = None
 
     def describe(self) -> list[Metric]:
         # Registering must not read the database: describe the families without samples.
@@ -140,16 +153,38 @@ class QueueCollector(Collector):
             now = time.monotonic()
             if self._last is None or now - self._last[0] >= QUEUE_CACHE_SECONDS:
                 try:
-                    self._last = (now, self._read())
+                    stores = None if self._by_store is None else self._by_store()
+                    self._last = (now, self._read(), stores)
                 except Exception:
                     logging.getLogger("batchcrop").debug("queue read failed", exc_info=True)
                     self._last = None
                     return
-            stats = self._last[1]
-        yield from self._families(stats)
+            _, stats, stores = self._last
+        yield from self._families(stats, stores)
+
+    def _families(
+        self, stats: QueueStats | None, stores: StoreQueues | None = None
+    ) -> Iterator[Metric]:
+        if self._by_store is not None:
+            yield self._store_items(stores)
+        yield from self._totals(stats, with_items=self._by_store is None)
 
     @staticmethod
-    def _families(stats: QueueStats | None) -> Iterator[Metric]:
+    def _store_items(stores: StoreQueues | None) -> Metric:
+        items = GaugeMetricFamily(
+            "batchcrop_queue_items",
+            "Unfinished items by state (queued, in_progress, retryable) and store, of the "
+            "stores a live worker serves.",
+            labels=["state", "store"],
+        )
+        for store, counts in sorted((stores or {}).items()):
+            for state in State:
+                if state in UNFINISHED:
+                    items.add_metric([state.value, store], counts.get(state, 0))
+        return items
+
+    @staticmethod
+    def _totals(stats: QueueStats | None, *, with_items: bool) -> Iterator[Metric]:
         items = GaugeMetricFamily(
             "batchcrop_queue_items",
             "Unfinished items of every batch by state (queued, in_progress, retryable).",
@@ -164,5 +199,6 @@ class QueueCollector(Collector):
                 if state in UNFINISHED:
                     items.add_metric([state.value], stats.counts.get(state, 0))
             age.add_metric([], stats.head_queued_age_seconds or 0.0)
-        yield items
+        if with_items:
+            yield items
         yield age

@@ -33,6 +33,7 @@ from batchcrop.batches.items import (
     focus_from_text,
 )
 from batchcrop.batches.service import BatchRequest, check_deadline
+from batchcrop.batches.serving import unserved_warning
 from batchcrop.callbacks.delivery import CallbackUrlError
 from batchcrop.cli.exit_codes import Exit
 from batchcrop.cli.reporting import (
@@ -255,7 +256,13 @@ def _request(args: argparse.Namespace, reader: SourceReader) -> BatchRequest:
 def submit(args: argparse.Namespace) -> int:
     """`batchcrop submit`: create a batch, print its id (or its status document)."""
     with opened(args, creates=True) as app:
+        new_database = _new_sqlite_file(app)
         app.prepare_schema()
+        if new_database is not None:
+            _warn(
+                f"created a new SQLite database at {new_database} (give --database-url or "
+                "BATCHCROP_DATABASE_URL to use the fleet's)"
+            )
         request = _request(args, app.source_reader(trusted=True))
         try:
             # SIGTERM (a container's stop, `timeout`) ends a submission as Ctrl-C does: the
@@ -264,11 +271,29 @@ def submit(args: argparse.Namespace) -> int:
                 document, _ = app.batches.submit(request, idempotency_key=args.idempotency_key)
         except CallbackUrlError as exc:
             raise UsageError(f"--callback-url {exc}") from exc
+        warning = unserved_warning(app.leases, document["store"], document["id"])
+        if warning is not None:
+            _warn(warning)
     if args.json:
         _print_json(document)
     else:
         print(document["id"])
     return 0
+
+
+def _new_sqlite_file(app: App) -> str | None:
+    """The absolute path of the SQLite database file about to be created by this command, or
+    None (it exists, or the database is PostgreSQL)."""
+    url = app.engine.url
+    if url.get_backend_name() != "sqlite" or os.path.exists(url.database or ""):
+        return None
+    return os.path.abspath(url.database or "")
+
+
+def _warn(message: str) -> None:
+    """One line on stderr that does not stop the command (control characters escaped)."""
+    shown = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in message)
+    print(f"batchcrop: warning: {shown}", file=sys.stderr)
 
 
 def _run_key(request: BatchRequest, store_url: str) -> str:

@@ -11,7 +11,8 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import ColumnElement
 
 from batchcrop.db.tables import batches, deliveries, derivatives, previews, recrops
-from leases import State
+from leases import UNFINISHED, State
+from leases.schema import counters as lease_counters
 from leases.schema import items as lease_items
 
 ITEM_SEARCH_KEYS = ("ref", "source")
@@ -105,6 +106,23 @@ def batch_ids_with_prefix(prefix: str) -> sa.Select[Any]:
 def batch_stores(batch_ids: Collection[str]) -> sa.Select[Any]:
     """(id, store) of these batches."""
     return sa.select(batches.c.id, batches.c.store).where(batches.c.id.in_(list(batch_ids)))
+
+
+def queue_by_store() -> sa.Select[Any]:
+    """(store, state, n): the unfinished items of every batch by its store, from the lease
+    counters (a group still being created has no batch row yet, and a callback delivery's group
+    is no batch: neither is counted)."""
+    unfinished = [s.value for s in State if s in UNFINISHED]
+    return (
+        sa.select(
+            batches.c.store,
+            lease_counters.c.state,
+            sa.func.sum(lease_counters.c.n).label("n"),
+        )
+        .join(batches, batches.c.id == lease_counters.c.group_id)
+        .where(lease_counters.c.state.in_(unfinished))
+        .group_by(batches.c.store, lease_counters.c.state)
+    )
 
 
 def batch_page(

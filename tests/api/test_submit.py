@@ -52,6 +52,23 @@ def test_the_failure_allowance_is_stored_and_shown(api: LiveServer, sources: lis
     assert (plain["allow_failures"], plain["failures_allowed"]) == (None, 0)
 
 
+def test_a_batch_no_live_worker_serves_is_answered_with_a_warning_header(
+    api: LiveServer, sources: list[str]
+) -> None:
+    """Without a live worker of the server's store the 201 carries `Batchcrop-Warning` naming
+    the store; once one is registered the header is gone."""
+    response = api.client.post("/v1/batches", json=batch_body(sources))
+    assert response.status_code == 201, response.text
+    store = response.json()["store"]
+    assert response.headers["batchcrop-warning"].startswith(
+        f"no live worker serves its store {store}"
+    )
+    api.app.leases.worker_seen("w-1", {"store": store, "batch_ids": None})
+    served = api.client.post("/v1/batches", json=batch_body(sources, label="served"))
+    assert served.status_code == 201, served.text
+    assert "batchcrop-warning" not in served.headers
+
+
 def test_items_keep_refs_and_normalised_sources(
     api: LiveServer, sources: list[str], source_root: Path
 ) -> None:

@@ -155,7 +155,8 @@ def test_a_failing_queue_read_leaves_the_gauges_out_not_the_page() -> None:
 
 
 def test_the_queue_gauges_read_the_database(make_app: Callable[..., App], tmp_path: str) -> None:
-    """`LeaseManager.queue()` on a real database: three queued items, waiting since submission."""
+    """`LeaseManager.queue()` on a real database: three queued items of a store a live worker
+    serves, waiting since submission."""
     app = make_app()
     request = BatchRequest(
         items=tuple(ItemRequest(source=f"/nowhere/{n}.jpg") for n in range(3)),
@@ -163,7 +164,10 @@ def test_the_queue_gauges_read_the_database(make_app: Callable[..., App], tmp_pa
         deadline_seconds=3600.0,
         max_attempts=3,
     )
-    app.batches.submit(request)
+    status, _ = app.batches.submit(request)
+    app.leases.worker_seen("w-1", {"store": status["store"], "batch_ids": None})
     samples = scrape(app.metrics)
-    assert samples["batchcrop_queue_items"][(("state", "queued"),)] == 3.0
+    assert (
+        samples["batchcrop_queue_items"][(("state", "queued"), ("store", status["store"]))] == 3.0
+    )
     assert 0.0 <= samples["batchcrop_queue_oldest_queued_age_seconds"][()] < 60.0

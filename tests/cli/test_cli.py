@@ -243,6 +243,25 @@ def test_run_and_wait_exit_0_when_the_failures_are_within_the_allowance(
     assert cli("wait", json.loads(strict.stdout)["id"]).returncode == 1
 
 
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_submit_says_it_created_a_database_and_that_no_worker_serves_the_store(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """The first submission names the SQLite file it created; each submission no live worker
+    serves says so on stderr, and still exits 0 with the id alone on stdout."""
+    write_photos(tmp_path / "src", 1)
+    first = cli("submit", str(tmp_path / "src"))
+    assert first.returncode == 0, first.stderr
+    database = cli.env["BATCHCROP_DATABASE_URL"].removeprefix("sqlite:///")
+    assert f"batchcrop: warning: created a new SQLite database at {database}" in first.stderr
+    assert "no live worker serves its store file://" in first.stderr
+    assert len(first.stdout.split()) == 1
+    second = cli("submit", str(tmp_path / "src"), "--label", "again")
+    assert second.returncode == 0, second.stderr
+    assert "created a new SQLite database" not in second.stderr
+    assert "no live worker serves its store" in second.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [

@@ -142,8 +142,8 @@ EXAMPLES: dict[str, Run | InBlock] = {
     ),
     "batchcrop run": RUN_SAMPLES,
     "batchcrop run --workers 2": Run("run samples --out out --workers 2", out=r"succeeded"),
-    "batchcrop run SRC... [--out DIR | --store URL]": Run(
-        "run samples --store file://./out", out=r"All 6 items succeeded"
+    "batchcrop run SRC... [--out DIR | --store URL] [--allow-failures N|P%]": Run(
+        "run samples --store file://./out --allow-failures 2%", out=r"All 6 items succeeded"
     ),
     "batchcrop run samples --out out": RUN_SAMPLES,
     "batchcrop run ~/catalogue/spring s3://photos/incoming/ extra/hero.png --out ./derivatives "
