@@ -33,7 +33,7 @@ from batchcrop.callbacks.hosts import (
     destination_refusal,
 )
 from batchcrop.db.queries import chunks
-from batchcrop.logs import log_event
+from batchcrop.logs import OutageLog, log_event
 from leases import Claim, DatabaseUnavailable, LeaseLost, LeaseManager, State
 
 if TYPE_CHECKING:
@@ -278,14 +278,16 @@ class Deliverer(threading.Thread):
             headers={"User-Agent": f"batchcrop/{__version__}"},
         )
         self._stopping = threading.Event()
+        self._outage = OutageLog("deliverer")
         self._refused_logged: set[tuple[str | None, str]] = set()
 
     def run(self) -> None:
         while not self._stopping.is_set():
             try:
                 delivered = self.deliver_due()
+                self._outage.succeeded()
             except DatabaseUnavailable as exc:
-                log_event("database_unavailable", level=logging.WARNING, error=type(exc).__name__)
+                self._outage.failed(exc)
                 delivered = 0
             except Exception:
                 logging.getLogger("batchcrop").exception("delivery pass failed")

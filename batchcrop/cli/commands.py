@@ -48,7 +48,7 @@ from batchcrop.cli.reporting import (
 from batchcrop.cli.startup import wait_until_ready
 from batchcrop.crop.spec import RenderSpec
 from batchcrop.errors import BatchcropError
-from batchcrop.logs import log_event
+from batchcrop.logs import OutageLog, figure, log_event
 from batchcrop.settings import Settings, parse_duration
 from leases import REQUEUEABLE, TERMINAL, DatabaseUnavailable, State, state_names
 from storage import SourceReader
@@ -468,7 +468,7 @@ def worker(args: argparse.Namespace) -> int:
             log_event(
                 "worker_stopping",
                 worker=the_worker.worker_id,
-                grace_s=f"{args.shutdown_grace_seconds:g}",
+                grace_s=figure(args.shutdown_grace_seconds),
             )
             ended = the_worker.join(args.shutdown_grace_seconds)
             if not ended:
@@ -683,6 +683,7 @@ def wait(args: argparse.Namespace) -> int:
         batch_id = app.batches.resolve_id(args.batch)
         document = app.batches.status(batch_id)
         quiet_since = time.monotonic()
+        outage = OutageLog("wait")
         while document["state"] not in TERMINAL:
             if _past(document["poll_until"]):
                 raise StillUnfinished(
@@ -694,8 +695,9 @@ def wait(args: argparse.Namespace) -> int:
             try:
                 latest = app.batches.status(batch_id)
             except DatabaseUnavailable as exc:
-                log_event("database_unavailable", level=logging.WARNING, error=str(exc))
+                outage.failed(exc)
                 continue
+            outage.succeeded()
             if latest != document:
                 quiet_since = time.monotonic()
             document = latest

@@ -28,7 +28,7 @@ from batchcrop.errors import (
     TransientItemError,
     public_message,
 )
-from batchcrop.logs import log_event
+from batchcrop.logs import OutageLog, figure, log_event
 from batchcrop.metrics import Metrics
 from batchcrop.settings import CONCURRENCY, MAX_SOURCE_BYTES, REAPER_INTERVAL_SECONDS
 from batchcrop.worker.attempts import Attempts, Outcome
@@ -173,6 +173,7 @@ class Worker:
         self.options = options
         self.worker_id = options.worker_id or default_worker_id()
         self._stopping = threading.Event()
+        self._reaper_outage = OutageLog("reaper")
         self._give_back_now = threading.Event()
         self._specs: dict[str, RenderSpec] = {}
         self._specs_lock = threading.Lock()
@@ -214,7 +215,7 @@ class Worker:
             concurrency=self.options.concurrency,
             database=self.options.database,
             store=self.store.url,
-            lease_s=f"{self.leases.lease_seconds:g}",
+            lease_s=figure(self.leases.lease_seconds),
             batches=",".join(self.options.batch_ids) if self.options.batch_ids else "all",
         )
 
@@ -351,8 +352,9 @@ class Worker:
         try:
             result = self.leases.reap()
         except DatabaseUnavailable as exc:
-            log_event("database_unavailable", level=logging.WARNING, error=type(exc).__name__)
+            self._reaper_outage.failed(exc)
             return
+        self._reaper_outage.succeeded()
         expired = result.retried + result.failed
         if expired:
             self.metrics.lease_expirations.inc(expired)

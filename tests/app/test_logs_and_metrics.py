@@ -6,9 +6,11 @@ import json
 import logging
 import platform
 import re
+import warnings
 from collections.abc import Callable, Iterator
 
 import pytest
+from PIL import Image
 from prometheus_client.parser import text_string_to_metric_families
 
 from batchcrop import __version__
@@ -16,9 +18,9 @@ from batchcrop.app import App
 from batchcrop.batches.items import ItemRequest
 from batchcrop.batches.service import BatchRequest
 from batchcrop.crop import RenderSpec
-from batchcrop.logs import LogSettingError, configure, log_event
+from batchcrop.logs import LogSettingError, OutageLog, configure, figure, log_event
 from batchcrop.metrics import Metrics
-from leases import QueueStats, State
+from leases import DatabaseUnavailable, QueueStats, State
 
 # A strict logfmt line: key=value pairs, a value bare or a JSON-quoted string.
 LOGFMT_PAIR = re.compile(r'([a-z_]+)=("(?:[^"\\]|\\.)*"|[^\s"=]+)(?: |$)')
@@ -171,3 +173,47 @@ def test_the_queue_gauges_read_the_database(make_app: Callable[..., App], tmp_pa
         samples["batchcrop_queue_items"][(("state", "queued"), ("store", status["store"]))] == 3.0
     )
     assert 0.0 <= samples["batchcrop_queue_oldest_queued_age_seconds"][()] < 60.0
+
+
+def test_python_warnings_are_one_strict_log_line(stderr: Stderr) -> None:
+    """Pillow's DecompressionBombWarning (any Python warning) comes out as one `python_warning`
+    line in the configured format: category and first line, no file or source line."""
+    with warnings.catch_warnings():  # puts `showwarning` back afterwards
+        warnings.simplefilter("always")
+        configure("INFO", "logfmt")
+        warnings.warn(
+            "Image size (99000000 pixels) exceeds limit\nof 89478485 pixels",
+            Image.DecompressionBombWarning,
+            stacklevel=1,
+        )
+    (line,) = stderr.getvalue().splitlines()
+    pairs = parse_logfmt(line)
+    assert (pairs["msg"], pairs["category"], pairs["message"]) == (
+        "python_warning",
+        "DecompressionBombWarning",
+        "Image size (99000000 pixels) exceeds limit",
+    )
+
+
+def test_json_lines_carry_figures_as_numbers(stderr: Stderr) -> None:
+    """Seconds and counts are JSON numbers (`figure`), whole ones without a decimal point."""
+    configure("INFO", "json")
+    log_event("worker_stopping", grace_s=figure(30.0), lease_s=figure(2.5))
+    document = json.loads(stderr.getvalue().splitlines()[0])
+    assert (document["grace_s"], document["lease_s"]) == (30, 2.5)
+
+
+def test_an_outage_is_logged_once_with_its_reason_and_its_end_once(stderr: Stderr) -> None:
+    """A loop failing every pass logs `database_unavailable` once, with the reason, then
+    `database_recovered` once at the first success."""
+    configure("INFO", "logfmt")
+    outage = OutageLog("deliverer")
+    for _ in range(5):
+        outage.failed(DatabaseUnavailable("database unreachable: connection refused"))
+    outage.succeeded()
+    outage.succeeded()
+    lines = [parse_logfmt(line) for line in stderr.getvalue().splitlines()]
+    assert [(p["msg"], p.get("error")) for p in lines] == [
+        ("database_unavailable", "database unreachable: connection refused"),
+        ("database_recovered", None),
+    ]
