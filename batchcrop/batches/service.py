@@ -24,6 +24,7 @@ from batchcrop.batches.documents import (
     status_document,
 )
 from batchcrop.batches.items import ItemList, ItemRequest, time_ordered_uuids
+from batchcrop.batches.pruned import missing_batch
 from batchcrop.callbacks.delivery import (
     DELIVERY_MAX_ATTEMPTS,
     DELIVERY_WINDOW_SECONDS,
@@ -333,6 +334,8 @@ class BatchService:
             if not _ID_CHARS.issuperset(text):
                 raise NoSuchBatch(f"no batch {text}")
             found = [str(r.id) for r in conn.execute(queries.batch_ids_with_prefix(text))]
+        if not found:
+            raise NoSuchBatch(missing_batch(self.leases, text))
         return _one(found, text, "batch")
 
     def resolve_item_id(self, batch_id: str, text: str) -> str:
@@ -396,7 +399,8 @@ class BatchService:
             if now != set(deliveries):
                 return None  # a callback written since it was listed
             # First the batch row: from here on the batch is gone for readers and requeue.
-            conn.execute(queries.delete_batch(batch_id))
+            if conn.execute(queries.delete_batch(batch_id)).rowcount:
+                conn.execute(queries.insert_pruned(batch_id))
         rows = 0
         for delete in (queries.delete_derivatives, queries.delete_previews):
             deleted = PRUNE_BATCH_ROWS
@@ -423,7 +427,7 @@ class BatchService:
         with self.leases.reading() as conn:
             row = conn.execute(queries.batch_by_id(batch_id)).mappings().first()
         if row is None:
-            raise NoSuchBatch(f"no batch {batch_id}")
+            raise NoSuchBatch(missing_batch(self.leases, batch_id))
         return _batch(row)
 
     # -- completion callbacks (docs/design.md §7, callbacks; ADR 0013) ------------------------

@@ -49,7 +49,7 @@ from batchcrop.cli.startup import wait_until_ready
 from batchcrop.crop.spec import RenderSpec
 from batchcrop.errors import BatchcropError
 from batchcrop.logs import OutageLog, figure, log_event
-from batchcrop.settings import Settings, parse_duration
+from batchcrop.settings import DEADLINE_SECONDS_MAX, Settings, parse_duration
 from leases import REQUEUEABLE, TERMINAL, DatabaseUnavailable, State, state_names
 from storage import SourceReader
 
@@ -241,7 +241,9 @@ def _csv_focus(row: list[str], columns: list[int | None], *, where: str) -> Box 
 
 def _request(args: argparse.Namespace, reader: SourceReader) -> BatchRequest:
     spec = RenderSpec.from_input(vars(args))
-    deadline_seconds = parse_duration(args.deadline)
+    deadline_seconds = parse_duration(
+        args.deadline, maximum_seconds=DEADLINE_SECONDS_MAX, what="the deadline"
+    )
     return BatchRequest(
         items=_items(args, reader),
         spec=spec,
@@ -568,16 +570,23 @@ def items(args: argparse.Namespace) -> int:
     with opened(args) as app:
         batch_id = app.batches.resolve_id(args.batch)
         documents: list[dict[str, Any]] = []
-        cursor: str | None = None
+        cursor: str | None = args.cursor
         while True:
-            page, cursor = app.batches.items(batch_id, states=states, cursor=cursor, limit=1000)
+            page, cursor = app.batches.items(
+                batch_id, states=states, cursor=cursor, limit=args.limit or 1000
+            )
             documents.extend(page)
-            if cursor is None:
+            if cursor is None or args.limit is not None:
                 break
     if args.json:
-        _print_json({"items": documents, "next_cursor": None})
+        _print_json({"items": documents, "next_cursor": cursor})
     else:
         print_items(documents)
+        if cursor is not None:
+            print(
+                f"more: batchcrop items {batch_id} --limit {args.limit} --cursor {cursor}",
+                file=sys.stderr,
+            )
     return 0
 
 
@@ -616,7 +625,11 @@ def requeue(args: argparse.Namespace) -> int:
     states = [State(name) for name in args.state]  # names checked by the flag's type
     if not set(states) <= REQUEUEABLE:
         raise UsageError("only failed and abandoned items can be requeued")
-    deadline = parse_duration(args.deadline) if args.deadline else None
+    deadline = (
+        parse_duration(args.deadline, maximum_seconds=DEADLINE_SECONDS_MAX, what="the deadline")
+        if args.deadline
+        else None
+    )
     if deadline is not None:
         check_deadline(deadline)  # a usage error, before the database is asked anything
     with opened(args) as app:
@@ -740,6 +753,15 @@ def prune(args: argparse.Namespace) -> int:
     older_than = parse_duration(args.finished_before)
     with opened(args) as app:
         app.prepare_schema()
+        if args.dry_run:
+            listed = [batch_id for batch_id, _ in app.batches.prunable(older_than)]
+            if args.json:
+                _print_json({"batches": len(listed), "batch_ids": listed})
+            else:
+                for batch_id in listed:
+                    print(batch_id)
+                print(f"would prune {len(listed)} batches (nothing deleted)", file=sys.stderr)
+            return 0
         result = app.batches.prune(older_than)
     if args.json:
         _print_json({"batches": result.batches, "rows": result.rows})

@@ -10,7 +10,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import ColumnElement
 
-from batchcrop.db.tables import batches, deliveries, derivatives, previews, recrops
+from batchcrop.db.tables import batches, deliveries, derivatives, previews, pruned, recrops
 from leases import UNFINISHED, State
 from leases.schema import counters as lease_counters
 from leases.schema import items as lease_items
@@ -238,6 +238,16 @@ def delete_previews(batch_id: str, limit: int) -> sa.Delete:
 def delete_batch(batch_id: str) -> sa.Delete:
     """Delete the batch row (retention: its group is finished and about to be purged)."""
     return sa.delete(batches).where(batches.c.id == batch_id)
+
+
+def insert_pruned(batch_id: str) -> sa.Insert:
+    """Record that `prune` deleted this batch (in the transaction that deletes its row)."""
+    return pruned.insert().values(id=batch_id)
+
+
+def pruned_at(batch_id: str) -> sa.Select[Any]:
+    """When `prune` deleted this batch, or no row."""
+    return sa.select(pruned.c.pruned_at).where(pruned.c.id == batch_id)
 
 
 def delete_deliveries(batch_id: str, delivery_ids: Collection[str]) -> sa.Delete:

@@ -66,6 +66,20 @@ derivatives = sa.Table(
     sa.Index("batchcrop_derivatives_batch", "batch_id"),
 )
 
+# One row per batch `prune` deleted (docs/design.md §4, retention): its id and when, so a
+# reader asking for it hears it was pruned, not that no such batch was ever submitted.
+pruned = sa.Table(
+    "batchcrop_pruned",
+    metadata,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column(
+        "pruned_at",
+        sa.DateTime(timezone=True),
+        nullable=False,
+        server_default=sa.func.current_timestamp(),
+    ),
+)
+
 # The stored preview of an item's source (docs/design.md §5, previews): at most one row per
 # item, written with its manifest in the transaction that makes it `succeeded`.
 previews = sa.Table(
