@@ -61,6 +61,7 @@ class Reaper(threading.Thread):
                 log.exception("reaper pass failed")
                 continue
             self._outage.succeeded()
+            self.app.metrics.reaper_last_success.set_to_current_time()
             # Abandoned items are cancel/deadline work, not lease expirations.
             expired = result.retried + result.failed
             if expired:

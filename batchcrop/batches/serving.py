@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from batchcrop.db import queries
+from batchcrop.metrics import FleetStats
 from leases import LeaseManager, State, WorkerRow
 
 LEGACY_STORE_LABEL = ""
@@ -79,3 +80,34 @@ def read_served_queue(leases: LeaseManager) -> dict[str, dict[State, int]]:
     with leases.reading() as conn:
         rows = list(conn.execute(queries.queue_by_store()))
     return served_queue(queue_counts(rows), leases.workers())
+
+
+DELIVERY_STAGE_OF_STATE = {
+    State.QUEUED: "pending",
+    State.IN_PROGRESS: "pending",
+    State.RETRYABLE: "retrying",
+    State.FAILED: "failed",
+    State.ABANDONED: "failed",
+}
+"""The metric's stage of a delivery's lease state (`succeeded`, delivered, is not counted)."""
+
+
+def read_fleet_stats(leases: LeaseManager) -> FleetStats:
+    """The registry (workers by status, live slots by store) and the deliveries by stage."""
+    workers = leases.workers()
+    statuses: dict[str, int] = {}
+    slots: dict[str, int] = {}
+    for row in workers:
+        if row.status == "unregistered":
+            continue
+        statuses[row.status] = statuses.get(row.status, 0) + 1
+        if row.status == "alive" and row.info.get("store") is not None:
+            store = str(row.info["store"])
+            slots[store] = slots.get(store, 0) + int(row.info.get("concurrency") or 0)
+    stages: dict[str, int] = {}
+    with leases.reading() as conn:
+        for counted in conn.execute(queries.delivery_counts()):
+            stage = DELIVERY_STAGE_OF_STATE.get(State(counted.state))
+            if stage is not None:
+                stages[stage] = stages.get(stage, 0) + int(counted.n or 0)
+    return FleetStats(workers=statuses, slots=slots, deliveries=stages)

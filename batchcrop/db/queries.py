@@ -125,6 +125,16 @@ def queue_by_store() -> sa.Select[Any]:
     )
 
 
+def delivery_counts() -> sa.Select[Any]:
+    """(state, n): the items of every callback delivery's lease group by state, from the
+    counters."""
+    return (
+        sa.select(lease_counters.c.state, sa.func.sum(lease_counters.c.n).label("n"))
+        .join(deliveries, deliveries.c.id == lease_counters.c.group_id)
+        .group_by(lease_counters.c.state)
+    )
+
+
 def batch_page(
     *,
     before_seq: int | None,

@@ -11,10 +11,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from batchcrop.batches.documents import Derivative, Preview
 from batchcrop.batches.items import payload_focus
@@ -49,6 +50,8 @@ from storage import (
     StorageError,
     StorageUnavailable,
 )
+
+_T = TypeVar("_T")
 
 DERIVATIVE_CONTENT_TYPE = FORMATS["jpeg"].media_type
 """A JPEG derivative's type; each format has its own (`FORMATS[name].media_type`)."""
@@ -251,6 +254,8 @@ class Attempt:
     """Called when a taken key held other bytes of the same derivative (a metric)."""
     on_put_hit: Callable[[], None] = lambda: None
     """Called when a derivative's key already held the same bytes (a metric)."""
+    on_store_seconds: Callable[[float], None] = lambda seconds: None
+    """Called with the wall time of each object write, failed ones included (a metric)."""
 
     def run(self, heartbeat: HeldLease) -> Output:
         """Read, crop, store; return the manifest and preview to commit. Raises LeaseLost,
@@ -286,6 +291,7 @@ class Attempt:
         # Every write is put-if-absent of a deterministic key, so the order does not matter; a
         # failure is raised as before, the first in rendition order, once the others are done.
         stored_preview = self.writes.submit(
+            self._timed,
             store_preview,
             self.store,
             preview,
@@ -294,6 +300,7 @@ class Attempt:
         )
         written = [
             self.writes.submit(
+                self._timed,
                 store_rendition,
                 self.store,
                 derivative_key(source_sha256, rendition, variants[rendition.format]),
@@ -313,6 +320,14 @@ class Attempt:
         stored = stored_preview.result()
         self.checkpoint(heartbeat)
         return Output(manifest, stored)
+
+    def _timed(self, write: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+        """`write(*args, **kwargs)`, its wall time told to `on_store_seconds`."""
+        started = time.monotonic()
+        try:
+            return write(*args, **kwargs)
+        finally:
+            self.on_store_seconds(time.monotonic() - started)
 
     def _written(self, rendition: Rendition, derivative: Derivative) -> Derivative:
         """Log the write of `rendition` (and a stored object of other bytes); its manifest row."""

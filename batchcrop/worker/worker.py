@@ -131,6 +131,10 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
+OUTAGE_DEPENDENCIES = ("database", "store", "source")
+"""The `dependency` labels of `batchcrop_outages_total`."""
+
+
 @dataclass(frozen=True)
 class WorkerOptions:
     """How one worker process runs."""
@@ -179,6 +183,11 @@ class Worker:
         self._specs_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._outage = OutageGate(lambda dependency: metrics.outages.labels(dependency).inc())
+        metrics.prime(
+            categories=[category.value for category in Category],
+            outcomes=[outcome.value for outcome in Outcome],
+            dependencies=OUTAGE_DEPENDENCIES,
+        )
         self._batches_lock = threading.Lock()
         self._batches: list[str] = []
         self._batches_read_at = -float("inf")
@@ -355,6 +364,7 @@ class Worker:
             self._reaper_outage.failed(exc)
             return
         self._reaper_outage.succeeded()
+        self.metrics.reaper_last_success.set_to_current_time()
         expired = result.retried + result.failed
         if expired:
             self.metrics.lease_expirations.inc(expired)
@@ -467,6 +477,7 @@ class Worker:
             give_back_now=self._give_back_now,
             on_write_differs=self.metrics.derivative_bytes_differ.inc,
             on_put_hit=self.metrics.put_if_absent_hits.inc,
+            on_store_seconds=self.metrics.store_write_seconds.observe,
             writes=self._writes,
         )
         try:

@@ -8,6 +8,7 @@ import platform
 import re
 import warnings
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from PIL import Image
@@ -20,7 +21,9 @@ from batchcrop.batches.service import BatchRequest
 from batchcrop.crop import RenderSpec
 from batchcrop.logs import LogSettingError, OutageLog, configure, figure, log_event
 from batchcrop.metrics import Metrics
+from batchcrop.worker.worker import WorkerOptions
 from leases import DatabaseUnavailable, QueueStats, State
+from storage import LocalStore
 
 # A strict logfmt line: key=value pairs, a value bare or a JSON-quoted string.
 LOGFMT_PAIR = re.compile(r'([a-z_]+)=("(?:[^"\\]|\\.)*"|[^\s"=]+)(?: |$)')
@@ -217,3 +220,31 @@ def test_an_outage_is_logged_once_with_its_reason_and_its_end_once(stderr: Stder
         ("database_unavailable", "database unreachable: connection refused"),
         ("database_recovered", None),
     ]
+
+
+def test_the_on_call_series_are_there_from_the_start(
+    make_app: Callable[..., App], tmp_path: str
+) -> None:
+    """A worker's registry exports every labelled counter at 0 before anything happened, the
+    worker registry (alive, absent, slots by store), the callback deliveries by stage, the
+    reaper's last success and the store and database latency histograms."""
+    app = make_app()
+    store = LocalStore(Path(tmp_path) / "store")
+    app.leases.worker_seen("w-alive", {"store": store.url, "concurrency": 4, "batch_ids": None})
+    worker = app.worker(store, WorkerOptions(concurrency=1))
+    worker.reap_once()
+    samples = scrape(app.metrics)
+    assert samples["batchcrop_terminal_failures_total"][(("category", "invalid_image"),)] == 0.0
+    assert samples["batchcrop_retryable_failures_total"][(("category", "dependency_timeout"),)] == 0
+    assert samples["batchcrop_outages_total"][(("dependency", "source"),)] == 0.0
+    assert samples["batchcrop_item_duration_seconds_count"][(("outcome", "lease_lost"),)] == 0.0
+    assert samples["batchcrop_workers"] == {(("status", "alive"),): 1.0, (("status", "absent"),): 0}
+    assert samples["batchcrop_worker_slots"] == {(("store", store.url),): 4.0}
+    assert samples["batchcrop_callback_deliveries"] == {
+        (("stage", "pending"),): 0.0,
+        (("stage", "retrying"),): 0.0,
+        (("stage", "failed"),): 0.0,
+    }
+    assert samples["batchcrop_reaper_last_success_timestamp_seconds"][()] > 1.7e9
+    assert samples["batchcrop_database_statement_seconds_count"][()] > 0
+    assert "batchcrop_store_write_seconds_count" in samples

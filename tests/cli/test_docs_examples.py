@@ -122,13 +122,13 @@ EXAMPLES: dict[str, Run | InBlock] = {
     "batchcrop items BATCH --state failed": Run(
         "items {BATCH} --state failed", out=r"cannot identify image file"
     ),
-    "batchcrop items BATCH [--state S,...]": Run(
-        "items {BATCH} --state failed,succeeded", out=r"succeeded"
+    "batchcrop items BATCH [--state S,...] [--limit N] [--cursor C]": Run(
+        "items {BATCH} --state failed,succeeded --limit 1000", out=r"succeeded"
     ),
     "batchcrop prune": PRUNE,
     "batchcrop prune --finished-before 30d": PRUNE,
-    "batchcrop prune --finished-before 30d [--json]": Run(
-        "prune --finished-before 30d --json", json_keys=("batches", "rows")
+    "batchcrop prune --finished-before 30d [--dry-run] [--json]": Run(
+        "prune --finished-before 30d --dry-run --json", json_keys=("batches", "batch_ids")
     ),
     "batchcrop prune --finished-before D": PRUNE,
     "batchcrop reap": Run("reap", out=r"^retried \d+, failed \d+, abandoned \d+$"),
