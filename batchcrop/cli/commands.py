@@ -260,11 +260,6 @@ def submit(args: argparse.Namespace) -> int:
     with opened(args, creates=True) as app:
         new_database = _new_sqlite_file(app)
         app.prepare_schema()
-        if new_database is not None:
-            _warn(
-                f"created a new SQLite database at {new_database} (give --database-url or "
-                "BATCHCROP_DATABASE_URL to use the fleet's)"
-            )
         request = _request(args, app.source_reader(trusted=True))
         try:
             # SIGTERM (a container's stop, `timeout`) ends a submission as Ctrl-C does: the
@@ -273,6 +268,12 @@ def submit(args: argparse.Namespace) -> int:
                 document, _ = app.batches.submit(request, idempotency_key=args.idempotency_key)
         except CallbackUrlError as exc:
             raise UsageError(f"--callback-url {exc}") from exc
+        # Said once the batch exists: a refused request says only why it was refused.
+        if new_database is not None:
+            _warn(
+                f"created a new SQLite database at {new_database} (give --database-url or "
+                "BATCHCROP_DATABASE_URL to use the fleet's)"
+            )
         warning = unserved_warning(app.leases, document["store"], document["id"])
         if warning is not None:
             _warn(warning)
