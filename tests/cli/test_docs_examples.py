@@ -170,6 +170,7 @@ EXAMPLES: dict[str, Run | InBlock] = {
     "batchcrop status 3f0c… --watch": DISTRIBUTED,
     "batchcrop status BATCH --watch": STATUS_WATCH,
     "batchcrop status BATCH [--watch]": STATUS_WATCH,
+    "batchcrop submit": Run("submit {SRC}", out=rf"^{UUID}$", err=r"no live worker serves"),
     "batchcrop submit --callback-url URL": CALLBACK,
     "batchcrop submit --deadline inf": Run(
         "submit {SRC} --deadline inf", exit=2, err=r"^batchcrop: error: not a duration: 'inf'"
