@@ -1,4 +1,4 @@
-"""A batch's failure allowance (docs/design.md §4, ADR 0031): at most that many failed items,
+"""A batch's failure allowance (docs/design.md §4, ADR 0035): at most that many failed items,
 none abandoned, and the batch ends `succeeded` with its failures counted as before."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""How many failed items a batch tolerates (docs/design.md §4, ADR 0031), and the ids of the
+"""How many failed items a batch tolerates (docs/design.md §4, ADR 0035), and the ids of the
 batches `prune` deleted (§4, retention). Additive: batches submitted before it tolerate no
 failure, and batches pruned before it are not remembered.
 
