@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 
 from batchcrop.batches.service import BatchService
+from batchcrop.batches.serving import read_fleet_stats, read_served_queue
 from batchcrop.crop.budget import MIB, MemoryBudget
 from batchcrop.crop.limits import IMAGE_SUFFIXES
 from batchcrop.logs import log_event
@@ -36,6 +38,25 @@ if TYPE_CHECKING:
 # The migrations (Alembic), the worker (the crop engine: NumPy, Pillow, OpenCV), the callback
 # deliverer (httpx) and the metrics (prometheus_client) are imported where first needed, so that
 # reading commands start fast (`bench/startup.py`).
+
+
+_STATEMENT_STARTS = "batchcrop_statement_starts"
+"""The connection's `info` key holding its statements' start times (a stack: one per cursor)."""
+
+
+def _time_statements(engine: sa.Engine, observe: Callable[[float], None]) -> None:
+    """Tell `observe` the wall time of each statement `engine` executes (a latency metric)."""
+
+    def before(conn: sa.Connection, *_: object) -> None:
+        conn.info.setdefault(_STATEMENT_STARTS, []).append(time.monotonic())
+
+    def after(conn: sa.Connection, *_: object) -> None:
+        starts = conn.info.get(_STATEMENT_STARTS)
+        if starts:
+            observe(time.monotonic() - starts.pop())
+
+    sa.event.listen(engine, "before_cursor_execute", before)
+    sa.event.listen(engine, "after_cursor_execute", after)
 
 
 @dataclass(frozen=True)
@@ -86,7 +107,11 @@ class App:
         if self._metrics is None:
             from batchcrop.metrics import Metrics  # noqa: PLC0415  (see the imports)
 
-            self._metrics = Metrics(queue=self.leases.queue)
+            self._metrics = Metrics(
+                queue=self.leases.queue, queue_by_store=lambda: read_served_queue(self.leases)
+            )
+            self._metrics.watch_fleet(lambda: read_fleet_stats(self.leases))
+            _time_statements(self.engine, self._metrics.database_statement_seconds.observe)
         return self._metrics
 
     @property

@@ -13,7 +13,8 @@ import json
 import logging
 import sys
 import time
-from typing import Any
+import warnings
+from typing import Any, TextIO
 
 LOGGER = logging.getLogger("batchcrop")
 LOG_FORMATS = ("logfmt", "json")
@@ -37,6 +38,12 @@ def _format_value(value: Any) -> str:
         return text
     # JSON string escaping: quotes, backslashes and every control character become escapes.
     return json.dumps(text)
+
+
+def figure(value: float) -> int | float:
+    """A number as a log field: an int when whole (`900`, not `900.0`, in logfmt), so JSON lines
+    carry numbers, never their text."""
+    return int(value) if float(value).is_integer() else value
 
 
 def log_event(event: str, *, level: int = logging.INFO, **fields: Any) -> None:
@@ -123,3 +130,51 @@ def configure(level: str = "INFO", fmt: str = "logfmt") -> None:
         logger.setLevel(level)
         logger.propagate = False
         logger.disabled = False  # a library's logging.config call may have disabled it
+    # Python's warnings (Pillow's DecompressionBombWarning, a library's deprecation) would print
+    # raw text, over several lines, into the stream of strict logfmt or JSON lines.
+    warnings.showwarning = _log_warning
+
+
+def _log_warning(  # noqa: PLR0917 -- the signature of warnings.showwarning
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
+    """`warnings.showwarning` as one `python_warning` event: the category and the message's
+    first line (never the source file or line that raised it)."""
+    text = str(message).splitlines()[0] if str(message) else ""
+    log_event("python_warning", level=logging.WARNING, category=category.__name__, message=text)
+
+
+class OutageLog:
+    """`database_unavailable` once per outage, with its reason, and `database_recovered` once at
+    its end, for a loop that retries every pass (a deliverer polls every second: one line per
+    pass would drown the outage's start). `during` names the loop; thread-confined."""
+
+    def __init__(self, during: str, **fields: Any) -> None:
+        self.during = during
+        self.fields = fields
+        self._down = False
+
+    def failed(self, exc: BaseException) -> None:
+        """A pass met the outage: logged only if it is the first since the last success."""
+        if self._down:
+            return
+        self._down = True
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        log_event(
+            "database_unavailable",
+            level=logging.WARNING,
+            **self.fields,
+            during=self.during,
+            error=reason,
+        )
+
+    def succeeded(self) -> None:
+        """A pass reached the database: the outage, if any, is over."""
+        if self._down:
+            self._down = False
+            log_event("database_recovered", **self.fields, during=self.during)

@@ -12,7 +12,8 @@ import logging
 import platform
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 
 from prometheus_client import (
     CollectorRegistry,
@@ -40,12 +41,18 @@ QUEUE_CACHE_SECONDS = 2.0
 ITEM_DURATION_BUCKETS_SECONDS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 OUTAGE_DEPENDENCIES = ("database", "store", "source")
 """The dependencies a worker has a circuit breaker for; their series exist from the start at 0."""
+LATENCY_BUCKETS_SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10)
+"""Buckets of the store and database latency histograms: a millisecond to ten seconds."""
 
 
 class Metrics:
     """The counters and histogram operators alert on; safe to share between threads."""
 
-    def __init__(self, queue: Callable[[], QueueStats] | None = None) -> None:
+    def __init__(
+        self,
+        queue: Callable[[], QueueStats] | None = None,
+        queue_by_store: Callable[[], StoreQueues] | None = None,
+    ) -> None:
         self.registry = CollectorRegistry()
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
@@ -53,7 +60,7 @@ class Metrics:
             {"version": __version__, "python": platform.python_version()}
         )
         if queue is not None:
-            self.registry.register(QueueCollector(queue))
+            self.registry.register(QueueCollector(queue, queue_by_store))
         self.in_flight = Gauge(
             "batchcrop_items_in_flight",
             "Items this process is working on now (claimed, not yet ended).",
@@ -154,19 +161,70 @@ class Metrics:
             registry=self.registry,
         )
 
+        self._operator_series()
+
+    # -- what an on-call reads besides the queue (docs/design.md §7, metrics) ----------------
+
+    def _operator_series(self) -> None:
+        self.reaper_last_success = Gauge(
+            "batchcrop_reaper_last_success_timestamp_seconds",
+            "When this process's reaper last finished a pass (Unix time; 0: not yet). Alert "
+            "on time() minus it: a reaper that stopped leaves expired leases held.",
+            registry=self.registry,
+        )
+        self.store_write_seconds = Histogram(
+            "batchcrop_store_write_seconds",
+            "Wall time of one object write to the store (put-if-absent of a derivative or a "
+            "preview), failed ones included.",
+            buckets=LATENCY_BUCKETS_SECONDS,
+            registry=self.registry,
+        )
+        self.database_statement_seconds = Histogram(
+            "batchcrop_database_statement_seconds",
+            "Wall time of one database statement, from sending it to its result.",
+            buckets=LATENCY_BUCKETS_SECONDS,
+            registry=self.registry,
+        )
+
+    def prime(
+        self, *, categories: Iterable[str], outcomes: Iterable[str], dependencies: Iterable[str]
+    ) -> None:
+        """Export every labelled series at 0 from the start, so that `rate()` and `increase()`
+        see the first failure of a kind instead of a series appearing at 1."""
+        for category in categories:
+            self.retryable_failures.labels(category)
+            self.terminal_failures.labels(category)
+        for outcome in outcomes:
+            self.item_duration.labels(outcome)
+        for dependency in dependencies:
+            self.outages.labels(dependency)
+
+    def watch_fleet(self, read: Callable[[], FleetStats]) -> None:
+        """Export the worker registry and the callback deliveries, read at scrape time."""
+        self.registry.register(FleetCollector(read))
+
     def render(self) -> bytes:
         """The Prometheus text exposition of this registry."""
         return generate_latest(self.registry)
 
 
-class QueueCollector(Collector):
-    """`batchcrop_queue_items{state}` and `batchcrop_queue_oldest_queued_age_seconds`, read
-    from the database when scraped; nothing is exported while the database is unavailable."""
+StoreQueues = Mapping[str, Mapping[State, int]]
+"""Unfinished items by store and state, of the stores a live worker serves only (an autoscaler
+must not add workers for a mistyped bucket's batches); `""` for batches without a store."""
 
-    def __init__(self, read: Callable[[], QueueStats]) -> None:
+
+class QueueCollector(Collector):
+    """`batchcrop_queue_items{state,store}` and `batchcrop_queue_oldest_queued_age_seconds`,
+    read from the database when scraped; nothing is exported while the database is
+    unavailable. Without `by_store`, the items gauge has the `state` label only."""
+
+    def __init__(
+        self, read: Callable[[], QueueStats], by_store: Callable[[], StoreQueues] | None = None
+    ) -> None:
         self._read = read
+        self._by_store = by_store
         self._lock = threading.Lock()
-        self._last: tuple[float, QueueStats] | None = None
+        self._last: tuple[float, QueueStats, StoreQueues | None] | None = None
 
     def describe(self) -> list[Metric]:
         # Registering must not read the database: describe the families without samples.
@@ -177,16 +235,38 @@ class QueueCollector(Collector):
             now = time.monotonic()
             if self._last is None or now - self._last[0] >= QUEUE_CACHE_SECONDS:
                 try:
-                    self._last = (now, self._read())
+                    stores = None if self._by_store is None else self._by_store()
+                    self._last = (now, self._read(), stores)
                 except Exception:
                     logging.getLogger("batchcrop").debug("queue read failed", exc_info=True)
                     self._last = None
                     return
-            stats = self._last[1]
-        yield from self._families(stats)
+            _, stats, stores = self._last
+        yield from self._families(stats, stores)
+
+    def _families(
+        self, stats: QueueStats | None, stores: StoreQueues | None = None
+    ) -> Iterator[Metric]:
+        if self._by_store is not None:
+            yield self._store_items(stores)
+        yield from self._totals(stats, with_items=self._by_store is None)
 
     @staticmethod
-    def _families(stats: QueueStats | None) -> Iterator[Metric]:
+    def _store_items(stores: StoreQueues | None) -> Metric:
+        items = GaugeMetricFamily(
+            "batchcrop_queue_items",
+            "Unfinished items by state (queued, in_progress, retryable) and store, of the "
+            "stores a live worker serves.",
+            labels=["state", "store"],
+        )
+        for store, counts in sorted((stores or {}).items()):
+            for state in State:
+                if state in UNFINISHED:
+                    items.add_metric([state.value, store], counts.get(state, 0))
+        return items
+
+    @staticmethod
+    def _totals(stats: QueueStats | None, *, with_items: bool) -> Iterator[Metric]:
         items = GaugeMetricFamily(
             "batchcrop_queue_items",
             "Unfinished items of every batch by state (queued, in_progress, retryable).",
@@ -201,5 +281,80 @@ class QueueCollector(Collector):
                 if state in UNFINISHED:
                     items.add_metric([state.value], stats.counts.get(state, 0))
             age.add_metric([], stats.head_queued_age_seconds or 0.0)
-        yield items
+        if with_items:
+            yield items
         yield age
+
+
+# -- the worker registry and the callback deliveries, read at scrape time -------------------
+
+
+@dataclass(frozen=True)
+class FleetStats:
+    """What `FleetCollector` exports: registered workers by status (`alive`, `absent`), the
+    slots (concurrency) of the live ones by store, and callback deliveries by stage
+    (`pending`: queued or being sent, `retrying`: waiting for a retry, `failed`: given up)."""
+
+    workers: Mapping[str, int] = field(default_factory=dict)
+    slots: Mapping[str, int] = field(default_factory=dict)
+    deliveries: Mapping[str, int] = field(default_factory=dict)
+
+
+WORKER_STATUSES = ("alive", "absent")
+DELIVERY_STAGES = ("pending", "retrying", "failed")
+
+
+class FleetCollector(Collector):
+    """`batchcrop_workers{status}`, `batchcrop_worker_slots{store}` (capacity: desired
+    workers = queued / slots per worker) and `batchcrop_callback_deliveries{stage}`, read when
+    scraped (at most once per `QUEUE_CACHE_SECONDS`); absent while the database is down."""
+
+    def __init__(self, read: Callable[[], FleetStats]) -> None:
+        self._read = read
+        self._lock = threading.Lock()
+        self._last: tuple[float, FleetStats] | None = None
+
+    def describe(self) -> list[Metric]:
+        return list(self._families(None))
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            now = time.monotonic()
+            if self._last is None or now - self._last[0] >= QUEUE_CACHE_SECONDS:
+                try:
+                    self._last = (now, self._read())
+                except Exception:
+                    logging.getLogger("batchcrop").debug("fleet read failed", exc_info=True)
+                    self._last = None
+                    return
+            stats = self._last[1]
+        yield from self._families(stats)
+
+    @staticmethod
+    def _families(stats: FleetStats | None) -> Iterator[Metric]:
+        workers = GaugeMetricFamily(
+            "batchcrop_workers",
+            "Registered workers by status: alive (seen within the worker timeout) or absent.",
+            labels=["status"],
+        )
+        slots = GaugeMetricFamily(
+            "batchcrop_worker_slots",
+            "Slots (items worked at once) of the live workers, by their store.",
+            labels=["store"],
+        )
+        deliveries = GaugeMetricFamily(
+            "batchcrop_callback_deliveries",
+            "Callback deliveries kept in the database by stage: pending (queued or being "
+            "sent), retrying (waiting for a retry), failed (given up).",
+            labels=["stage"],
+        )
+        if stats is not None:
+            for status in WORKER_STATUSES:
+                workers.add_metric([status], stats.workers.get(status, 0))
+            for store, n in sorted(stats.slots.items()):
+                slots.add_metric([store], n)
+            for stage in DELIVERY_STAGES:
+                deliveries.add_metric([stage], stats.deliveries.get(stage, 0))
+        yield workers
+        yield slots
+        yield deliveries

@@ -257,8 +257,11 @@ def redact_url(url: str) -> str:
 _UNIT_SECONDS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
-def parse_duration(text: str) -> float:
-    """Seconds from `90s`, `30m`, `2h` or `1d`; SettingsError otherwise.
+def parse_duration(
+    text: str, *, maximum_seconds: float = DURATION_SECONDS_MAX, what: str = "duration"
+) -> float:
+    """Seconds from `90s`, `30m`, `2h` or `1d`, positive and at most `maximum_seconds`;
+    SettingsError otherwise, naming `what` and its own limit (`the deadline`: 30 days).
 
     A unit is required: a bare `90` reads as seconds to some and minutes to others.
     """
@@ -271,6 +274,8 @@ def parse_duration(text: str) -> float:
     except ValueError:
         raise SettingsError(f"not a duration: {text!r} (use e.g. 90s, 30m, 2h, 1d)") from None
     # `not 0 < x <= max` also refuses NaN and infinity (which float() accepts).
-    if not 0 < seconds <= DURATION_SECONDS_MAX:
-        raise SettingsError(f"duration must be positive and at most 10 years: {text!r}")
+    if not 0 < seconds <= maximum_seconds:
+        days = maximum_seconds / 86400
+        limit = f"{days / 365:g} years" if days >= 365 else f"{days:g} days"
+        raise SettingsError(f"{what} must be positive and at most {limit}: {text!r}")
     return seconds

@@ -117,7 +117,7 @@ class Executor:
             if is_refusal(exc):
                 raise DatabaseRefused(f"the database refused: {driver_reason(exc)}") from exc
             if _is_transient(exc, self.dialect_name):
-                raise DatabaseUnavailable(f"database unavailable: {driver_reason(exc)}") from exc
+                raise DatabaseUnavailable(f"database unreachable: {driver_reason(exc)}") from exc
             if _is_missing_table(exc):
                 raise SchemaMissing("the database has no such table") from exc
             raise

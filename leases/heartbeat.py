@@ -105,7 +105,7 @@ class Heartbeats:
         try:
             replies = self._manager.heartbeat_many([h.claim for h in held])
         except DatabaseUnavailable:
-            log.warning("heartbeat of %d leases failed, database unavailable; retrying", len(held))
+            log.warning("heartbeat of %d leases failed, database unreachable; retrying", len(held))
             return False
         for lease, reply in zip(held, replies, strict=True):
             if reply is None:

@@ -11,8 +11,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, WithJsonSchema
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    StringConstraints,
+    WithJsonSchema,
+)
 
+from batchcrop.batches.allowance import ALLOW_FAILURES_COUNT_MAX, allow_failures_text
 from batchcrop.batches.documents import DerivativeDocument, PreviewDocument
 from batchcrop.batches.items import (
     FOCUS_PX_MAX,
@@ -87,6 +96,28 @@ SearchText = Annotated[
     AfterValidator(storable_text),
 ]
 """A search of the batch list: as long as the longest source it may name."""
+
+
+def _allowance(value: object) -> str:
+    """A count (a JSON integer, not a boolean) or a percentage text, canonical
+    (`allow_failures_text`): one rule, one field name in the 422 whatever the JSON type."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError('allow_failures must be a count (5) or a percentage ("2.5%")')
+    return allow_failures_text(value)
+
+
+AllowFailures = Annotated[
+    str,
+    PlainValidator(_allowance),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 0, "maximum": ALLOW_FAILURES_COUNT_MAX},
+                {"type": "string", "pattern": r"^[0-9]{1,3}(\.[0-9]{1,2})?%$"},
+            ]
+        }
+    ),
+]
 
 
 class _Strict(BaseModel):
@@ -166,6 +197,13 @@ class BatchBody(_Strict):
         Field(
             json_schema_extra={"deprecated": True},  # marked, without pydantic's warning on reads
             description="deprecated: the former name of `callback_url`",
+        ),
+    ] = None
+    allow_failures: Annotated[
+        AllowFailures | None,
+        Field(
+            description="failed items the batch tolerates and still ends `succeeded`: a count "
+            '(5) or a percentage of its items ("2.5%"); null or absent: none'
         ),
     ] = None
 
@@ -300,6 +338,18 @@ class StatusDocument(BaseModel):
     deliveries: Annotated[
         list[DeliveryDocument],
         Field(description="the completion callback's deliveries, oldest first"),
+    ]
+    allow_failures: Annotated[
+        str | None,
+        Field(description='the failures tolerated, as submitted ("5", "2.5%"), or null'),
+    ]
+    failures_allowed: Annotated[
+        int,
+        Field(
+            description="how many failed items the batch tolerates (a percentage of `total` "
+            "rounded down): with none abandoned and at most this many failed, a batch whose "
+            "items all ended is `succeeded`"
+        ),
     ]
 
 

@@ -76,6 +76,7 @@ def batch_request(
             focus[index] = focus_box(item.focus_box)
     return BatchRequest(
         items=ItemList(paths, refs, focus),
+        allow_failures=body.allow_failures,
         spec=spec,
         deadline_seconds=body.deadline_seconds,
         max_attempts=body.max_attempts,

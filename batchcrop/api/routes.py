@@ -15,11 +15,14 @@ from batchcrop.api.requests import batch_request, path_id, query_id
 from batchcrop.app import App
 from batchcrop.batches.reads import PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX
 from batchcrop.batches.recrop import FocusOutside, recrop
+from batchcrop.batches.serving import unserved_warning
 from batchcrop.batches.submission import IDEMPOTENCY_KEY_CHARS_MAX
 from batchcrop.callbacks.delivery import CallbackUrlError
 from leases import State
 
 CURSOR_CHARS_MAX = 64
+SUBMIT_WARNING_HEADER = "Batchcrop-Warning"
+"""On `POST /v1/batches`: why the batch may not be worked (no live worker serves its store)."""
 IF_NONE_MATCH_CHARS_MAX = 4096
 PROBLEM_RESPONSE = {"model": models.ProblemDocument, "content": {"application/problem+json": {}}}
 PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -58,7 +61,11 @@ def batch_router(app: App) -> APIRouter:
         status_code=201,
         response_model=None,
         responses={
-            201: {"model": models.StatusDocument, "description": "created"},
+            201: {
+                "model": models.StatusDocument,
+                "description": "created; a `Batchcrop-Warning` header says when no live worker "
+                "serves the batch's store",
+            },
             200: {"model": models.StatusDocument, "description": "the batch of this key"},
             409: PROBLEM_RESPONSE,
         },
@@ -76,8 +83,12 @@ def batch_router(app: App) -> APIRouter:
         except CallbackUrlError as exc:
             # Named as the client named it: `notify_url` is the deprecated name (ADR 0030).
             raise field_problem(body.callback_url_field, str(exc)) from exc
-        location = f"/v1/batches/{document['id']}"
-        return json_response(document, 201 if created else 200, {"Location": location})
+        headers = {"Location": f"/v1/batches/{document['id']}"}
+        warning = unserved_warning(app.leases, document["store"], document["id"])
+        if warning is not None:
+            # A header is Latin-1: a store URL naming a non-ASCII folder is escaped.
+            headers[SUBMIT_WARNING_HEADER] = warning.encode("ascii", "backslashreplace").decode()
+        return json_response(document, 201 if created else 200, headers)
 
     @router.get("", response_model=models.BatchPage)
     def list_batches(

@@ -23,7 +23,7 @@ from batchcrop.api.application import create_api
 from batchcrop.api.hosts import is_loopback
 from batchcrop.app import App
 from batchcrop.callbacks.delivery import DELIVERY_DEADLINE_SECONDS
-from batchcrop.logs import log_event
+from batchcrop.logs import OutageLog, log_event
 from leases import DatabaseUnavailable
 
 EXIT_OK = 0
@@ -47,6 +47,7 @@ class Reaper(threading.Thread):
         super().__init__(name="batchcrop-reaper", daemon=True)
         self.app = app
         self._stopping = threading.Event()
+        self._outage = OutageLog("reaper")
 
     def run(self) -> None:
         interval = self.app.settings.reaper_interval_seconds
@@ -54,11 +55,13 @@ class Reaper(threading.Thread):
             try:
                 result = self.app.leases.reap()
             except DatabaseUnavailable as exc:
-                log_event("database_unavailable", level=logging.WARNING, error=str(exc))
+                self._outage.failed(exc)
                 continue
             except Exception:
                 log.exception("reaper pass failed")
                 continue
+            self._outage.succeeded()
+            self.app.metrics.reaper_last_success.set_to_current_time()
             # Abandoned items are cancel/deadline work, not lease expirations.
             expired = result.retried + result.failed
             if expired:
@@ -89,6 +92,7 @@ class Pruner(threading.Thread):
         self.app = app
         self.finished_before_seconds = finished_before_seconds
         self._stopping = threading.Event()
+        self._outage = OutageLog("pruner")
 
     def run(self) -> None:
         delay = min(60.0, PRUNE_INTERVAL_SECONDS)
@@ -97,11 +101,12 @@ class Pruner(threading.Thread):
             try:
                 result = self.app.batches.prune(self.finished_before_seconds)
             except DatabaseUnavailable as exc:
-                log_event("database_unavailable", level=logging.WARNING, error=type(exc).__name__)
+                self._outage.failed(exc)
                 continue
             except Exception:
                 log.exception("prune pass failed")
                 continue
+            self._outage.succeeded()
             if result.batches:
                 log_event("pruned", batches=result.batches, rows=result.rows)
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from batchcrop.batches.allowance import failures_allowed
 from batchcrop.crop import RenderSpec
 from leases import UNFINISHED, EventRow, GroupSummary, ItemRow, State
 from storage import object_url
@@ -30,13 +31,15 @@ def parse_iso(text: str) -> datetime:
 @dataclass(frozen=True)
 class Batch:
     """The batch row: its id, the render request every item of the batch gets, and the store
-    its derivatives go to (None for batches submitted before stores were recorded)."""
+    its derivatives go to (None for batches submitted before stores were recorded).
+    `allow_failures` is how many failed items it tolerates, as given (`5`, `2.5%`), or None."""
 
     id: str
     spec: RenderSpec
     store: str | None = None
     label: str | None = None
     callback_url: str | None = None
+    allow_failures: str | None = None
 
 
 def batch_of_row(row: Any) -> Batch:
@@ -47,11 +50,14 @@ def batch_of_row(row: Any) -> Batch:
         store=row["store"],
         label=row["label"],
         callback_url=row["notify_url"],
+        allow_failures=row["allow_failures"],
     )
 
 
-def batch_state(summary: GroupSummary) -> State:
-    """docs/design.md §4: computed from the item counts, never from a client counter."""
+def batch_state(summary: GroupSummary, allowed: int = 0) -> State:
+    """docs/design.md §4: computed from the item counts, never from a client counter. `allowed`
+    is how many failed items the batch tolerates (`failures_allowed`): a batch whose items all
+    ended, none abandoned and at most that many failed, is `succeeded`."""
     counts = summary.counts
     if any(counts[s] for s in UNFINISHED):
         if counts[State.QUEUED] == summary.total:
@@ -59,20 +65,25 @@ def batch_state(summary: GroupSummary) -> State:
         return State.IN_PROGRESS
     if counts[State.SUCCEEDED] == summary.total:
         return State.SUCCEEDED
+    if not counts[State.ABANDONED] and counts[State.FAILED] <= allowed:
+        return State.SUCCEEDED
     if counts[State.ABANDONED]:
         return State.ABANDONED
     return State.FAILED
 
 
-def terminal_reason(state: State, summary: GroupSummary) -> str | None:
-    """One sentence saying why a terminal batch ended as it did; None while unfinished."""
+def terminal_reason(state: State, summary: GroupSummary, allowed: int = 0) -> str | None:
+    """One sentence saying why a terminal batch ended as it did (`allowed`: its
+    `failures_allowed`); None while unfinished."""
     if state in UNFINISHED:
         return None
     total = summary.total
+    failed = summary.counts[State.FAILED]
+    by_category = ", ".join(f"{cat}: {n}" for cat, n in sorted(summary.failures.items()))
+    if state is State.SUCCEEDED and failed:
+        return f"{failed} of {total} items failed ({by_category}), within the {allowed} allowed."
     if state is State.SUCCEEDED:
         return f"All {total} items succeeded."
-    by_category = ", ".join(f"{cat}: {n}" for cat, n in sorted(summary.failures.items()))
-    failed = summary.counts[State.FAILED]
     abandoned = summary.counts[State.ABANDONED]
     parts = []
     if failed:
@@ -94,7 +105,8 @@ def status_document(
     The render request's public fields (`RenderSpec.to_record`) appear at the top level;
     `deliveries` are the batch's callback deliveries (`delivery_document`), oldest first.
     """
-    state = batch_state(summary)
+    allowed = failures_allowed(batch.allow_failures, summary.total)
+    state = batch_state(summary, allowed)
     return {
         "id": batch.id,
         "state": state.value,
@@ -107,7 +119,7 @@ def status_document(
         "updated_at": iso(summary.updated_at),
         "deadline_at": iso(summary.deadline_at),
         "oldest_updated_at": iso(summary.oldest_updated_at),
-        "terminal_reason": terminal_reason(state, summary),
+        "terminal_reason": terminal_reason(state, summary, allowed),
         "poll_until": iso(summary.deadline_at + timedelta(seconds=poll_margin_seconds)),
         "store": batch.store,
         "label": batch.label,
@@ -115,6 +127,8 @@ def status_document(
         # The deprecated former name, kept for readers of status documents (ADR 0030).
         "notify_url": batch.callback_url,
         "deliveries": [dict(d) for d in deliveries],
+        "allow_failures": batch.allow_failures,
+        "failures_allowed": allowed,
     }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
+from batchcrop.batches.allowance import failures_allowed
 from batchcrop.batches.documents import (
     Batch,
     batch_of_row,
@@ -20,6 +21,7 @@ from batchcrop.batches.documents import (
 )
 from batchcrop.batches.errors import AmbiguousId, BadCursor, NoSuchBatch, NoSuchRef, as_batch
 from batchcrop.batches.outbox import Outbox
+from batchcrop.batches.pruned import missing_batch
 from batchcrop.crop.spec import RenderSpec
 from batchcrop.db import queries
 from leases import GroupSummary, LeaseManager, State, state_names
@@ -74,6 +76,8 @@ class Reads:
             if not _ID_CHARS.issuperset(text):
                 raise NoSuchBatch(f"no batch {text}")
             found = [str(r.id) for r in conn.execute(queries.batch_ids_with_prefix(text))]
+        if not found:
+            raise NoSuchBatch(missing_batch(self.leases, text))
         return _one(found, text, "batch")
 
     def resolve_item_id(self, batch_id: str, text: str) -> str:
@@ -91,7 +95,7 @@ class Reads:
         with self.leases.reading() as conn:
             row = conn.execute(queries.batch_by_id(batch_id)).mappings().first()
         if row is None:
-            raise NoSuchBatch(f"no batch {batch_id}")
+            raise NoSuchBatch(missing_batch(self.leases, batch_id))
         return batch_of_row(row)
 
     def summary(self, batch_id: str) -> GroupSummary:
@@ -181,9 +185,10 @@ class Reads:
             summary = summaries.get(row["id"])
             if summary is None:
                 continue  # its group is being purged
-            if state is not None and batch_state(summary) is not state:
-                continue
             batch = batch_of_row(row)
+            allowed = failures_allowed(batch.allow_failures, summary.total)
+            if state is not None and batch_state(summary, allowed) is not state:
+                continue
             deliveries = self.outbox.deliveries(batch.id) if batch.callback_url is not None else []
             documents.append(
                 status_document(

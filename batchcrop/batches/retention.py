@@ -85,7 +85,8 @@ class Retention:
             if now != set(deliveries):
                 return None  # a callback written since it was listed
             # First the batch row: from here on the batch is gone for readers and requeue.
-            conn.execute(queries.delete_batch(batch_id))
+            if conn.execute(queries.delete_batch(batch_id)).rowcount:
+                conn.execute(queries.insert_pruned(batch_id))
         rows = 0
         for delete in (queries.delete_derivatives, queries.delete_previews):
             deleted = PRUNE_BATCH_ROWS

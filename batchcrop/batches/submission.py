@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from batchcrop.batches.allowance import allow_failures_text
 from batchcrop.batches.errors import EmptyBatch, IdempotencyConflict
 from batchcrop.batches.items import ItemList, ItemRequest, time_ordered_uuids
 from batchcrop.batches.reads import Reads
@@ -47,12 +48,16 @@ class BatchRequest:
     max_attempts: int
     label: str | None = None
     callback_url: str | None = None
+    allow_failures: str | None = None
+    """How many failed items the batch tolerates (`allow_failures_text`: `5`, `2.5%`)."""
     idempotency_key: str | None = None
     resumable: bool = False
     forced: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "items", ItemList.of(self.items))
+        if self.allow_failures is not None:
+            object.__setattr__(self, "allow_failures", allow_failures_text(self.allow_failures))
         if self.resumable and self.idempotency_key is not None:
             raise ValueError("a resumable request derives its idempotency key: give no key")
         if self.forced and not self.resumable:
@@ -80,6 +85,8 @@ class BatchRequest:
             body["label"] = self.label
         if self.callback_url is not None:
             body["notify_url"] = self.callback_url
+        if self.allow_failures is not None:
+            body["allow_failures"] = self.allow_failures
         slot = '"items": ' + json.dumps(_ITEMS_PLACEHOLDER)
         before, after = json.dumps(body, sort_keys=True).split(slot, 1)
         digest = hashlib.sha256(before.encode())
@@ -162,6 +169,7 @@ class Submissions:
             store=store,
             label=request.label,
             notify_url=request.callback_url,
+            allow_failures=request.allow_failures,
         )
         try:
             # The batch row is written by the transaction that seals the group, so the batch

@@ -45,7 +45,7 @@ from batchcrop.callbacks.hosts import (
 from batchcrop.callbacks.pacing import DestinationPacing
 from batchcrop.db import queries
 from batchcrop.db.queries import chunks
-from batchcrop.logs import log_event
+from batchcrop.logs import OutageLog, log_event
 from leases import Claim, DatabaseUnavailable, LeaseLost, LeaseManager, Signal, State, Wakeups
 
 if TYPE_CHECKING:
@@ -150,6 +150,7 @@ class Deliverer(threading.Thread):
             headers={"User-Agent": f"batchcrop/{__version__}"},
         )
         self._stopping = threading.Event()
+        self._outage = OutageLog("deliverer")
         self._refused_logged: set[tuple[str | None, str]] = set()
         self._sending_pool = ThreadPoolExecutor(senders, thread_name_prefix="deliverer-send")
         self._resolving_pool = ThreadPoolExecutor(RESOLVERS_MAX, thread_name_prefix="resolver")
@@ -168,10 +169,9 @@ class Deliverer(threading.Thread):
                 mark = self._wake.mark()
                 try:
                     claimed = self.deliver_due(wait=False)
+                    self._outage.succeeded()
                 except DatabaseUnavailable as exc:
-                    log_event(
-                        "database_unavailable", level=logging.WARNING, error=type(exc).__name__
-                    )
+                    self._outage.failed(exc)
                     claimed = 0
                 except Exception:
                     logging.getLogger("batchcrop").exception("delivery pass failed")

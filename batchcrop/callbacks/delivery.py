@@ -117,12 +117,13 @@ def check_callback_url(url: str, hosts: tuple[str, ...]) -> str:
     refusal = destination_refusal(parts, hosts)
     if refusal == HOST_NOT_ALLOWED:
         raise CallbackUrlError(
-            "its host is not allowed: callbacks go only to hosts listed in BATCHCROP_CALLBACK_HOSTS"
+            "names a host that is not allowed: callbacks go only to hosts listed in "
+            "BATCHCROP_CALLBACK_HOSTS"
         )
     if refusal == PORT_NOT_ALLOWED:
         raise CallbackUrlError(
-            "its port is not allowed: a BATCHCROP_CALLBACK_HOSTS entry allows the scheme's default "
-            "port unless it names another (host:port)"
+            "names a port that is not allowed: a BATCHCROP_CALLBACK_HOSTS entry allows the "
+            "scheme's default port unless it names another (host:port)"
         )
     return url
 

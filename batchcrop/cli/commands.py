@@ -31,6 +31,7 @@ from batchcrop.batches.items import (
     focus_box,
     focus_from_text,
 )
+from batchcrop.batches.serving import unserved_warning
 from batchcrop.batches.submission import BatchRequest, check_deadline
 from batchcrop.callbacks.delivery import CallbackUrlError
 from batchcrop.cli.exit_codes import Exit
@@ -46,8 +47,8 @@ from batchcrop.cli.reporting import (
 from batchcrop.cli.startup import wait_until_ready
 from batchcrop.crop.spec import RenderSpec
 from batchcrop.errors import BatchcropError
-from batchcrop.logs import log_event
-from batchcrop.settings import Settings, parse_duration
+from batchcrop.logs import OutageLog, figure, log_event
+from batchcrop.settings import DEADLINE_SECONDS_MAX, Settings, parse_duration
 from leases import REQUEUEABLE, TERMINAL, DatabaseUnavailable, State, state_names
 from storage import SourceReader
 
@@ -238,7 +239,9 @@ def _request(
 ) -> BatchRequest:
     """What `submit` (or, `resumable`, `run`) asks to submit, parsed once from its flags."""
     spec = RenderSpec.from_input(vars(args))
-    deadline_seconds = parse_duration(args.deadline)
+    deadline_seconds = parse_duration(
+        args.deadline, maximum_seconds=DEADLINE_SECONDS_MAX, what="the deadline"
+    )
     return BatchRequest(
         items=_items(args, reader),
         spec=spec,
@@ -249,12 +252,14 @@ def _request(
         idempotency_key=getattr(args, "idempotency_key", None),
         resumable=resumable,
         forced=resumable and getattr(args, "force", False),
+        allow_failures=args.allow_failures,
     )
 
 
 def submit(args: argparse.Namespace) -> int:
     """`batchcrop submit`: create a batch, print its id (or its status document)."""
     with opened(args, creates=True) as app:
+        new_database = _new_sqlite_file(app)
         app.prepare_schema()
         request = _request(args, app.source_reader(trusted=True))
         try:
@@ -264,11 +269,35 @@ def submit(args: argparse.Namespace) -> int:
                 document, _ = app.batches.submit(request)
         except CallbackUrlError as exc:
             raise UsageError(f"--callback-url {exc}") from exc
+        # Said once the batch exists: a refused request says only why it was refused.
+        if new_database is not None:
+            _warn(
+                f"created a new SQLite database at {new_database} (give --database-url or "
+                "BATCHCROP_DATABASE_URL to use the fleet's)"
+            )
+        warning = unserved_warning(app.leases, document["store"], document["id"])
+        if warning is not None:
+            _warn(warning)
     if args.json:
         _print_json(document)
     else:
         print(document["id"])
     return 0
+
+
+def _new_sqlite_file(app: App) -> str | None:
+    """The absolute path of the SQLite database file about to be created by this command, or
+    None (it exists, or the database is PostgreSQL)."""
+    url = app.engine.url
+    if url.get_backend_name() != "sqlite" or os.path.exists(url.database or ""):
+        return None
+    return os.path.abspath(url.database or "")
+
+
+def _warn(message: str) -> None:
+    """One line on stderr that does not stop the command (control characters escaped)."""
+    shown = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in message)
+    print(f"batchcrop: warning: {shown}", file=sys.stderr)
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -428,7 +457,7 @@ def worker(args: argparse.Namespace) -> int:
             log_event(
                 "worker_stopping",
                 worker=the_worker.worker_id,
-                grace_s=f"{args.shutdown_grace_seconds:g}",
+                grace_s=figure(args.shutdown_grace_seconds),
             )
             ended = the_worker.join(args.shutdown_grace_seconds)
             if not ended:
@@ -528,16 +557,23 @@ def items(args: argparse.Namespace) -> int:
     with opened(args) as app:
         batch_id = app.batches.resolve_id(args.batch)
         documents: list[dict[str, Any]] = []
-        cursor: str | None = None
+        cursor: str | None = args.cursor
         while True:
-            page, cursor = app.batches.items(batch_id, states=states, cursor=cursor, limit=1000)
+            page, cursor = app.batches.items(
+                batch_id, states=states, cursor=cursor, limit=args.limit or 1000
+            )
             documents.extend(page)
-            if cursor is None:
+            if cursor is None or args.limit is not None:
                 break
     if args.json:
-        _print_json({"items": documents, "next_cursor": None})
+        _print_json({"items": documents, "next_cursor": cursor})
     else:
         print_items(documents)
+        if cursor is not None:
+            print(
+                f"more: batchcrop items {batch_id} --limit {args.limit} --cursor {cursor}",
+                file=sys.stderr,
+            )
     return 0
 
 
@@ -576,7 +612,11 @@ def requeue(args: argparse.Namespace) -> int:
     states = [State(name) for name in args.state]  # names checked by the flag's type
     if not set(states) <= REQUEUEABLE:
         raise UsageError("only failed and abandoned items can be requeued")
-    deadline = parse_duration(args.deadline) if args.deadline else None
+    deadline = (
+        parse_duration(args.deadline, maximum_seconds=DEADLINE_SECONDS_MAX, what="the deadline")
+        if args.deadline
+        else None
+    )
     if deadline is not None:
         check_deadline(deadline)  # a usage error, before the database is asked anything
     with opened(args) as app:
@@ -667,6 +707,7 @@ def wait(args: argparse.Namespace) -> int:
         batch_id = app.batches.resolve_id(args.batch)
         document = app.batches.status(batch_id)
         quiet_since = time.monotonic()
+        outage = OutageLog("wait")
         while document["state"] not in TERMINAL:
             if _past(document["poll_until"]):
                 raise StillUnfinished(
@@ -678,8 +719,9 @@ def wait(args: argparse.Namespace) -> int:
             try:
                 latest = app.batches.status(batch_id)
             except DatabaseUnavailable as exc:
-                log_event("database_unavailable", level=logging.WARNING, error=str(exc))
+                outage.failed(exc)
                 continue
+            outage.succeeded()
             if latest != document:
                 quiet_since = time.monotonic()
             document = latest
@@ -722,6 +764,15 @@ def prune(args: argparse.Namespace) -> int:
     older_than = parse_duration(args.finished_before)
     with opened(args) as app:
         app.prepare_schema()
+        if args.dry_run:
+            listed = [batch_id for batch_id, _ in app.batches.prunable(older_than)]
+            if args.json:
+                _print_json({"batches": len(listed), "batch_ids": listed})
+            else:
+                for batch_id in listed:
+                    print(batch_id)
+                print(f"would prune {len(listed)} batches (nothing deleted)", file=sys.stderr)
+            return 0
         result = app.batches.prune(older_than)
     if args.json:
         _print_json({"batches": result.batches, "rows": result.rows})

@@ -15,6 +15,7 @@ from typing import NoReturn
 # Only light modules here: `--help`, `--version` and reading commands must start fast
 # (`bench/startup.py`). The commands, and whatever they need, are imported when one runs.
 from batchcrop import __version__
+from batchcrop.batches.allowance import allow_failures_text
 from batchcrop.callbacks.hosts import PORT_MAX
 from batchcrop.cli.exit_codes import Exit
 from batchcrop.crop.fields import RenderField
@@ -170,6 +171,13 @@ def _render_flags(p: argparse.ArgumentParser) -> None:
         help=f"attempts per item before it fails (default {MAX_ATTEMPTS})",
     )
     g.add_argument("--label", help="a human label for the batch (listings, `batches --label`)")
+    g.add_argument(
+        "--allow-failures",
+        type=_allow_failures,
+        metavar="N|P%",
+        help="failed items the batch tolerates and still ends succeeded (exit 0), as a count "
+        "or a percentage of its items, e.g. 5 or 2.5%% (default 0)",
+    )
 
 
 def _render_flag_help(declared: RenderField) -> str:
@@ -255,6 +263,41 @@ def _states(text: str) -> list[str]:
             f"states are {', '.join(STATE_NAMES)}, comma-separated; not {text!r}"
         )
     return names
+
+
+def _allow_failures(text: str) -> str:
+    """`--allow-failures`, as a flag's type: its canonical text, or a usage error."""
+    try:
+        return allow_failures_text(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).replace("allow_failures", "it", 1)) from None
+
+
+BATCH_STATE_NAMES = tuple(name for name in STATE_NAMES if name != "retryable")
+"""The states a batch can be in (docs/design.md §4: a batch is never `retryable`)."""
+PAGE_LIMIT_MAX = 1000
+"""The largest page of `items --limit` (the API's `limit` bound)."""
+
+
+def _batch_state(text: str) -> str:
+    """A batch state name, as a flag's type (`batches --state`)."""
+    if text == "retryable":
+        raise argparse.ArgumentTypeError(
+            "retryable is an item state (try `batchcrop items BATCH --state retryable`); "
+            f"a batch is {', '.join(BATCH_STATE_NAMES)}"
+        )
+    if text not in BATCH_STATE_NAMES:
+        raise argparse.ArgumentTypeError(
+            f"a batch state is one of {', '.join(BATCH_STATE_NAMES)}; not {text!r}"
+        )
+    return text
+
+
+def _page_limit(text: str) -> int:
+    """A page size, as a flag's type: 1 to `PAGE_LIMIT_MAX`."""
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= PAGE_LIMIT_MAX:
+        raise argparse.ArgumentTypeError(f"a page is 1 to {PAGE_LIMIT_MAX} items, not {text!r}")
+    return int(text)
 
 
 def _scrape_port(text: str) -> int:
@@ -380,7 +423,9 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table
     p.set_defaults(handler=commands.reap)
 
     p = sub.add_parser("batches", help="list batches, newest first")
-    p.add_argument("--state", choices=STATE_NAMES)
+    p.add_argument(
+        "--state", type=_batch_state, metavar="STATE", help=f"one of {', '.join(BATCH_STATE_NAMES)}"
+    )
     p.add_argument("--label", help="only batches with this label")
     _json_flag(p, "list")
     _database_flags(p)
@@ -398,6 +443,14 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table
     p.add_argument(
         "--state", type=_states, metavar="STATES", help="only items in these states (a,b,...)"
     )
+    p.add_argument(
+        "--limit",
+        type=_page_limit,
+        metavar="N",
+        help=f"print one page of at most N items (1 to {PAGE_LIMIT_MAX}) and the cursor of the "
+        "next one (on stderr; `next_cursor` with --json), instead of every item",
+    )
+    p.add_argument("--cursor", metavar="C", help="start at this next_cursor of an earlier page")
     _json_flag(p, "items")
     _database_flags(p)
     p.set_defaults(handler=commands.items)
@@ -506,6 +559,12 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table
         metavar="D",
         required=True,
         help="delete batches whose items all ended at least this long ago, e.g. 30d",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="list the ids of the batches a prune would delete now, oldest first, and delete "
+        "nothing",
     )
     _json_flag(p, "result")
     _database_flags(p)
@@ -647,7 +706,7 @@ def _configure_logs(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `batchcrop` command; returns the exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_attach_negative_values(sys.argv[1:] if argv is None else argv))
     code = _run(args)
     # Flush here, where a reader that went away (`batchcrop items X | head`) is caught, rather
     # than at interpreter exit, where Python complains on stderr.
@@ -656,6 +715,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return _broken_pipe()
     return code
+
+
+DURATION_FLAGS = ("--deadline", "--finished-before", "--prune-finished-before")
+"""Flags whose value may be mistyped as negative (`--deadline -5m`)."""
+
+
+def _attach_negative_values(argv: Sequence[str]) -> list[str]:
+    """`--deadline -5m` as `--deadline=-5m`: argparse reads a value starting with `-` as a
+    flag, and answers "expected one argument" instead of the duration's own message."""
+    out: list[str] = []
+    for arg in argv:
+        if out and out[-1] in DURATION_FLAGS and arg[:1] == "-" and arg[1:2].isdigit():
+            out[-1] = f"{out[-1]}={arg}"
+        else:
+            out.append(arg)
+    return out
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -186,6 +186,12 @@ def status_table(document: dict[str, Any]) -> Table:
     for category, n in document["failures"].items():
         table.add_row(literal(f"  failure: {category}"), str(n))
     table.add_row("ratios", literal(", ".join(document["ratios"])))
+    table.add_row("formats", literal(", ".join(document["formats"])))
+    table.add_row("max side", literal(f"{document['max_side']} px"))
+    table.add_row("quality", literal(document["quality"]))
+    if document.get("allow_failures") is not None:
+        allowed = f"{document['failures_allowed']} ({document['allow_failures']})"
+        table.add_row("failures allowed", literal(allowed))
     if document.get("store"):
         table.add_row("store", literal(document["store"]))
     table.add_row("created", literal(document["created_at"]))
@@ -211,6 +217,9 @@ def print_batches(documents: Sequence[dict[str, Any]]) -> None:
         failures = ", ".join(f"{k}: {v}" for k, v in d["failures"].items())
         cells = (d["id"], d.get("label"), d["state"], f"{_done(d)}/{d['total']}", failures)
         rows.append([literal(c) for c in (*cells, d["created_at"], d["deadline_at"])])
+    if not rows:
+        _console().print("no batches")
+        return
     _show(("id", "label", "state", "done/total", "failures", "created", "deadline"), rows)
 
 
@@ -224,6 +233,9 @@ def print_items(documents: Sequence[dict[str, Any]]) -> None:
             d["error_message"],
         )  # fmt: skip
         rows.append([*map(literal, cells), literal(len(d["derivatives"]))])
+    if not rows:
+        _console().print("no items")
+        return
     _show(
         ("id", "ref", "source", "focus", "state", "attempt", "error", "message", "derivatives"),
         rows,

@@ -10,8 +10,9 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import ColumnElement
 
-from batchcrop.db.tables import batches, deliveries, derivatives, previews, recrops
-from leases import State
+from batchcrop.db.tables import batches, deliveries, derivatives, previews, pruned, recrops
+from leases import UNFINISHED, State
+from leases.schema import counters as lease_counters
 from leases.schema import items as lease_items
 
 ITEM_SEARCH_KEYS = ("ref", "source")
@@ -67,6 +68,7 @@ def insert_batch(
     store: str | None,
     label: str | None = None,
     notify_url: str | None = None,
+    allow_failures: str | None = None,
 ) -> sa.Insert:
     """Insert one batch row; a duplicate idempotency key fails on its unique index."""
     return batches.insert().values(
@@ -77,6 +79,7 @@ def insert_batch(
         store=store,
         label=label,
         notify_url=notify_url,
+        allow_failures=allow_failures,
     )
 
 
@@ -103,6 +106,33 @@ def batch_ids_with_prefix(prefix: str) -> sa.Select[Any]:
 def batch_stores(batch_ids: Collection[str]) -> sa.Select[Any]:
     """(id, store) of these batches."""
     return sa.select(batches.c.id, batches.c.store).where(batches.c.id.in_(list(batch_ids)))
+
+
+def queue_by_store() -> sa.Select[Any]:
+    """(store, state, n): the unfinished items of every batch by its store, from the lease
+    counters (a group still being created has no batch row yet, and a callback delivery's group
+    is no batch: neither is counted)."""
+    unfinished = [s.value for s in State if s in UNFINISHED]
+    return (
+        sa.select(
+            batches.c.store,
+            lease_counters.c.state,
+            sa.func.sum(lease_counters.c.n).label("n"),
+        )
+        .join(batches, batches.c.id == lease_counters.c.group_id)
+        .where(lease_counters.c.state.in_(unfinished))
+        .group_by(batches.c.store, lease_counters.c.state)
+    )
+
+
+def delivery_counts() -> sa.Select[Any]:
+    """(state, n): the items of every callback delivery's lease group by state, from the
+    counters."""
+    return (
+        sa.select(lease_counters.c.state, sa.func.sum(lease_counters.c.n).label("n"))
+        .join(deliveries, deliveries.c.id == lease_counters.c.group_id)
+        .group_by(lease_counters.c.state)
+    )
 
 
 def batch_page(
@@ -218,6 +248,16 @@ def delete_previews(batch_id: str, limit: int) -> sa.Delete:
 def delete_batch(batch_id: str) -> sa.Delete:
     """Delete the batch row (retention: its group is finished and about to be purged)."""
     return sa.delete(batches).where(batches.c.id == batch_id)
+
+
+def insert_pruned(batch_id: str) -> sa.Insert:
+    """Record that `prune` deleted this batch (in the transaction that deletes its row)."""
+    return pruned.insert().values(id=batch_id)
+
+
+def pruned_at(batch_id: str) -> sa.Select[Any]:
+    """When `prune` deleted this batch, or no row."""
+    return sa.select(pruned.c.pruned_at).where(pruned.c.id == batch_id)
 
 
 def delete_deliveries(batch_id: str, delivery_ids: Collection[str]) -> sa.Delete:

@@ -29,6 +29,9 @@ batches = sa.Table(
     # Where the final status document is POSTed when the batch ends (docs/design.md §7,
     # callbacks); NULL: no callback. The column keeps the URL's former name (ADR 0030).
     sa.Column("notify_url", sa.String(2048), nullable=True),
+    # How many failed items the batch tolerates, as given (`5`, `2.5%`; docs/design.md §4);
+    # NULL: none.
+    sa.Column("allow_failures", sa.String(8), nullable=True),
 )
 
 # The outbox: one row per delivery of a completion callback. A delivery is also a lease group
@@ -61,6 +64,20 @@ derivatives = sa.Table(
     sa.Column("sha256", sa.String(64), nullable=False),
     sa.Column("crop_box", sa.String(64), nullable=False),
     sa.Index("batchcrop_derivatives_batch", "batch_id"),
+)
+
+# One row per batch `prune` deleted (docs/design.md §4, retention): its id and when, so a
+# reader asking for it hears it was pruned, not that no such batch was ever submitted.
+pruned = sa.Table(
+    "batchcrop_pruned",
+    metadata,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column(
+        "pruned_at",
+        sa.DateTime(timezone=True),
+        nullable=False,
+        server_default=sa.func.current_timestamp(),
+    ),
 )
 
 # The stored preview of an item's source (docs/design.md §5, previews): at most one row per

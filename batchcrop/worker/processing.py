@@ -11,10 +11,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from batchcrop.batches.documents import Derivative, Preview
 from batchcrop.batches.items import payload_focus
@@ -51,6 +52,8 @@ from storage import (
     StorageError,
     StorageUnavailable,
 )
+
+_T = TypeVar("_T")
 
 DERIVATIVE_CONTENT_TYPE = FORMATS["jpeg"].media_type
 """A JPEG derivative's type; each format has its own (`FORMATS[name].media_type`)."""
@@ -264,6 +267,8 @@ class Attempt:
     """Called when the item succeeds from its stored outputs, not rendered (a metric)."""
     on_render: Callable[[], None] = lambda: None
     """Called when the source is about to be decoded and rendered (a metric)."""
+    on_store_seconds: Callable[[float], None] = lambda seconds: None
+    """Called with the wall time of each object write, failed ones included (a metric)."""
 
     def run(self, heartbeat: HeldLease) -> Output:
         """Read, crop, store; return the manifest and preview to commit. Raises LeaseLost,
@@ -314,6 +319,7 @@ class Attempt:
         # Every write is put-if-absent of a deterministic key, so the order does not matter; a
         # failure is raised as before, the first in rendition order, once the others are done.
         stored_preview = self.writes.submit(
+            self._timed,
             store_preview,
             self.store,
             preview,
@@ -322,6 +328,7 @@ class Attempt:
         )
         written = [
             self.writes.submit(
+                self._timed,
                 store_rendition,
                 self.store,
                 derivative_key(source_sha256, rendition, variants[rendition.format]),
@@ -358,6 +365,14 @@ class Attempt:
             preview_variant=variant,
             heads=self.writes,
         )
+
+    def _timed(self, write: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+        """`write(*args, **kwargs)`, its wall time told to `on_store_seconds`."""
+        started = time.monotonic()
+        try:
+            return write(*args, **kwargs)
+        finally:
+            self.on_store_seconds(time.monotonic() - started)
 
     def _written(self, rendition: Rendition, derivative: Derivative) -> Derivative:
         """Log the write of `rendition` (and a stored object of other bytes); its manifest row."""

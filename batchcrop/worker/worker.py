@@ -28,8 +28,8 @@ from batchcrop.errors import (
     TransientItemError,
     public_message,
 )
-from batchcrop.logs import log_event
-from batchcrop.metrics import Metrics
+from batchcrop.logs import OutageLog, figure, log_event
+from batchcrop.metrics import OUTAGE_DEPENDENCIES, Metrics
 from batchcrop.settings import (
     CONCURRENCY,
     FALLBACK_POLL_SECONDS,
@@ -138,6 +138,7 @@ class Worker:
         self.options = options
         self.worker_id = options.worker_id or default_worker_id()
         self._stopping = threading.Event()
+        self._reaper_outage = OutageLog("reaper")
         self._give_back_now = threading.Event()
         self._specs: dict[str, RenderSpec] = {}
         self._specs_lock = threading.Lock()
@@ -148,6 +149,11 @@ class Worker:
             on_change=lambda dependency, is_open: metrics.circuit_open.labels(dependency).set(
                 int(is_open)
             ),
+        )
+        metrics.prime(
+            categories=[category.value for category in Category],
+            outcomes=[outcome.value for outcome in Outcome],
+            dependencies=OUTAGE_DEPENDENCIES,
         )
         self._batches_lock = threading.Lock()
         self._batches: list[str] = []
@@ -198,7 +204,7 @@ class Worker:
             concurrency=self.options.concurrency,
             database=self.options.database,
             store=self.store.url,
-            lease_s=f"{self.leases.lease_seconds:g}",
+            lease_s=figure(self.leases.lease_seconds),
             batches=",".join(self.options.batch_ids) if self.options.batch_ids else "all",
             face_detector=self.face_detector if self.finds_faces else "missing",
         )
@@ -402,8 +408,10 @@ class Worker:
         try:
             result = self.leases.reap()
         except DatabaseUnavailable as exc:
-            log_event("database_unavailable", level=logging.WARNING, error=type(exc).__name__)
+            self._reaper_outage.failed(exc)
             return
+        self._reaper_outage.succeeded()
+        self.metrics.reaper_last_success.set_to_current_time()
         expired = result.retried + result.failed
         if expired:
             self.metrics.lease_expirations.inc(expired)
@@ -526,6 +534,7 @@ class Worker:
             give_back_now=self._give_back_now,
             on_write_differs=self.metrics.derivative_bytes_differ.inc,
             on_put_hit=self.metrics.put_if_absent_hits.inc,
+            on_store_seconds=self.metrics.store_write_seconds.observe,
             writes=self._writes,
             force_render=self.options.force_render,
             on_known=self.metrics.known_outputs.inc,

@@ -102,7 +102,7 @@ def test_a_refused_callback_url_is_a_422_naming_the_field_given(
     """A URL outside the allowlist is refused naming the field the client used."""
     body = batch_body(sources[:1], **{field: "https://elsewhere.example.com/hook"})
     problem = assert_problem(hooked.client.post("/v1/batches", json=body), 422, field=field)
-    assert "host is not allowed" in problem["detail"]
+    assert "names a host that is not allowed" in problem["detail"]
 
 
 def test_both_names_of_the_callback_url_are_a_422(

@@ -38,6 +38,37 @@ def test_submit_creates_a_batch(api: LiveServer, sources: list[str]) -> None:
     assert document == fetched.json()
 
 
+def test_the_failure_allowance_is_stored_and_shown(api: LiveServer, sources: list[str]) -> None:
+    """`allow_failures` as a count or a percentage reaches the status document with the number
+    of failed items it tolerates (a percentage of the items, rounded down)."""
+    counted = api.client.post("/v1/batches", json=batch_body(sources, allow_failures=1))
+    assert counted.status_code == 201, counted.text
+    assert (counted.json()["allow_failures"], counted.json()["failures_allowed"]) == ("1", 1)
+    share = api.client.post("/v1/batches", json=batch_body(sources, allow_failures="50%"))
+    assert share.status_code == 201, share.text
+    expected = ("50%", len(sources) // 2)
+    assert expected == (share.json()["allow_failures"], share.json()["failures_allowed"])
+    plain = api.client.post("/v1/batches", json=batch_body(sources)).json()
+    assert (plain["allow_failures"], plain["failures_allowed"]) == (None, 0)
+
+
+def test_a_batch_no_live_worker_serves_is_answered_with_a_warning_header(
+    api: LiveServer, sources: list[str]
+) -> None:
+    """Without a live worker of the server's store the 201 carries `Batchcrop-Warning` naming
+    the store; once one is registered the header is gone."""
+    response = api.client.post("/v1/batches", json=batch_body(sources))
+    assert response.status_code == 201, response.text
+    store = response.json()["store"]
+    assert response.headers["batchcrop-warning"].startswith(
+        f"no live worker serves its store {store}"
+    )
+    api.app.leases.worker_seen("w-1", {"store": store, "batch_ids": None})
+    served = api.client.post("/v1/batches", json=batch_body(sources, label="served"))
+    assert served.status_code == 201, served.text
+    assert "batchcrop-warning" not in served.headers
+
+
 def test_items_keep_refs_and_normalised_sources(
     api: LiveServer, sources: list[str], source_root: Path
 ) -> None:
@@ -149,6 +180,16 @@ BAD_BODIES: list[tuple[str, dict[str, Any], str]] = [
             ("a line separator", "\u2028"),
             ("a paragraph separator", "\u2029"),
             ("a tag character", "\U000e0041"),
+        ]
+    ),
+    *(
+        (f"allow_failures {case}", {"allow_failures": value}, "allow_failures")
+        for case, value in [
+            ("negative", -1),
+            ("over 100%", "101%"),
+            ("fractional", "1.5"),
+            ("boolean", True),
+            ("words", "five"),
         ]
     ),
     *(

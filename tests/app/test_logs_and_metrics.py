@@ -6,9 +6,12 @@ import json
 import logging
 import platform
 import re
+import warnings
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
+from PIL import Image
 from prometheus_client.parser import text_string_to_metric_families
 
 from batchcrop import __version__
@@ -16,9 +19,11 @@ from batchcrop.app import App
 from batchcrop.batches.items import ItemRequest
 from batchcrop.batches.submission import BatchRequest
 from batchcrop.crop import RenderSpec
-from batchcrop.logs import LogSettingError, configure, log_event
+from batchcrop.logs import LogSettingError, OutageLog, configure, figure, log_event
 from batchcrop.metrics import Metrics
-from leases import QueueStats, State
+from batchcrop.worker.worker import WorkerOptions
+from leases import DatabaseUnavailable, QueueStats, State
+from storage import LocalStore
 
 # A strict logfmt line: key=value pairs, a value bare or a JSON-quoted string.
 LOGFMT_PAIR = re.compile(r'([a-z_]+)=("(?:[^"\\]|\\.)*"|[^\s"=]+)(?: |$)')
@@ -163,7 +168,8 @@ def test_a_failing_queue_read_leaves_the_gauges_out_not_the_page() -> None:
 
 
 def test_the_queue_gauges_read_the_database(make_app: Callable[..., App], tmp_path: str) -> None:
-    """`LeaseManager.queue()` on a real database: three queued items, waiting since submission."""
+    """`LeaseManager.queue()` on a real database: three queued items of a store a live worker
+    serves, waiting since submission."""
     app = make_app()
     request = BatchRequest(
         items=tuple(ItemRequest(source=f"/nowhere/{n}.jpg") for n in range(3)),
@@ -171,7 +177,82 @@ def test_the_queue_gauges_read_the_database(make_app: Callable[..., App], tmp_pa
         deadline_seconds=3600.0,
         max_attempts=3,
     )
-    app.batches.submit(request)
+    status, _ = app.batches.submit(request)
+    app.leases.worker_seen("w-1", {"store": status["store"], "batch_ids": None})
     samples = scrape(app.metrics)
-    assert samples["batchcrop_queue_items"][(("state", "queued"),)] == 3.0
+    assert (
+        samples["batchcrop_queue_items"][(("state", "queued"), ("store", status["store"]))] == 3.0
+    )
     assert 0.0 <= samples["batchcrop_queue_oldest_queued_age_seconds"][()] < 60.0
+
+
+def test_python_warnings_are_one_strict_log_line(stderr: Stderr) -> None:
+    """Pillow's DecompressionBombWarning (any Python warning) comes out as one `python_warning`
+    line in the configured format: category and first line, no file or source line."""
+    with warnings.catch_warnings():  # puts `showwarning` back afterwards
+        warnings.simplefilter("always")
+        configure("INFO", "logfmt")
+        warnings.warn(
+            "Image size (99000000 pixels) exceeds limit\nof 89478485 pixels",
+            Image.DecompressionBombWarning,
+            stacklevel=1,
+        )
+    (line,) = stderr.getvalue().splitlines()
+    pairs = parse_logfmt(line)
+    assert (pairs["msg"], pairs["category"], pairs["message"]) == (
+        "python_warning",
+        "DecompressionBombWarning",
+        "Image size (99000000 pixels) exceeds limit",
+    )
+
+
+def test_json_lines_carry_figures_as_numbers(stderr: Stderr) -> None:
+    """Seconds and counts are JSON numbers (`figure`), whole ones without a decimal point."""
+    configure("INFO", "json")
+    log_event("worker_stopping", grace_s=figure(30.0), lease_s=figure(2.5))
+    document = json.loads(stderr.getvalue().splitlines()[0])
+    assert (document["grace_s"], document["lease_s"]) == (30, 2.5)
+
+
+def test_an_outage_is_logged_once_with_its_reason_and_its_end_once(stderr: Stderr) -> None:
+    """A loop failing every pass logs `database_unavailable` once, with the reason, then
+    `database_recovered` once at the first success."""
+    configure("INFO", "logfmt")
+    outage = OutageLog("deliverer")
+    for _ in range(5):
+        outage.failed(DatabaseUnavailable("database unreachable: connection refused"))
+    outage.succeeded()
+    outage.succeeded()
+    lines = [parse_logfmt(line) for line in stderr.getvalue().splitlines()]
+    assert [(p["msg"], p.get("error")) for p in lines] == [
+        ("database_unavailable", "database unreachable: connection refused"),
+        ("database_recovered", None),
+    ]
+
+
+def test_the_on_call_series_are_there_from_the_start(
+    make_app: Callable[..., App], tmp_path: str
+) -> None:
+    """A worker's registry exports every labelled counter at 0 before anything happened, the
+    worker registry (alive, absent, slots by store), the callback deliveries by stage, the
+    reaper's last success and the store and database latency histograms."""
+    app = make_app()
+    store = LocalStore(Path(tmp_path) / "store")
+    app.leases.worker_seen("w-alive", {"store": store.url, "concurrency": 4, "batch_ids": None})
+    worker = app.worker(store, WorkerOptions(concurrency=1))
+    worker.reap_once()
+    samples = scrape(app.metrics)
+    assert samples["batchcrop_terminal_failures_total"][(("category", "invalid_image"),)] == 0.0
+    assert samples["batchcrop_retryable_failures_total"][(("category", "dependency_timeout"),)] == 0
+    assert samples["batchcrop_outages_total"][(("dependency", "source"),)] == 0.0
+    assert samples["batchcrop_item_duration_seconds_count"][(("outcome", "lease_lost"),)] == 0.0
+    assert samples["batchcrop_workers"] == {(("status", "alive"),): 1.0, (("status", "absent"),): 0}
+    assert samples["batchcrop_worker_slots"] == {(("store", store.url),): 4.0}
+    assert samples["batchcrop_callback_deliveries"] == {
+        (("stage", "pending"),): 0.0,
+        (("stage", "retrying"),): 0.0,
+        (("stage", "failed"),): 0.0,
+    }
+    assert samples["batchcrop_reaper_last_success_timestamp_seconds"][()] > 1.7e9
+    assert samples["batchcrop_database_statement_seconds_count"][()] > 0
+    assert "batchcrop_store_write_seconds_count" in samples

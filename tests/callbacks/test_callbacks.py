@@ -645,7 +645,7 @@ def test_a_name_resolving_to_an_internal_address_is_refused_at_delivery(
             _request(sources, receiver.url.replace("127.0.0.1", "localhost"))
         )
         by_address, _ = app.batches.submit(_request(sources, receiver.url))
-        with pytest.raises(CallbackUrlError, match="port is not allowed"):
+        with pytest.raises(CallbackUrlError, match="names a port that is not allowed"):
             check_callback_url("http://127.0.0.1:1/x", app.settings.callback_hosts)
         for batch in (by_name, by_address):
             app.batches.cancel(batch["id"])

@@ -218,6 +218,50 @@ def test_run_exits_1_when_the_batch_failed(cli: Cli, tmp_path: Path) -> None:
     assert (document["state"], document["failures"]) == ("failed", {"invalid_image": 2})
 
 
+def test_run_and_wait_exit_0_when_the_failures_are_within_the_allowance(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """Two corrupt images of three with `--allow-failures 2`: the batch is succeeded with its
+    failures counted, and `run` and `wait` exit 0; `--allow-failures 50%` (1 of 3) exits 1."""
+    write_photos(tmp_path / "src", 1)
+    write_corrupt(tmp_path / "src")
+    out = str(tmp_path / "d")
+    result = cli("run", str(tmp_path / "src"), "--out", out, "--allow-failures", "2", "--json")
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert (document["state"], document["counts"]["failed"], document["failures_allowed"]) == (
+        "succeeded",
+        2,
+        2,
+    )
+    assert cli("wait", document["id"]).returncode == 0
+    shown = cli("status", document["id"])
+    assert "2 allowed" in shown.stdout
+    strict = cli("run", str(tmp_path / "src"), "--out", out, "--allow-failures", "50%", "--json")
+    assert strict.returncode == 1, strict.stderr
+    assert json.loads(strict.stdout)["failures_allowed"] == 1
+    assert cli("wait", json.loads(strict.stdout)["id"]).returncode == 1
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_submit_says_it_created_a_database_and_that_no_worker_serves_the_store(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """The first submission names the SQLite file it created; each submission no live worker
+    serves says so on stderr, and still exits 0 with the id alone on stdout."""
+    write_photos(tmp_path / "src", 1)
+    first = cli("submit", str(tmp_path / "src"))
+    assert first.returncode == 0, first.stderr
+    database = cli.env["BATCHCROP_DATABASE_URL"].removeprefix("sqlite:///")
+    assert f"batchcrop: warning: created a new SQLite database at {database}" in first.stderr
+    assert "no live worker serves its store file://" in first.stderr
+    assert len(first.stdout.split()) == 1
+    second = cli("submit", str(tmp_path / "src"), "--label", "again")
+    assert second.returncode == 0, second.stderr
+    assert "created a new SQLite database" not in second.stderr
+    assert "no live worker serves its store" in second.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
@@ -230,6 +274,8 @@ def test_run_exits_1_when_the_batch_failed(cli: Cli, tmp_path: Path) -> None:
         (("run", ".", "--out", "o", "--ratios", "16:0"), "ratio"),
         (("submit", ".", "--deadline", "soon"), "duration"),
         (("submit",), "nothing to crop: give image files, folders or s3:// prefixes, or"),
+        (("submit", ".", "--allow-failures", "101%"), "argument --allow-failures: it must be"),
+        (("run", ".", "--out", "o", "--allow-failures", "-1"), "argument --allow-failures"),
     ],
 )
 def test_bad_command_lines_exit_2_with_one_clear_line(

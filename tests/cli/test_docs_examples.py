@@ -122,13 +122,13 @@ EXAMPLES: dict[str, Run | InBlock] = {
     "batchcrop items BATCH --state failed": Run(
         "items {BATCH} --state failed", out=r"cannot identify image file"
     ),
-    "batchcrop items BATCH [--state S,...]": Run(
-        "items {BATCH} --state failed,succeeded", out=r"succeeded"
+    "batchcrop items BATCH [--state S,...] [--limit N] [--cursor C]": Run(
+        "items {BATCH} --state failed,succeeded --limit 1000", out=r"succeeded"
     ),
     "batchcrop prune": PRUNE,
     "batchcrop prune --finished-before 30d": PRUNE,
-    "batchcrop prune --finished-before 30d [--json]": Run(
-        "prune --finished-before 30d --json", json_keys=("batches", "rows")
+    "batchcrop prune --finished-before 30d [--dry-run] [--json]": Run(
+        "prune --finished-before 30d --dry-run --json", json_keys=("batches", "batch_ids")
     ),
     "batchcrop prune --finished-before D": PRUNE,
     "batchcrop reap": Run("reap", out=r"^retried \d+, failed \d+, abandoned \d+$"),
@@ -145,8 +145,8 @@ EXAMPLES: dict[str, Run | InBlock] = {
     ),
     "batchcrop run": RUN_SAMPLES,
     "batchcrop run --workers 2": Run("run samples --out out --workers 2", out=r"succeeded"),
-    "batchcrop run SRC... [--out DIR | --store URL]": Run(
-        "run samples --store file://./out", out=r"All 6 items succeeded"
+    "batchcrop run SRC... [--out DIR | --store URL] [--allow-failures N|P%]": Run(
+        "run samples --store file://./out --allow-failures 2%", out=r"All 6 items succeeded"
     ),
     "batchcrop run samples --out out": RUN_SAMPLES,
     "batchcrop run ~/catalogue/spring s3://photos/incoming/ extra/hero.png --out ./derivatives "
@@ -173,6 +173,7 @@ EXAMPLES: dict[str, Run | InBlock] = {
     "batchcrop status 3f0c… --watch": DISTRIBUTED,
     "batchcrop status BATCH --watch": STATUS_WATCH,
     "batchcrop status BATCH [--watch]": STATUS_WATCH,
+    "batchcrop submit": Run("submit {SRC}", out=rf"^{UUID}$", err=r"no live worker serves"),
     "batchcrop submit --callback-url URL": CALLBACK,
     "batchcrop submit --deadline inf": Run(
         "submit {SRC} --deadline inf", exit=2, err=r"^batchcrop: error: not a duration: 'inf'"

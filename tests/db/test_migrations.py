@@ -105,6 +105,33 @@ def test_0010_adds_the_previews_table_and_its_downgrade_drops_it(database_url: s
         engine.dispose()
 
 
+def test_0011_adds_the_allowance_and_the_pruned_table_and_its_downgrade_drops_them(
+    database_url: str,
+) -> None:
+    """0011 adds the nullable `allow_failures` column to the batch rows (batches before it
+    tolerate no failure) and the `batchcrop_pruned` table; its downgrade drops them again."""
+    engine = make_engine(database_url)
+    try:
+        upgrade_leases(engine)
+        migrations.upgrade(engine, "0010")
+        columns = {c["name"] for c in sa.inspect(engine).get_columns("batchcrop_batches")}
+        assert "allow_failures" not in columns
+        migrations.upgrade(engine, "0011")
+        (column,) = [
+            c
+            for c in sa.inspect(engine).get_columns("batchcrop_batches")
+            if c["name"] == "allow_failures"
+        ]
+        assert column["nullable"]
+        assert "batchcrop_pruned" in sa.inspect(engine).get_table_names()
+        migrations.downgrade(engine, "0010")
+        columns = {c["name"] for c in sa.inspect(engine).get_columns("batchcrop_batches")}
+        assert "allow_failures" not in columns
+        assert "batchcrop_pruned" not in sa.inspect(engine).get_table_names()
+    finally:
+        engine.dispose()
+
+
 def test_0007_adds_the_recrops_table_and_takes_it_back(database_url: str) -> None:
     """0007 creates `batchcrop_recrops` with its unique correlation id and batch index beside
     a database at 0006, and its downgrade drops it again, leaving the other tables."""

@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from PIL import Image
 
 from tests.api.live import LiveServer, running
-from tests.web.conftest import TOKEN, enter_token, process, save_artifact
+from tests.web.conftest import TOKEN, enter_token, process, save_artifact, submit
 
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
@@ -127,3 +128,29 @@ def test_no_page_scrolls_sideways_at_phone_and_desktop_widths(
                 assert longest["ref"] in text
                 assert longest["source"] in text
             save_artifact(page, f"layout-{name}-{width}.png")
+
+
+def test_the_recrop_editor_fits_a_phone_with_a_large_source(
+    page: Any, live: LiveServer, source_root: Path
+) -> None:
+    """A 1600 x 1000 source on the item page at 390 px: the re-crop editor's picture is
+    fitted to the window (no sideways scroll) and its overlay covers it exactly."""
+    large = source_root / "large.jpg"
+    Image.new("RGB", (1600, 1000), (120, 80, 60)).save(large)
+    batch = submit(live, [str(large)])
+    process(live, batch["id"])
+    (item,) = live.client.get(f"/v1/batches/{batch['id']}/items").json()["items"]
+    page.set_viewport_size({"width": 390, "height": VIEWPORT_HEIGHT_PX})
+    page.goto(f"{live.url}/batches/{batch['id']}/items/{item['id']}")
+    enter_token(page)
+    image = page.locator("img.recrop-image")
+    image.wait_for()
+    page.wait_for_function("el => el.complete && el.naturalWidth > 0", arg=image.element_handle())
+    measured = overflow(page)
+    assert measured["scroll"] <= measured["inner"], measured
+    picture = image.bounding_box()
+    cover = page.locator("svg.recrop-overlay").bounding_box()
+    assert picture["x"] + picture["width"] <= 390
+    assert abs(picture["width"] - cover["width"]) < 1
+    assert abs(picture["height"] - cover["height"]) < 1
+    save_artifact(page, "recrop-390.png")

@@ -14,6 +14,7 @@ import {
   apiJson,
   byId,
   h,
+  itemLabel,
   pollStatus,
   progressBar,
   releaseImages,
@@ -172,7 +173,7 @@ function onError(error) {
 }
 
 function problemRow(item) {
-  const label = item.ref || item.id;
+  const label = itemLabel(item);
   const requeue = h(
     "button",
     { type: "button", class: "secondary", "aria-label": `Requeue ${label}` },

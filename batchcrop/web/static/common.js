@@ -16,6 +16,14 @@ export const TERMINAL_STATES = new Set();
 export const REQUEUEABLE_STATES = new Set();
 export const RECROPPABLE_STATES = new Set();
 
+// What an item is called on the page: its ref, else its source's file name (folder
+// submissions have no ref, and a UUID names nothing a person recognises), else its id.
+export function itemLabel(item) {
+  if (item.ref) return item.ref;
+  const name = (item.source || "").split("/").filter(Boolean).pop();
+  return name || item.id;
+}
+
 export class Unauthorized extends Error {}
 
 export class ApiError extends Error {

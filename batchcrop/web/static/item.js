@@ -7,6 +7,7 @@ import {
   apiJson,
   byId,
   h,
+  itemLabel,
   releaseImages,
   setNotice,
   startPage,
@@ -114,7 +115,7 @@ async function load() {
     apiJson(`/v1/batches/${batchId}/items/${itemId}`),
     allEvents(),
   ]);
-  const label = item.ref || item.id;
+  const label = itemLabel(item);
   document.title = `Item ${label} · batchcrop`;
   byId("summary").replaceChildren(
     ...term("Reference", label),

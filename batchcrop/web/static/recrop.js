@@ -4,7 +4,15 @@
 // (GET …/windows?focus=, the engine's own placement), and applies it (POST …/recrop, or Enter
 // on the box). Coordinates are upright source pixels: the overlay's viewBox is the source size.
 
-import { apiFetch, apiJson, h, loadImage, RECROPPABLE_STATES, svg } from "./common.js";
+import {
+  apiFetch,
+  apiJson,
+  h,
+  itemLabel,
+  loadImage,
+  RECROPPABLE_STATES,
+  svg,
+} from "./common.js";
 
 export const RECROP_SOURCE_MAX_SIDE_PX = 640;
 const PREVIEW_DELAY_MS = 150;
@@ -34,7 +42,7 @@ function initialBox(item, width, height) {
 // The re-crop editor of `item`; `onApplied(document)` runs once a re-crop was accepted, with the
 // item document the API answered (the item is then queued).
 export function recropEditor(batchId, item, ratios, { onApplied }) {
-  const label = item.ref || item.id;
+  const label = itemLabel(item);
   const base = `/v1/batches/${batchId}/items/${item.id}`;
   const img = h("img", { alt: `Source image of ${label}, to draw a focus box on`, class: "recrop-image" });
   const windowsLayer = svg("g", { class: "windows" });

@@ -11,7 +11,15 @@
 // with a Retry button when the server was only busy (503). `data-image` on each figure is
 // `loading`, `shown` or `failed`.
 
-import { byId, h, loadImage, RECROPPABLE_STATES, stateBadge, svg } from "./common.js";
+import {
+  byId,
+  h,
+  itemLabel,
+  loadImage,
+  RECROPPABLE_STATES,
+  stateBadge,
+  svg,
+} from "./common.js";
 
 // The stored preview's size (docs/design.md §5, previews): the server answers it as stored.
 export const THUMBNAIL_MAX_SIDE_PX = 640;
@@ -114,7 +122,7 @@ function thumbBox(preview) {
 }
 
 function sourceFigure(batchId, item, ratios) {
-  const label = item.ref || item.id;
+  const label = itemLabel(item);
   const img = h("img", { alt: `Source image of ${label}`, class: "thumb" });
   const overlay = svg("svg", {
     class: "boxes",
@@ -235,7 +243,7 @@ function highlight(figure, ratio, on) {
 function derivativeFigure(batchId, item, formats, ratios) {
   const [derivative] = formats;
   const format = derivative.format || "jpeg";
-  const label = item.ref || item.id;
+  const label = itemLabel(item);
   const description = `${derivative.ratio} derivative of ${label}, ${derivative.width} by ${derivative.height} pixels, ${FORMAT_LABELS[format] || format}`;
   const img = h("img", {
     alt: description,
