@@ -79,6 +79,19 @@ def _worker_options(**values: Any) -> WorkerOptions:
     return WorkerOptions(**values)
 
 
+def _render_options(args: argparse.Namespace, slots: int) -> dict[str, Any]:
+    """`--render-processes` (default one per slot) and `--render-deadline-seconds`, checked."""
+    processes = slots if args.render_processes is None else args.render_processes
+    if processes < 0:
+        raise UsageError("--render-processes must be 0 (render in threads) or more")
+    if not args.render_deadline_seconds > 0:
+        raise UsageError("--render-deadline-seconds must be positive")
+    return {
+        "render_processes": processes,
+        "render_deadline_seconds": args.render_deadline_seconds,
+    }
+
+
 SETTING_FLAGS = (
     "database_url",
     "lease_seconds",
@@ -330,6 +343,7 @@ def run(args: argparse.Namespace) -> int:
                 reaper_interval_seconds=app.settings.reaper_interval_seconds,
                 idle_sleep_seconds=RUN_IDLE_SLEEP_SECONDS,
                 max_source_bytes=app.settings.max_source_bytes,
+                **_render_options(args, args.workers),
             ),
             trusted_sources=True,
             deliver=False,
@@ -350,6 +364,7 @@ def run(args: argparse.Namespace) -> int:
             ended = worker.join(GIVE_BACK_WAIT_SECONDS)
             worker.retire(forget=ended)
             if not ended:
+                worker.close_renders()
                 # A slot stuck where no checkpoint comes (a read that never returns): its item
                 # comes back once this process is no longer seen. The slots are daemon threads.
                 print(
@@ -420,6 +435,7 @@ def worker(args: argparse.Namespace) -> int:
                 reaper_interval_seconds=app.settings.reaper_interval_seconds,
                 max_source_bytes=app.settings.max_source_bytes,
                 database=app.database_label(),
+                **_render_options(args, args.concurrency),
             ),
         )
         signals = threading.Event()
@@ -451,6 +467,7 @@ def worker(args: argparse.Namespace) -> int:
                 ended = the_worker.join(GIVE_BACK_WAIT_SECONDS)
                 if not ended:
                     log_event("shutdown_with_items_held", level=logging.WARNING)
+                    the_worker.close_renders()
             # Every slot ended: nothing is held, the row goes. Else it goes stale, and the
             # reaper releases what is still held within the worker timeout.
             the_worker.retire(forget=ended)

@@ -30,6 +30,7 @@ from batchcrop.errors import (
 )
 from batchcrop.logs import log_event
 from batchcrop.metrics import Metrics
+from batchcrop.renders import RENDER_DEADLINE_SECONDS, Renderer, RenderPool, render_in_process
 from batchcrop.settings import CONCURRENCY, MAX_SOURCE_BYTES, REAPER_INTERVAL_SECONDS
 from batchcrop.worker.attempts import Attempts, Outcome
 from batchcrop.worker.presence import Presence, worker_info
@@ -143,6 +144,11 @@ class WorkerOptions:
     worker_id: str = ""
     database: str | None = None
     """Where the database is (no credentials), for the start-up log line."""
+    render_processes: int = 0
+    """Render child processes (`batchcrop.renders.RenderPool`); 0 renders in the slots'
+    threads, as the library does. The CLI's default is one per slot."""
+    render_deadline_seconds: float = RENDER_DEADLINE_SECONDS
+    """A render in a child past this is killed and fails `render_timeout` (not in threads)."""
 
 
 class Worker:
@@ -186,6 +192,12 @@ class Worker:
         # One heartbeat thread for every item this worker holds: one statement per interval.
         self._heartbeats = Heartbeats(leases)
         self._writes = write_pool(options.concurrency)
+        self._pool = (
+            RenderPool(options.render_processes, deadline_seconds=options.render_deadline_seconds)
+            if options.render_processes > 0
+            else None
+        )
+        self._renderer: Renderer = self._pool or render_in_process
         self._progressed = threading.Event()
         self._attempts_lock = threading.Lock()
         self._attempts = 0
@@ -193,7 +205,10 @@ class Worker:
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the slots and the reaper in daemon threads."""
+        """Start the render children (warm before the first claim), then the slots and the
+        reaper in daemon threads."""
+        if self._pool is not None:
+            self._pool.start()
         for n in range(self.options.concurrency):
             thread = threading.Thread(target=self._slot, name=f"slot-{n}", daemon=True)
             thread.start()
@@ -212,6 +227,7 @@ class Worker:
             worker=self.worker_id,
             version=__version__,
             concurrency=self.options.concurrency,
+            render_processes=self.options.render_processes,
             database=self.options.database,
             store=self.store.url,
             lease_s=f"{self.leases.lease_seconds:g}",
@@ -266,7 +282,20 @@ class Worker:
         ended = not any(t.is_alive() for t in self._threads)
         if ended:
             self._writes.shutdown(wait=False)  # idle: every slot waited for its writes
+            if self._pool is not None:
+                self._pool.close()
         return ended
+
+    def close_renders(self) -> None:
+        """Kill the render children now (an exit with slots still stuck: nothing they hold
+        goes on rendering)."""
+        if self._pool is not None:
+            self._pool.close()
+
+    @property
+    def render_pids(self) -> list[int]:
+        """The render children's process ids (empty when rendering in threads)."""
+        return [] if self._pool is None else self._pool.pids
 
     @property
     def attempts_under_way(self) -> int:
@@ -466,6 +495,7 @@ class Worker:
             on_write_differs=self.metrics.derivative_bytes_differ.inc,
             on_put_hit=self.metrics.put_if_absent_hits.inc,
             writes=self._writes,
+            renderer=self._renderer,
         )
         try:
             return attempt.run(heartbeat)
