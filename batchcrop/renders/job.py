@@ -12,12 +12,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+# Through the package: importing the submodule `crop.render` directly would leave the package's
+# `render` naming the module, not the function (`batchcrop.crop` resolves names on first use).
+from batchcrop.crop import render
 from batchcrop.crop.budget import MemoryBudget
 from batchcrop.crop.decode import decode_cost, open_image
 from batchcrop.crop.geometry import Box
 from batchcrop.crop.limits import MAX_SOURCE_PIXELS
 from batchcrop.crop.planning import plan
-from batchcrop.crop.render import render
 from batchcrop.crop.spec import RenderSpec, Rendition
 from batchcrop.crop.thumbnails import PreviewTaker, Thumbnail, preview_reduction
 

@@ -55,6 +55,7 @@ class RenderTimeout(PermanentItemError):
 class _Child:
     process: BaseProcess
     conn: Connection
+    pid: int
     renders: int = 0
     started: float = field(default_factory=time.monotonic)
 
@@ -193,7 +194,7 @@ class RenderPool:
         process.start()
         child_end.close()  # the child's copy only: EOF reaches each side when the other ends
         assert process.pid is not None
-        child = _Child(process, parent_end)
+        child = _Child(process, parent_end, process.pid)
         with self._lock:
             self._children[process.pid] = child
         return child
@@ -201,11 +202,15 @@ class RenderPool:
     def _await_ready(self, child: _Child) -> None:
         """Wait for `child`'s Ready, then make it idle; a child that fails to start is
         replaced."""
-        ready = wait([child.conn, child.process.sentinel], CHILD_START_SECONDS)
         try:
+            ready = wait([child.conn, child.process.sentinel], CHILD_START_SECONDS)
             said = child.conn.recv() if child.conn in ready else None
-        except (EOFError, OSError):
+        except (EOFError, OSError, ValueError):
+            # ValueError: `close` closed this child's pipe or process object meanwhile.
             said = None
+        if self._closed.is_set():
+            _kill(child)
+            return
         if not isinstance(said, Ready):
             self._forget(child)
             _kill(child)
@@ -219,9 +224,6 @@ class RenderPool:
             pid=said.pid,
             ms=round((time.monotonic() - child.started) * 1000),
         )
-        if self._closed.is_set():
-            _kill(child)
-            return
         self._idle.put(child)
 
     def _replace(self, child: _Child, reason: str, **fields: object) -> None:
@@ -232,7 +234,7 @@ class RenderPool:
         log_event(
             "render_child_replaced",
             level=logging.DEBUG if reason in ("renders", "memory") else logging.WARNING,
-            pid=child.process.pid,
+            pid=child.pid,
             reason=reason,
             renders=child.renders,
             **fields,
@@ -249,12 +251,15 @@ class RenderPool:
 
     def _forget(self, child: _Child) -> None:
         with self._lock:
-            self._children.pop(child.process.pid or 0, None)
+            self._children.pop(child.pid, None)
 
 
 def _kill(child: _Child) -> None:
-    """SIGKILL `child` if it still runs, reap it and close its pipe."""
-    if child.process.is_alive():
-        child.process.kill()
-    child.process.join(CHILD_EXIT_SECONDS)
-    child.conn.close()
+    """SIGKILL `child` if it still runs, reap it and close its pipe (idempotent)."""
+    with contextlib.suppress(ValueError):  # the process object was closed already
+        if child.process.is_alive():
+            child.process.kill()
+        child.process.join(CHILD_EXIT_SECONDS)
+        child.conn.close()
+        if child.process.exitcode is not None:
+            child.process.close()  # its sentinel's descriptor
