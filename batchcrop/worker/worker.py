@@ -207,8 +207,7 @@ class Worker:
     def start(self) -> None:
         """Start the render children (warm before the first claim), then the slots and the
         reaper in daemon threads."""
-        if self._pool is not None:
-            self._pool.start()
+        self.warm_renders()
         for n in range(self.options.concurrency):
             thread = threading.Thread(target=self._slot, name=f"slot-{n}", daemon=True)
             thread.start()
@@ -285,6 +284,12 @@ class Worker:
             if self._pool is not None:
                 self._pool.close()
         return ended
+
+    def warm_renders(self) -> None:
+        """Start the render children and wait until each is warm (idempotent; `start` does it
+        before the first claim)."""
+        if self._pool is not None:
+            self._pool.start()
 
     def close_renders(self) -> None:
         """Kill the render children now (an exit with slots still stuck: nothing they hold
