@@ -321,6 +321,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--out DIR is short for --store file://DIR: give only one of them")
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
+    renders = _render_options(args, args.workers)
     # `--out DIR` is `--store file://DIR`; without it `--store` (or BATCHCROP_STORE) stands.
     out = {"store": f"file://{os.path.abspath(args.out)}"} if args.out else {}
     with opened(args, creates=True, **out) as app:
@@ -343,7 +344,7 @@ def run(args: argparse.Namespace) -> int:
                 reaper_interval_seconds=app.settings.reaper_interval_seconds,
                 idle_sleep_seconds=RUN_IDLE_SLEEP_SECONDS,
                 max_source_bytes=app.settings.max_source_bytes,
-                **_render_options(args, args.workers),
+                **renders,
             ),
             trusted_sources=True,
             deliver=False,
@@ -416,6 +417,7 @@ def worker(args: argparse.Namespace) -> int:
     """`batchcrop worker`: claim from every open batch until SIGTERM/SIGINT, then exit 0."""
     if args.concurrency < 1:
         raise UsageError("--concurrency must be at least 1")
+    renders = _render_options(args, args.concurrency)
     with opened(args, creates=args.migrate) as app:
         stopped = threading.Event()
         with _signals(lambda signum, frame: stopped.set()):
@@ -435,7 +437,7 @@ def worker(args: argparse.Namespace) -> int:
                 reaper_interval_seconds=app.settings.reaper_interval_seconds,
                 max_source_bytes=app.settings.max_source_bytes,
                 database=app.database_label(),
-                **_render_options(args, args.concurrency),
+                **renders,
             ),
         )
         signals = threading.Event()
