@@ -16,6 +16,7 @@ from batchcrop.app import App
 from batchcrop.batches.items import ItemRequest
 from batchcrop.batches.service import BatchRequest
 from batchcrop.crop import Ratio, RenderSpec
+from batchcrop.renders import RENDER_DEADLINE_SECONDS
 from batchcrop.worker.attempts import Outcome
 from batchcrop.worker.worker import Worker, WorkerOptions
 from leases import Claim
@@ -48,13 +49,17 @@ def _slow_source(folder: Path) -> Path:
 
 @pytest.fixture
 def pooled(app: App, tmp_path: Path) -> Iterator[Callable[..., Worker]]:
-    """`make(batch_id, **options)`: a worker with one warm render child, closed after."""
+    """`make(batch_id)`: a worker with one warm render child, closed after."""
     workers: list[Worker] = []
 
-    def make(batch_id: str, **options: float) -> Worker:
+    def make(batch_id: str, *, deadline_seconds: float = RENDER_DEADLINE_SECONDS) -> Worker:
         worker = app.worker(
             LocalStore(tmp_path / "store"),
-            WorkerOptions(batch_ids=[batch_id], render_processes=1, **options),  # type: ignore[arg-type]
+            WorkerOptions(
+                batch_ids=[batch_id],
+                render_processes=1,
+                render_deadline_seconds=deadline_seconds,
+            ),
         )
         workers.append(worker)
         worker.warm_renders()
@@ -137,7 +142,7 @@ def test_a_render_past_its_deadline_fails_at_once_as_render_timeout(
     """The child is killed at the render deadline and the item fails `render_timeout` on its
     first attempt: the same bytes would take as long again."""
     batch_id = _submit(app, [_slow_source(tmp_path / "src")])
-    worker = pooled(batch_id, render_deadline_seconds=0.5)
+    worker = pooled(batch_id, deadline_seconds=0.5)
     (child,) = _warm(worker)
 
     outcome = worker.process(_claim(app, batch_id))
