@@ -1,7 +1,7 @@
 """Renders run apart from the process that holds the work: a pool of child processes.
 
 A worker's slots are threads; a render inside one cannot be stopped and shares one interpreter.
-`RenderPool` keeps child processes (started once with the `spawn` method, warmed, reused and
+`RenderPool` keeps child processes (fresh interpreters started once, warmed, reused and
 replaced after `max_renders` renders or above an RSS ceiling) that take a source's bytes and a
 spec and send back the renditions and the stored preview, or the error's family, category and
 message. The parent keeps everything else: claims, heartbeats, fencing, writes and commits.

@@ -1,21 +1,22 @@
 """A render child's life: warm up, then render one job at a time until told to stop.
 
-The child is started with the `spawn` method (libvips, OpenCV and the parent's threads do not
-survive a fork) and talks to its parent over one duplex pipe: the parent sends a `RenderJob`
-(or None: exit), the child answers with `Answer`. It exits by itself when its parent dies, even
-in the middle of a render: a thread waits on the parent's sentinel and ends the process, so no
-child goes on decoding for a parent that is gone.
+The child is a fresh interpreter (`python -m batchcrop.renders CONN LIFE`, never a fork:
+libvips, OpenCV and the parent's threads do not survive one; and not `multiprocessing`'s spawn,
+which re-runs the parent's main script) that talks to its parent over one socket (`CONN`): the
+parent sends a `RenderJob` (or None: exit), the child answers with `Answer`. It exits by itself
+when its parent dies, even in the middle of a render: a thread reads `LIFE`, a pipe whose other
+end only the parent holds, and ends the process at its end of file, so no child goes on
+decoding for a parent that is gone.
 """
 
 from __future__ import annotations
 
 import io
-import multiprocessing
 import os
 import resource
 import threading
 from dataclasses import dataclass
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 
 from batchcrop.errors import Category, ItemError, PermanentItemError
 from batchcrop.renders.job import Rendered, RenderJob, render_in_process
@@ -44,12 +45,14 @@ class Answer:
     rss_bytes: int = 0
 
 
-def main(conn: Connection) -> None:
-    """The child's entry point (`multiprocessing.Process(target=main, args=(conn,))`)."""
-    _exit_with_parent()
+def main(conn_fd: int, life_fd: int) -> None:
+    """The child's entry point: `conn_fd` is its end of the socket to the parent, `life_fd` the
+    read end of the parent's life pipe."""
+    _exit_with_parent(life_fd)
     from batchcrop.crop.budget import return_freed_pixels_promptly  # noqa: PLC0415 (in the child)
 
     return_freed_pixels_promptly()
+    conn = Connection(conn_fd)
     _warm_up()
     conn.send(Ready(os.getpid()))
     while True:
@@ -90,14 +93,12 @@ def rss_bytes() -> int:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def _exit_with_parent() -> None:
-    """End this process as soon as the parent is gone (its sentinel becomes ready)."""
-    parent = multiprocessing.parent_process()
-    if parent is None:
-        return
+def _exit_with_parent(life_fd: int) -> None:
+    """End this process as soon as the parent is gone (its life pipe reads end of file)."""
 
     def watch() -> None:
-        wait([parent.sentinel])
+        while os.read(life_fd, 1):
+            pass
         os._exit(PARENT_GONE_EXIT_CODE)
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()

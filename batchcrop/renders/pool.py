@@ -1,11 +1,11 @@
 """`RenderPool`: child processes that render, each one job at a time, killed when they must stop.
 
-Children are started with `spawn` (never `fork`: libvips, OpenCV and the parent's threads do not
-survive one), warmed before they take a job (`child.main`), and reused. A child is replaced
-after `max_renders` jobs, when its resident memory after a job is above `max_rss_bytes`, when
-it died, and at once — killed with SIGKILL — when its job passed `deadline_seconds` or the
-caller's `should_stop` said so: nothing goes on decoding for an item nobody holds. The
-replacement starts in the background; a job waits for the next warm child.
+Children are fresh interpreters (never forks: libvips, OpenCV and the parent's threads do not
+survive one; `child` says how they are started), warmed before they take a job, and reused. A
+child is replaced after `max_renders` jobs, when its resident memory after a job is above
+`max_rss_bytes`, when it died, and at once — killed with SIGKILL — when its job passed
+`deadline_seconds` or the caller's `should_stop` said so: nothing goes on decoding for an item
+nobody holds. The replacement starts in the background; a job waits for the next warm child.
 
 The job's decode memory is reserved from the caller's budget in the parent for the whole job
 (`job.job_cost_bytes`, from the headers), so a process's budget still bounds every render of
@@ -16,19 +16,21 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import multiprocessing
+import os
 import queue
+import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
-from multiprocessing.process import BaseProcess
 
 from batchcrop.crop.budget import MIB, MemoryBudget, reserved
 from batchcrop.errors import Category, PermanentItemError, TransientItemError
 from batchcrop.logs import log_event
-from batchcrop.renders.child import Answer, Ready, main
+from batchcrop.renders.child import Answer, Ready
 from batchcrop.renders.defaults import (
     MAX_RENDERS_PER_CHILD,
     MAX_RSS_BYTES_PER_CHILD,
@@ -53,8 +55,10 @@ class RenderTimeout(PermanentItemError):
 
 @dataclass
 class _Child:
-    process: BaseProcess
+    process: subprocess.Popen[bytes]
     conn: Connection
+    life: int
+    """The write end of the child's life pipe: closing it (or dying) tells the child to exit."""
     pid: int
     renders: int = 0
     started: float = field(default_factory=time.monotonic)
@@ -80,7 +84,6 @@ class RenderPool:
         self.deadline_seconds = deadline_seconds
         self.max_renders = max_renders
         self.max_rss_bytes = max_rss_bytes
-        self._context = multiprocessing.get_context("spawn")
         self._idle: queue.SimpleQueue[_Child] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._children: dict[int, _Child] = {}
@@ -112,7 +115,8 @@ class RenderPool:
             with contextlib.suppress(OSError):
                 child.conn.send(None)
         for child in children:
-            child.process.join(CHILD_EXIT_SECONDS)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.process.wait(CHILD_EXIT_SECONDS)
             _kill(child)
 
     @property
@@ -159,7 +163,8 @@ class RenderPool:
         deadline = time.monotonic() + self.deadline_seconds
         try:
             child.conn.send(job)
-            while not wait([child.conn, child.process.sentinel], STOP_POLL_SECONDS):
+            # A child that dies closes its socket: `wait` then returns and `recv` raises.
+            while not wait([child.conn], STOP_POLL_SECONDS):
                 if should_stop():
                     self._replace(child, "stopped")
                     raise RenderStopped
@@ -170,8 +175,8 @@ class RenderPool:
                     )
             answer = child.conn.recv()
         except (EOFError, OSError) as exc:
-            code = child.process.exitcode
             self._replace(child, "died")
+            code = child.process.returncode
             raise TransientItemError(
                 f"the render process ended during the render (exit {code})",
                 category=Category.INTERNAL_ERROR,
@@ -189,12 +194,22 @@ class RenderPool:
     # -- children --------------------------------------------------------------------------
 
     def _spawn(self) -> _Child:
-        parent_end, child_end = self._context.Pipe(duplex=True)
-        process = self._context.Process(target=main, args=(child_end,), name="render", daemon=True)
-        process.start()
-        child_end.close()  # the child's copy only: EOF reaches each side when the other ends
-        assert process.pid is not None
-        child = _Child(process, parent_end, process.pid)
+        ours, theirs = socket.socketpair()
+        life_read, life_write = os.pipe()
+        # The child finds the engine where this process does (a test's or a bench's path too).
+        path = os.pathsep.join(entry for entry in sys.path if entry)
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "batchcrop.renders", str(theirs.fileno()), str(life_read)],
+                pass_fds=(theirs.fileno(), life_read),
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, "PYTHONPATH": path},
+            )
+        finally:
+            # The child's ends are the child's alone: each side sees EOF when the other ends.
+            theirs.close()
+            os.close(life_read)
+        child = _Child(process, Connection(ours.detach()), life_write, process.pid)
         with self._lock:
             self._children[process.pid] = child
         return child
@@ -203,10 +218,10 @@ class RenderPool:
         """Wait for `child`'s Ready, then make it idle; a child that fails to start is
         replaced."""
         try:
-            ready = wait([child.conn, child.process.sentinel], CHILD_START_SECONDS)
+            ready = wait([child.conn], CHILD_START_SECONDS)
             said = child.conn.recv() if child.conn in ready else None
         except (EOFError, OSError, ValueError):
-            # ValueError: `close` closed this child's pipe or process object meanwhile.
+            # ValueError: `close` closed this child's socket meanwhile.
             said = None
         if self._closed.is_set():
             _kill(child)
@@ -255,11 +270,14 @@ class RenderPool:
 
 
 def _kill(child: _Child) -> None:
-    """SIGKILL `child` if it still runs, reap it and close its pipe (idempotent)."""
-    with contextlib.suppress(ValueError):  # the process object was closed already
-        if child.process.is_alive():
-            child.process.kill()
-        child.process.join(CHILD_EXIT_SECONDS)
-        child.conn.close()
-        if child.process.exitcode is not None:
-            child.process.close()  # its sentinel's descriptor
+    """SIGKILL `child` if it still runs, reap it and close its socket and life pipe
+    (idempotent)."""
+    if child.process.poll() is None:
+        child.process.kill()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        child.process.wait(CHILD_EXIT_SECONDS)
+    child.conn.close()
+    # Taken before closing: a descriptor number closed twice may be another file's by then.
+    life, child.life = child.life, -1
+    if life >= 0:
+        os.close(life)

@@ -27,12 +27,12 @@ def cli(database_url: str, tmp_path: Path) -> Iterator[Cli]:
 
 def _render_children(pid: int) -> list[int]:
     """The render children of `pid` (started by any of its threads; not the resource tracker
-    that `multiprocessing` starts beside them)."""
+    nor any other child)."""
     found: list[int] = []
     for task in Path(f"/proc/{pid}/task").iterdir():
         for child in (task / "children").read_text().split():
             with_args = Path(f"/proc/{child}/cmdline").read_bytes()
-            if b"spawn_main" in with_args:
+            if b"batchcrop.renders" in with_args:
                 found.append(int(child))
     return found
 

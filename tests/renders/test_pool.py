@@ -221,3 +221,30 @@ def test_children_exit_when_their_parent_is_killed() -> None:
         parent.wait()
         if parent.stdout is not None:
             parent.stdout.close()
+
+
+UNGUARDED = """
+from batchcrop.crop import RenderSpec
+from batchcrop.renders import RenderJob, RenderPool
+from tests.renders.test_pool import _small
+pool = RenderPool(1)
+print(len(pool(_small()).renditions), flush=True)
+pool.close()
+"""
+
+
+def test_children_never_run_the_parents_main_script() -> None:
+    """A parent whose main script has no `__main__` guard (here: read from standard input)
+    starts its children and renders: a child is not the parent's script run again."""
+    done = subprocess.run(
+        [sys.executable, "-"],
+        input=UNGUARDED,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=120,
+        check=False,
+    )
+
+    assert (done.returncode, done.stdout) == (0, "1\n"), done.stderr
