@@ -17,6 +17,7 @@ from batchcrop.batches.serving import read_fleet_stats, read_served_queue
 from batchcrop.crop.budget import MIB, MemoryBudget
 from batchcrop.crop.limits import IMAGE_SUFFIXES
 from batchcrop.logs import log_event
+from batchcrop.renders.defaults import RENDER_DEADLINE_SECONDS
 from batchcrop.settings import RENAMED_ENV, Settings, SettingsError, redact_url
 from leases import (
     DatabaseRefused,
@@ -72,6 +73,10 @@ class WorkRequest:
     """The pause of a slot that found nothing to claim; None: `BATCHCROP_IDLE_POLL_SECONDS`."""
     force_render: bool = False
     """Render every item even when its outputs are all stored (`--force`; docs/design.md §5)."""
+    render_processes: int = 0
+    """Render child processes (`batchcrop.renders.RenderPool`); 0 renders in the slots' threads."""
+    render_deadline_seconds: float = RENDER_DEADLINE_SECONDS
+    """A render in a child past this is killed and fails `render_timeout`."""
     trusted_sources: bool = False
     """Sources are read as named (`run`, whose operator named them), not confined again."""
     deliver: bool = True
@@ -285,6 +290,8 @@ class App:
             idle_sleep_seconds=self.settings.idle_poll_seconds if idle is None else idle,
             fallback_poll_seconds=self.settings.fallback_poll_seconds,
             force_render=work.force_render,
+            render_processes=work.render_processes,
+            render_deadline_seconds=work.render_deadline_seconds,
             database=self.database_label(),
         )
         return self.worker(

@@ -48,6 +48,7 @@ class Category(StrEnum):
     IMAGE_TOO_LARGE = "image_too_large"
     UNSUPPORTED_IMAGE = "unsupported_image"
     INVALID_FOCUS = "invalid_focus"
+    RENDER_TIMEOUT = "render_timeout"
     SOURCE_NOT_FOUND = "source_not_found"
     SOURCE_TOO_LARGE = "source_too_large"
     DERIVATIVE_CONFLICT = "derivative_conflict"

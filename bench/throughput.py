@@ -13,15 +13,18 @@ turn (each system's fastest round is kept, which lessens other load on a shared 
   line's difference is the queue, store and bookkeeping;
 - **batchcrop run**: `batchcrop run --workers N DIR --out OUT` as a user starts it (its own
   process: start-up, a fresh SQLite database, submission, leases, put-if-absent into a folder,
-  manifests, no progress bar);
+  manifests, no progress bar), and the same with `--workers 1`, for the scaling of a second
+  slot; with `--threads-too`, also `--workers N --render-processes 0` (renders in the slots'
+  threads, as before render processes);
 - **engine, one thread**: the per-image render time, for the per-item overhead;
 - **batchcrop run, one tiny image**: the fixed cost of a `run` (imports, database creation and
   migration, submission, the worker's start and stop), for the per-item overhead.
 
-Printed: wall seconds, images/s, and each system's time over the vips script's; then the per-item
-overhead of `run` over the engine in threads, start-up taken out, as a share of one render.
+Printed: wall seconds, images/s, and each system's time over the vips script's; the scaling of
+`run` from one worker to N (throughput ratio); then the per-item overhead of `run` over the
+engine in threads, start-up taken out, as a share of one render.
 
-    .venv/bin/python bench/throughput.py [--images 32] [--processes 2] [--rounds 2]
+    .venv/bin/python bench/throughput.py [--images 32] [--processes 2] [--rounds 2] [--threads-too]
 
 Needs the `bench` extra (pyvips for the script is a dependency of batchcrop itself).
 """
@@ -122,8 +125,9 @@ def engine(paths: list[Path], out: Path, threads: int) -> float:
     return time.perf_counter() - started
 
 
-def batchcrop_run(source: Path, out: Path, workers: int) -> float:
-    """Wall seconds of `batchcrop run` as a user starts it, in its own process."""
+def batchcrop_run(source: Path, out: Path, workers: int, *flags: str) -> float:
+    """Wall seconds of `batchcrop run` (with `flags`) as a user starts it, in its own
+    process."""
     out.mkdir(parents=True, exist_ok=True)
     database = out / "batchcrop.db"
     command = [
@@ -138,6 +142,7 @@ def batchcrop_run(source: Path, out: Path, workers: int) -> float:
         f"sqlite:///{database}",
         "--out",
         str(out / "derivatives"),
+        *flags,
         str(source),
     ]
     started = time.perf_counter()
@@ -154,6 +159,11 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=32)
     parser.add_argument("--processes", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--threads-too",
+        action="store_true",
+        help="also time `run --render-processes 0` (a checkout with render processes)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-throughput-") as temp:
         root = Path(temp)
@@ -169,13 +179,21 @@ def main() -> None:
             out.mkdir()
             seconds = run(out)  # type: ignore[operator]
             best[name] = min(best.get(name, seconds), seconds)
-            print(f"  {name:<22} {seconds:7.2f} s", flush=True)
+            print(f"  {name:<24} {seconds:7.2f} s", flush=True)
 
         for round_number in range(args.rounds):
             print(f"round {round_number + 1}", flush=True)
             timed("vips script", lambda out: vips_script(paths, out, args.processes))
             timed("engine, threads", lambda out: engine(paths, out, args.processes))
             timed("batchcrop run", lambda out: batchcrop_run(source, out, args.processes))
+            timed("batchcrop run, 1 worker", lambda out: batchcrop_run(source, out, 1))
+            if args.threads_too:
+                timed(
+                    "batchcrop run, threads",
+                    lambda out: batchcrop_run(
+                        source, out, args.processes, "--render-processes", "0"
+                    ),
+                )
         single = engine(paths, root / "out", 1) / len(paths)
         tiny = root / "tiny"
         tiny.mkdir()
@@ -186,9 +204,14 @@ def main() -> None:
             f"\n{args.images} images, 4 ratios at {MAX_SIDE_PX} px, quality {QUALITY}, "
             f"{args.processes} processes/threads/workers, fastest of {args.rounds} rounds"
         )
-        print(f"{'system':<22} {'wall s':>8} {'images/s':>9} {'vs vips script':>15}")
+        print(f"{'system':<24} {'wall s':>8} {'images/s':>9} {'vs vips script':>15}")
         for name, seconds in best.items():
-            print(f"{name:<22} {seconds:8.2f} {args.images / seconds:9.2f} {seconds / base:14.2f}x")
+            print(f"{name:<24} {seconds:8.2f} {args.images / seconds:9.2f} {seconds / base:14.2f}x")
+        scaling = best["batchcrop run, 1 worker"] / best["batchcrop run"]
+        print(
+            f"\n`run --workers {args.processes}` over `run --workers 1`: {scaling:.2f}x the "
+            f"throughput; over the vips script: {best['batchcrop run'] / base:.2f}x the time"
+        )
         spent = best["batchcrop run"] - fixed - best["engine, threads"]
         overhead = spent * args.processes / args.images
         print(

@@ -73,6 +73,19 @@ class UsageError(BatchcropError):
     """A command line that cannot be run as given (exit 2)."""
 
 
+def _render_options(args: argparse.Namespace, slots: int) -> dict[str, Any]:
+    """`--render-processes` (default one per slot) and `--render-deadline-seconds`, checked."""
+    processes = slots if args.render_processes is None else args.render_processes
+    if processes < 0:
+        raise UsageError("--render-processes must be 0 (render in threads) or more")
+    if not args.render_deadline_seconds > 0:
+        raise UsageError("--render-deadline-seconds must be positive")
+    return {
+        "render_processes": processes,
+        "render_deadline_seconds": args.render_deadline_seconds,
+    }
+
+
 SETTING_FLAGS = (
     "database_url",
     "lease_seconds",
@@ -339,6 +352,7 @@ def run(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
     _needs_face_detector()
+    renders = _render_options(args, args.workers)
     # `--out DIR` is `--store file://DIR`; without it `--store` (or BATCHCROP_STORE) stands.
     out = {"store": f"file://{os.path.abspath(args.out)}"} if args.out else {}
     with opened(args, creates=True, **out) as app:
@@ -356,6 +370,7 @@ def run(args: argparse.Namespace) -> int:
             batch_ids=[batch_id],
             idle_sleep_seconds=RUN_IDLE_SLEEP_SECONDS,
             force_render=args.force,
+            **renders,
             trusted_sources=True,
             deliver=False,
         )
@@ -376,6 +391,7 @@ def run(args: argparse.Namespace) -> int:
             ended = worker.join(GIVE_BACK_WAIT_SECONDS)
             worker.retire(forget=ended)
             if not ended:
+                worker.close_renders()
                 # A slot stuck where no checkpoint comes (a read that never returns): its item
                 # comes back once this process is no longer seen. The slots are daemon threads.
                 print(
@@ -427,6 +443,7 @@ def worker(args: argparse.Namespace) -> int:
     """`batchcrop worker`: claim from every open batch until SIGTERM/SIGINT, then exit 0."""
     if args.concurrency < 1:
         raise UsageError("--concurrency must be at least 1")
+    renders = _render_options(args, args.concurrency)
     with opened(args, creates=args.migrate) as app:
         stopped = threading.Event()
         with _signals(lambda signum, frame: stopped.set()):
@@ -434,7 +451,10 @@ def worker(args: argparse.Namespace) -> int:
         if store is None:
             return 0  # stopped while waiting for the database or store: nothing was held
         work = WorkRequest(
-            concurrency=args.concurrency, batch_ids=args.batch_ids, force_render=args.force
+            concurrency=args.concurrency,
+            batch_ids=args.batch_ids,
+            force_render=args.force,
+            **renders,
         )
         the_worker = app.worker_for(store, work)
         signals = threading.Event()
@@ -466,6 +486,7 @@ def worker(args: argparse.Namespace) -> int:
                 ended = the_worker.join(GIVE_BACK_WAIT_SECONDS)
                 if not ended:
                     log_event("shutdown_with_items_held", level=logging.WARNING)
+                    the_worker.close_renders()
             # Every slot ended: nothing is held, the row goes. Else it goes stale, and the
             # reaper releases what is still held within the worker timeout.
             the_worker.retire(forget=ended)

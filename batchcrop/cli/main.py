@@ -20,6 +20,7 @@ from batchcrop.callbacks.hosts import PORT_MAX
 from batchcrop.cli.exit_codes import Exit
 from batchcrop.crop.fields import RenderField
 from batchcrop.crop.spec import RenderSpec
+from batchcrop.renders.defaults import RENDER_DEADLINE_SECONDS
 from batchcrop.settings import (
     CALLBACK_RETRY_SECONDS,
     CONCURRENCY,
@@ -142,6 +143,25 @@ def _store_flags(p: argparse.ArgumentParser, *, with_store: bool = True) -> None
         metavar="N",
         help="BATCHCROP_DECODE_MEMORY_MIB: decoded-pixel memory shared by this process's renders "
         f"(default {DECODE_MEMORY_MIB}); a source needing more fails image_too_large",
+    )
+
+
+def _render_process_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("render processes")
+    g.add_argument(
+        "--render-processes",
+        type=int,
+        metavar="N",
+        help="child processes that render (default one per slot; 0 renders in the slots' "
+        "threads, where a render cannot be stopped)",
+    )
+    g.add_argument(
+        "--render-deadline-seconds",
+        type=float,
+        default=RENDER_DEADLINE_SECONDS,
+        metavar="S",
+        help="a render in a child past this is killed and its item fails render_timeout "
+        f"(default {RENDER_DEADLINE_SECONDS:g})",
     )
 
 
@@ -347,6 +367,7 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     _force_flag(p)
+    _render_process_flags(p)
     _render_flags(p)
     _json_flag(p, "final status document")
     _database_flags(p)
@@ -407,6 +428,7 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table
         help="on SIGTERM, time to finish held items before giving them back "
         f"(default {SHUTDOWN_GRACE_SECONDS:g})",
     )
+    _render_process_flags(p)
     _migrate_flag(p)
     _database_flags(p)
     _store_flags(p)

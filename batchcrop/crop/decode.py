@@ -1,11 +1,11 @@
 """Open an image safely, then decode it once, oriented and in 8-bit sRGB-ish RGB.
 
-`open_image` reads only headers: it refuses non-images, formats we do not take and decompression
-bombs before a single pixel is decoded. `decode_rgb` decodes at the smallest JPEG DCT scale that
-still covers what the caller needs, applies EXIF orientation and converts every mode to RGB.
-Both are pure functions of their inputs and safe to call from many threads at once: they touch no
-Pillow global (`ImageFile.LOAD_TRUNCATED_IMAGES` stays False, so a truncated file is an error,
-never a partial picture).
+`open_image` reads only headers: it refuses non-images, formats we do not take, decompression
+bombs and CPU bombs (`structure`) before a single pixel is decoded. `decode_rgb` decodes at the
+smallest JPEG DCT scale that still covers what the caller needs, applies EXIF orientation and
+converts every mode to RGB. Both are pure functions of their inputs and safe to call from many
+threads at once: they touch no Pillow global (`ImageFile.LOAD_TRUNCATED_IMAGES` stays False, so
+a truncated file is an error, never a partial picture).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from PIL import ExifTags, Image, UnidentifiedImageError
 
 from batchcrop.crop.colour import to_rgb
 from batchcrop.crop.errors import ImageTooLarge, InvalidImage, UnsupportedImage
+from batchcrop.crop.structure import refuse_scan_bombs
 
 ACCEPTED_FORMATS = ("JPEG", "PNG", "GIF", "WEBP", "TIFF", "BMP")
 """Pillow format names we open. Pillow's JPEG opener also yields "MPO" for many camera JPEGs."""
@@ -65,8 +66,10 @@ class OpenedImage:
     size: tuple[int, int]
 
 
-def open_image(data: bytes, max_pixels: int) -> OpenedImage:
-    """Identify `data` and check its dimensions; raise a `CropError` subclass if unusable."""
+def open_image(data: bytes, max_pixels: int, *, structure_checked: bool = False) -> OpenedImage:
+    """Identify `data` and check its dimensions and structure (`structure`, skipped when
+    `structure_checked`: an earlier open of the same bytes did it); raise a `CropError`
+    subclass if unusable."""
     if not data:
         raise InvalidImage("empty file (0 bytes)")
     _refuse_known_unsupported(data[:_SNIFF_BYTES])
@@ -84,6 +87,12 @@ def open_image(data: bytes, max_pixels: int) -> OpenedImage:
     if width * height > max_pixels:
         image.close()
         raise ImageTooLarge(f"{width}x{height} exceeds {max_pixels} pixels")
+    if image.format in _DCT_FORMATS and not structure_checked:
+        try:
+            refuse_scan_bombs(data)
+        except InvalidImage:
+            image.close()
+            raise
     # Recent Pillow orients TIFFs itself (upright size at open, transpose on load).
     orientation = 1 if image.format == "TIFF" and _pillow_orients_tiff() else _orientation(image)
     if orientation in _SWAPS_AXES:

@@ -97,7 +97,7 @@ def _render(
 
     def decode(factor: int, *, keep_alpha: bool = False) -> Image.Image:
         # An opened image decodes once: the first decode uses it, later ones open the bytes again.
-        fresh = unused.pop() if unused else open_image(data, max_pixels)
+        fresh = unused.pop() if unused else open_image(data, max_pixels, structure_checked=True)
         picture = decode_rgb(fresh, factor, keep_alpha=keep_alpha)
         if on_decode is not None and not keep_alpha:
             on_decode(picture, factor, size)

@@ -22,17 +22,16 @@ from batchcrop.batches.items import payload_focus
 from batchcrop.crop import (
     FORMATS,
     MemoryBudget,
-    PreviewTaker,
     Ratio,
     RenderSpec,
     Rendition,
     Thumbnail,
     preview_variant,
-    render,
     variant_of,
 )
 from batchcrop.errors import Category, PermanentItemError, TransientItemError
 from batchcrop.logs import log_event
+from batchcrop.renders import Renderer, RenderJob, RenderStopped, render_in_process
 from batchcrop.worker.facts import (
     derivative_facts,
     preview_facts,
@@ -269,6 +268,8 @@ class Attempt:
     """Called when the source is about to be decoded and rendered (a metric)."""
     on_store_seconds: Callable[[float], None] = lambda seconds: None
     """Called with the wall time of each object write, failed ones included (a metric)."""
+    renderer: Renderer = render_in_process
+    """Where the crop engine runs: in this thread, or the worker's `RenderPool`."""
 
     def run(self, heartbeat: HeldLease) -> Output:
         """Read, crop, store; return the manifest and preview to commit. Raises LeaseLost,
@@ -294,16 +295,21 @@ class Attempt:
             )
             self.checkpoint(heartbeat)
             return Output(known.derivatives, known.preview)
-        # The page's picture of the source, made once here rather than on every view: a large
-        # PNG takes seconds to decode (docs/design.md §5, previews); from the render's own
-        # decode when it is the one the preview needs.
-        taker = PreviewTaker(data)
         self.on_render()
-        renditions = render(
-            data, self.spec, focus=focus, budget=self.decode_budget, on_decode=taker
-        )
-        preview = taker.preview(data, budget=self.decode_budget)
-        del data
+        # The renditions, and the page's picture of the source made once here rather than on
+        # every view (docs/design.md §5, previews). In a render child, killed at once when
+        # this attempt must stop (docs/design.md §6, render processes).
+        try:
+            rendered = self.renderer(
+                RenderJob(data, self.spec, focus),
+                budget=self.decode_budget,
+                should_stop=lambda: self._must_stop(heartbeat),
+            )
+        except RenderStopped:
+            self.checkpoint(heartbeat)  # raises the reason
+            raise GiveBack from None  # a lease only thought lost: the item goes back unharmed
+        renditions, preview = rendered.renditions, rendered.preview
+        del data, rendered
         log_event(
             "crop",
             level=logging.DEBUG,
@@ -407,6 +413,15 @@ class Attempt:
             attempt=claim.attempt,
             corr=claim.correlation_id,
             key=key,
+        )
+
+    def _must_stop(self, heartbeat: HeldLease) -> bool:
+        """What the heartbeat thread and shutdown already know, without a statement: asked
+        every few hundredths of a second while a child renders."""
+        return (
+            self.give_back_now.is_set()
+            or heartbeat.lost.is_set()
+            or heartbeat.stop_reason is not None
         )
 
     def checkpoint(self, heartbeat: HeldLease) -> None:

@@ -30,6 +30,7 @@ from batchcrop.errors import (
 )
 from batchcrop.logs import OutageLog, figure, log_event
 from batchcrop.metrics import OUTAGE_DEPENDENCIES, Metrics
+from batchcrop.renders import RENDER_DEADLINE_SECONDS, Renderer, RenderPool, render_in_process
 from batchcrop.settings import (
     CONCURRENCY,
     FALLBACK_POLL_SECONDS,
@@ -103,6 +104,11 @@ class WorkerOptions:
     finds_faces: bool | None = None
     """Whether this worker can find faces as every batch's variant says (None: whether the face
     detector is installed, `crop.face_detector()`). A worker that cannot claims no batch."""
+    render_processes: int = 0
+    """Render child processes (`batchcrop.renders.RenderPool`); 0 renders in the slots'
+    threads, as the library does. The CLI's default is one per slot."""
+    render_deadline_seconds: float = RENDER_DEADLINE_SECONDS
+    """A render in a child past this is killed and fails `render_timeout` (not in threads)."""
 
 
 class Worker:
@@ -171,6 +177,12 @@ class Worker:
         # One heartbeat thread for every item this worker holds: one statement per interval.
         self._heartbeats = Heartbeats(leases)
         self._writes = write_pool(options.concurrency)
+        self._pool = (
+            RenderPool(options.render_processes, deadline_seconds=options.render_deadline_seconds)
+            if options.render_processes > 0
+            else None
+        )
+        self._renderer: Renderer = self._pool or render_in_process
         self._progressed = threading.Event()
         self._attempts_lock = threading.Lock()
         # What the slots work on now, by lease token: the registry lists it (docs/design.md §3,
@@ -181,7 +193,9 @@ class Worker:
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the slots and the reaper in daemon threads (and the wake-up listener)."""
+        """Start the render children (warm before the first claim), then the slots and the
+        reaper in daemon threads (and the wake-up listener)."""
+        self.warm_renders()
         if self._wakeups is not None:
             self._wakeups.start()
         for n in range(self.options.concurrency):
@@ -202,6 +216,7 @@ class Worker:
             worker=self.worker_id,
             version=__version__,
             concurrency=self.options.concurrency,
+            render_processes=self.options.render_processes,
             database=self.options.database,
             store=self.store.url,
             lease_s=figure(self.leases.lease_seconds),
@@ -266,7 +281,26 @@ class Worker:
         ended = not any(t.is_alive() for t in self._threads)
         if ended:
             self._writes.shutdown(wait=False)  # idle: every slot waited for its writes
+            if self._pool is not None:
+                self._pool.close()
         return ended
+
+    def warm_renders(self) -> None:
+        """Start the render children and wait until each is warm (idempotent; `start` does it
+        before the first claim)."""
+        if self._pool is not None:
+            self._pool.start()
+
+    def close_renders(self) -> None:
+        """Kill the render children now (an exit with slots still stuck: nothing they hold
+        goes on rendering)."""
+        if self._pool is not None:
+            self._pool.close()
+
+    @property
+    def render_pids(self) -> list[int]:
+        """The render children's process ids (empty when rendering in threads)."""
+        return [] if self._pool is None else self._pool.pids
 
     @property
     def attempts_under_way(self) -> int:
@@ -539,6 +573,7 @@ class Worker:
             force_render=self.options.force_render,
             on_known=self.metrics.known_outputs.inc,
             on_render=self.metrics.renders.inc,
+            renderer=self._renderer,
         )
         try:
             return attempt.run(heartbeat)

@@ -154,3 +154,32 @@ def test_a_cielab_tiff_is_converted_to_srgb(
     centre = decode(rendition.data).getpixel((SIZE[0] // 2, SIZE[1] // 2))
     assert isinstance(centre, tuple)
     assert all(abs(ours - theirs) <= 2 for ours, theirs in zip(centre, srgb, strict=True)), centre
+
+
+def test_cached_transforms_do_not_keep_their_profiles_bytes() -> None:
+    """Sources with large profiles leave only digests in the transform cache, not the
+    profiles: the Python memory still held after rendering them is far below their size."""
+    import tracemalloc  # noqa: PLC0415 (this test only)
+
+    from batchcrop.crop import colour  # noqa: PLC0415
+
+    padding_bytes = 2 << 20
+    sources = []
+    for n in range(6):
+        # Trailing bytes after the profile's declared size: a distinct 2 MiB profile each.
+        profile = adobe_rgb_profile() + bytes([n + 1]) * padding_bytes
+        buffer = io.BytesIO()
+        Image.new("RGB", (48, 32), (40, 120, 200)).save(buffer, format="JPEG", icc_profile=profile)
+        sources.append(buffer.getvalue())
+    spec = RenderSpec((Ratio(1, 1),), max_side=16)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for data in sources:
+            render(data, spec)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+
+    assert held < padding_bytes
+    assert all(len(key) == 32 for key in colour._transform_to_srgb.digests())

@@ -1,0 +1,250 @@
+"""The render pool: children render exactly what the calling thread would, errors come back
+with their family and category, and a child that must stop is killed at once and replaced."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from batchcrop.crop import ImageTooLarge, MemoryBudget, Ratio, RenderSpec
+from batchcrop.errors import Category, ItemError, PermanentItemError, TransientItemError
+from batchcrop.renders import RenderJob, RenderPool, RenderStopped, RenderTimeout
+from batchcrop.renders.job import render_in_process
+from tests.renders.zoo import ZOO
+from tests.scans import slow_jpeg
+
+SPEC = RenderSpec(
+    ratios=(Ratio(1, 1), Ratio(16, 9), Ratio(3, 4)), max_side=200, formats=("jpeg", "webp")
+)
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[RenderPool]:
+    """One warm child, shared by the module's tests (each leaves it usable)."""
+    renders = RenderPool(1)
+    renders.start()
+    yield renders
+    renders.close()
+
+
+def _small() -> RenderJob:
+    buffer = io.BytesIO()
+    Image.new("RGB", (120, 80), (200, 30, 60)).save(buffer, format="JPEG")
+    return RenderJob(buffer.getvalue(), RenderSpec(ratios=(Ratio(1, 1),), max_side=32))
+
+
+def _one_child(pool: RenderPool, *, other_than: int | None = None) -> int:
+    """The pid of the pool's one child, once it is warm (and not `other_than`)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        pids = pool.pids
+        if len(pids) == 1 and pids[0] != other_than:
+            return pids[0]
+        time.sleep(0.05)
+    raise AssertionError(f"no new child in time: {pool.pids}")
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+@pytest.mark.parametrize("name", sorted(ZOO))
+def test_a_child_renders_the_same_bytes_as_the_calling_thread(pool: RenderPool, name: str) -> None:
+    """Every derivative and the preview of each zoo source are byte-identical from a child."""
+    job = RenderJob(ZOO[name](), SPEC, focus=(10, 10, 60, 60) if "jpeg" in name else None)
+
+    here = render_in_process(job)
+    there = pool(job)
+
+    assert [(r.ratio, r.format, r.crop_box, r.sha256) for r in here.renditions] == [
+        (r.ratio, r.format, r.crop_box, r.sha256) for r in there.renditions
+    ]
+    assert [r.data for r in here.renditions] == [r.data for r in there.renditions]
+    assert here.preview == there.preview
+
+
+def test_an_error_in_the_child_comes_back_with_its_family_and_category(pool: RenderPool) -> None:
+    """A JPEG cut short after its headers fails in the child as it fails in the thread."""
+    data = ZOO["jpeg"]()
+    job = RenderJob(data[: len(data) // 2], SPEC)
+    with pytest.raises(ItemError) as here:
+        render_in_process(job)
+
+    with pytest.raises(PermanentItemError) as there:
+        pool(job)
+
+    assert here.value.category is Category.INVALID_IMAGE
+    assert (there.value.category, there.value.detail) == (here.value.category, here.value.detail)
+
+
+def test_a_job_larger_than_the_budget_is_refused_in_the_parent(pool: RenderPool) -> None:
+    """The decode budget is the parent's: a job that cannot fit never reaches a child."""
+    child = _one_child(pool)
+    replaced = pool.replaced
+
+    with pytest.raises(ImageTooLarge):
+        pool(_small(), budget=MemoryBudget(1024))
+
+    assert (pool.pids, pool.replaced) == ([child], replaced)
+
+
+def test_a_render_told_to_stop_has_its_child_killed_at_once(pool: RenderPool) -> None:
+    """`should_stop` turning True kills the child within a poll; a new child takes the next job."""
+    child = _one_child(pool)
+    told = time.monotonic() + 0.3
+
+    with pytest.raises(RenderStopped):
+        pool(RenderJob(slow_jpeg(), SPEC), should_stop=lambda: time.monotonic() > told)
+
+    assert time.monotonic() - told < 1.0
+    assert not _alive(child)
+    assert len(pool(_small()).renditions) == 1
+    assert _one_child(pool) != child
+
+
+def test_a_render_past_its_deadline_fails_render_timeout() -> None:
+    """A render longer than the pool's deadline is killed and fails permanently, in its own
+    category."""
+    renders = RenderPool(1, deadline_seconds=0.5)
+    try:
+        renders.start()
+        child = _one_child(renders)
+        started = time.monotonic()
+
+        with pytest.raises(RenderTimeout) as caught:
+            renders(RenderJob(slow_jpeg(), SPEC))
+
+        assert time.monotonic() - started < 2.0
+        assert isinstance(caught.value, PermanentItemError)
+        assert caught.value.category is Category.RENDER_TIMEOUT
+        assert not _alive(child)
+    finally:
+        renders.close()
+
+
+def test_a_child_killed_mid_render_is_a_transient_error_and_is_replaced(
+    pool: RenderPool,
+) -> None:
+    """SIGKILL of the child under a job: the job fails `internal_error` (retried), the pool
+    starts another child and renders with it."""
+    child = _one_child(pool)
+    threading.Timer(0.3, os.kill, (child, signal.SIGKILL)).start()
+
+    with pytest.raises(TransientItemError) as caught:
+        pool(RenderJob(slow_jpeg(), SPEC))
+
+    assert caught.value.category is Category.INTERNAL_ERROR
+    assert "render process ended" in caught.value.detail
+    assert len(pool(_small()).renditions) == 1
+    assert _one_child(pool, other_than=child) != child
+
+
+@pytest.mark.parametrize(
+    "limits", [{"max_renders": 2}, {"max_rss_bytes": 1}], ids=["renders", "memory"]
+)
+def test_children_are_replaced_after_their_renders_or_above_the_memory_ceiling(
+    limits: dict[str, int],
+) -> None:
+    """A child is retired after `max_renders` jobs, or after a job that left it above
+    `max_rss_bytes`; the next job runs in its replacement."""
+    renders = RenderPool(1, **limits)
+    try:
+        renders.start()
+        first = _one_child(renders)
+        renders(_small())
+        if "max_renders" in limits:
+            assert _one_child(renders) == first
+            renders(_small())
+        second = _one_child(renders, other_than=first)
+        assert len(renders(_small()).renditions) == 1
+        assert renders.replaced >= 1
+        assert not _alive(first)
+        assert second != first
+    finally:
+        renders.close()
+
+
+PARENT = """
+import json, sys
+from batchcrop.renders import RenderJob, RenderPool
+from batchcrop.crop import RenderSpec
+from tests.scans import slow_jpeg
+data = slow_jpeg()
+pool = RenderPool(2)
+pool.start()
+print(json.dumps(pool.pids), flush=True)
+pool(RenderJob(data, RenderSpec()))
+"""
+
+
+def test_children_exit_when_their_parent_is_killed() -> None:
+    """SIGKILL of the parent mid-render leaves no child behind, busy or idle."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    try:
+        assert parent.stdout is not None
+        children = [int(pid) for pid in parent.stdout.readline().strip(" []\n").split(",")]
+        assert len(children) == 2
+        assert all(_alive(pid) for pid in children)
+        time.sleep(0.5)  # one child is rendering now
+
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(10)
+
+        deadline = time.monotonic() + 10
+        while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(_alive(pid) for pid in children)
+    finally:
+        parent.kill()
+        parent.wait()
+        if parent.stdout is not None:
+            parent.stdout.close()
+
+
+UNGUARDED = """
+from batchcrop.crop import RenderSpec
+from batchcrop.renders import RenderJob, RenderPool
+from tests.renders.test_pool import _small
+pool = RenderPool(1)
+print(len(pool(_small()).renditions), flush=True)
+pool.close()
+"""
+
+
+def test_children_never_run_the_parents_main_script() -> None:
+    """A parent whose main script has no `__main__` guard (here: read from standard input)
+    starts its children and renders: a child is not the parent's script run again."""
+    done = subprocess.run(
+        [sys.executable, "-"],
+        input=UNGUARDED,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=120,
+        check=False,
+    )
+
+    assert (done.returncode, done.stdout) == (0, "1\n"), done.stderr
