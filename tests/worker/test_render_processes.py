@@ -14,7 +14,7 @@ import pytest
 
 from batchcrop.app import App
 from batchcrop.batches.items import ItemRequest
-from batchcrop.batches.service import BatchRequest
+from batchcrop.batches.submission import BatchRequest
 from batchcrop.crop import Ratio, RenderSpec
 from batchcrop.renders import RENDER_DEADLINE_SECONDS
 from batchcrop.worker.attempts import Outcome
