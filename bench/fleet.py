@@ -39,7 +39,7 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +69,8 @@ KNEE_FRACTION = 0.8
 """The knee: the first step whose completions fall below this share of the ideal."""
 CLUSTER_ROOT = Path(__file__).resolve().parents[1] / ".tmp" / "postgres-fleet"
 START_TIMEOUT_SECONDS = 120.0
+LINGER_SECONDS = 3.0
+"""A worker process keeps its connections this long past the window's end."""
 
 
 @dataclass(frozen=True)
@@ -81,18 +83,30 @@ class Step:
     render_seconds: float
     lease_seconds: float
     claim_size: int
-    start_at: float
-    measure_at: float
-    stop_at: float
+    warmup_seconds: float
+    seconds: float
+    start_at: float = 0.0
+    measure_at: float = 0.0
+    stop_at: float = 0.0
+
+    def starting(self, at: float) -> Step:
+        """This step with its clock set: started at `at` (epoch seconds)."""
+        return replace(
+            self,
+            start_at=at,
+            measure_at=at + self.warmup_seconds,
+            stop_at=at + self.warmup_seconds + self.seconds,
+        )
 
 
 def _in_window(step: Step, at: float) -> bool:
     return step.measure_at <= at < step.stop_at
 
 
-def worker_process(step: Step, results: Any) -> None:
+def worker_process(step: Step, results: Any, ready: Any, go: Any, start: Any) -> None:
     """One worker: `step.slots` slot threads and a heartbeat thread until `step.stop_at`; puts
-    (claimed, completed, heartbeats, claim latencies, CPU seconds) of the window on `results`."""
+    (claimed, completed, heartbeats, claim latencies, CPU seconds) of the window on `results`.
+    Connected, it says so on `ready` and waits for `go`, then for the start time in `start`."""
     pool = max(1, math.ceil(step.slots * POOL_PER_SLOTS))
     engine = make_engine(step.url, pool_size=pool + 1, max_overflow=0)
     manager = LeaseManager(engine, lease_seconds=step.lease_seconds)
@@ -151,6 +165,9 @@ def worker_process(step: Step, results: Any) -> None:
     # Connect the pool before the start, so that the window sees no connection set-up.
     with engine.connect() as conn:
         conn.exec_driver_sql("SELECT 1")
+    ready.put(os.getpid())
+    go.wait(START_TIMEOUT_SECONDS)
+    step = step.starting(start.value)
     time.sleep(max(0.0, step.start_at - time.time()))
     cpu_at: float | None = None
     beat.start()
@@ -163,6 +180,8 @@ def worker_process(step: Step, results: Any) -> None:
     cpu = time.process_time() - cpu_at
     stop.set()
     beat.join()
+    # Connected until the main process has read the backends' CPU: an ended backend's is gone.
+    time.sleep(max(0.0, step.stop_at + LINGER_SECONDS - time.time()))
     engine.dispose()
     results.put((counts, latencies, cpu))
 
@@ -185,21 +204,25 @@ def server_cpu_seconds(postmaster_pid: int) -> dict[int, float]:
 
 
 def split_cpu(
-    before: dict[int, float], after: dict[int, float], client_backends: set[int]
+    before: dict[int, float], after: dict[int, float], background: set[int]
 ) -> tuple[float, float]:
-    """CPU seconds between two readings: of the client backends, and of everything else the
-    server ran (autovacuum, the WAL writer, the checkpointer, the postmaster)."""
+    """CPU seconds between two readings: of the client backends, and of the server's own
+    processes (`background`: autovacuum, the WAL writer, the checkpointer, the postmaster)."""
     clients = other = 0.0
     for pid, seconds in after.items():
         spent = seconds - before.get(pid, 0.0)
-        if pid in client_backends:
-            clients += spent
-        else:
+        if pid in background:
             other += spent
+        else:
+            clients += spent
     return clients, other
 
 
-CLIENT_BACKENDS = sa.text("SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend'")
+BACKGROUND = sa.text(
+    "SELECT pid FROM pg_stat_activity WHERE backend_type <> 'client backend'"
+    " UNION SELECT pg_backend_pid()"
+)
+"""The server's own processes, and the sampling connection's backend (not the fleet's)."""
 
 
 LOCK_WAITS = sa.text(
@@ -249,7 +272,6 @@ def run_step(url: str, postmaster_pid: int, slots: int, args: argparse.Namespace
     workers = [args.slots_per_worker] * (slots // args.slots_per_worker)
     if slots % args.slots_per_worker:
         workers.append(slots % args.slots_per_worker)
-    start_at = time.time() + 3 + 0.1 * len(workers)  # every process spawned and connected
     step = Step(
         url=url,
         group_id=group_id,
@@ -257,29 +279,42 @@ def run_step(url: str, postmaster_pid: int, slots: int, args: argparse.Namespace
         render_seconds=render,
         lease_seconds=args.lease_seconds,
         claim_size=args.claim_size,
-        start_at=start_at,
-        measure_at=start_at + args.warmup_seconds,
-        stop_at=start_at + args.warmup_seconds + args.seconds,
+        warmup_seconds=args.warmup_seconds,
+        seconds=args.seconds,
     )
     context = multiprocessing.get_context("spawn")
-    results = context.Queue()
+    results, ready, go = context.Queue(), context.Queue(), context.Event()
+    start = context.Value("d", 0.0)
     procs = [
-        context.Process(target=worker_process, args=(_with_slots(step, n), results))
+        context.Process(
+            target=worker_process,
+            args=(_with_slots(step, n), results, ready, go, start),
+            daemon=True,
+        )
         for n in workers
     ]
     for proc in procs:
         proc.start()
+    # Spawning and importing take seconds each on a busy machine: start once all are connected.
+    for _ in procs:
+        ready.get(timeout=START_TIMEOUT_SECONDS * 5)
+    step = step.starting(time.time() + 1.0)
+    start.value = step.start_at
+    go.set()
     samples: list[tuple[int, int, int]] = []
     with engine.connect() as conn:
         time.sleep(max(0.0, step.measure_at - time.time()))
+        background_at = set(conn.execute(BACKGROUND).scalars())
+        conn.rollback()
         cpu_at, began = server_cpu_seconds(postmaster_pid), time.monotonic()
         while time.time() < step.stop_at:
             samples.append(tuple(conn.execute(LOCK_WAITS).one()))
             conn.rollback()
             time.sleep(SAMPLE_SECONDS)
-        clients = set(conn.execute(CLIENT_BACKENDS).scalars())
+        cpu_after = server_cpu_seconds(postmaster_pid)
+        own = set(conn.execute(BACKGROUND).scalars()) | {postmaster_pid} | background_at
         conn.rollback()
-        server, background = split_cpu(cpu_at, server_cpu_seconds(postmaster_pid), clients)
+        server, background = split_cpu(cpu_at, cpu_after, own)
         window = time.monotonic() - began
     load = "/".join(Path("/proc/loadavg").read_text().split()[:3])
     gathered = [results.get(timeout=START_TIMEOUT_SECONDS) for _ in procs]
