@@ -120,6 +120,17 @@ class Breakers:
             if dependency in (None, name):
                 breaker.recovered()
 
+    def store_is_down(self) -> bool:
+        """Whether the store fails its reachability check now: an attempt's store error is an
+        outage only then. A store that answers while one item's write keeps failing (a file
+        where the item's folder goes, a key it refuses) is that item's failure, counted
+        against its attempts, or it would be put off until the batch's deadline."""
+        try:
+            self._probe_store()
+        except StorageError:
+            return True
+        return False
+
     def wait(self, stopping: threading.Event) -> None:
         """Return once no breaker keeps claims paused (early on stop): sleep out the pauses,
         and probe an open store breaker whose pause is over (one slot at a time)."""

@@ -537,7 +537,7 @@ class Worker:
                 outcome = self.attempts.fail(claim, cause, message, held=held, stop=stop)
             except ItemError as exc:
                 cause, message = exc.category, public_message(exc.detail)
-                if cause in OUTAGE_CATEGORIES:
+                if cause in OUTAGE_CATEGORIES and self._is_outage(cause):
                     outcome = self.attempts.put_off(claim, cause, message, held=held, stop=stop)
                 else:
                     retried = True
@@ -582,6 +582,14 @@ class Worker:
         except Exception as exc:
             logging.getLogger("batchcrop").debug("internal error", exc_info=True)
             raise TransientItemError(_said(exc), category=Category.INTERNAL_ERROR) from exc
+
+    def _is_outage(self, cause: Category) -> bool:
+        """Whether an attempt that failed with an outage's category met an outage: for the
+        store, only while it fails its check (`Breakers.store_is_down`); the source has no
+        check of its own, so its failures are outages."""
+        if OUTAGE_CATEGORIES[cause] == "store":
+            return self._outage.store_is_down()
+        return True
 
     def _account(
         self, claim: Claim, outcome: Outcome, cause: Category | None, *, retried: bool

@@ -31,6 +31,11 @@ TERMINAL_STATES = frozenset({State.SUCCEEDED, State.FAILED, State.ABANDONED})
 PUT_OFF_REASONS = frozenset(str(category) for category in OUTAGE_CATEGORIES)
 
 
+RECLAIM_REASONS = frozenset({"lease_expired", "worker_lost", "not_in_flight"})
+"""A lease taken from a holder that died or stopped working on it: expired and reaped, released
+because its worker was no longer seen, or because no slot of its live worker worked on it."""
+
+
 @dataclass
 class Audit:
     """What the checks found: violations (must be empty) and counted figures."""
@@ -138,9 +143,9 @@ def _replay(audit: Audit, events: Iterable[EventRow]) -> tuple[dict[str, State],
             successes[item] += 1
         if event.to_state is State.RETRYABLE:
             audit.retries += 1
-            audit.reclaims += event.reason == "lease_expired"
         if event.from_state is State.IN_PROGRESS:
             _check_fenced(audit, event, latest_claim.get(item), left)
+            audit.reclaims += event.reason in RECLAIM_REASONS
             if event.to_state is State.QUEUED or (
                 event.to_state is State.RETRYABLE and event.reason in PUT_OFF_REASONS
             ):

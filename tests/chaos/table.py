@@ -49,7 +49,7 @@ def render(report: Report) -> str:
         ("faults injected (all kinds)", str(faults)),
         ("S3 requests through the proxy", str(report.storage_requests)),
         ("S3 requests failed or reset", f"{s3_faults} ({share:.1%})"),
-        ("reclaims (lease expired, reaped)", str(audit.reclaims)),
+        ("reclaims (expired, worker lost, not in flight)", str(audit.reclaims)),
         ("retries (moves to retryable)", str(audit.retries)),
     ]
     rows += [(f"outcome: {k}", str(n)) for k, n in sorted(audit.outcomes.items())]

@@ -133,6 +133,9 @@ EXAMPLES: dict[str, Run | InBlock] = {
     "batchcrop prune --finished-before D": PRUNE,
     "batchcrop reap": Run("reap", out=r"^retried \d+, failed \d+, abandoned \d+$"),
     "batchcrop recrop": RECROP,
+    "batchcrop release BATCH --reason": Run(
+        "release {BATCH} --reason 'documented example'", out=r"^released 0 leases$"
+    ),
     "batchcrop recrop BATCH ITEM --focus L,T,R,B": RECROP,
     "batchcrop redeliver BATCH": REDELIVER,
     "batchcrop release BATCH --reason WHY [--by NAME]": Run(
