@@ -490,6 +490,10 @@ NOT_RUN = {
     "scripts/mutation": DEVELOPMENT,
     ".venv/bin/pip": DEVELOPMENT,
     ".venv/bin/pytest": DEVELOPMENT,
+    ".venv/bin/python": "benchmarks under bench/, run by hand; tests/test_bench_scripts.py runs "
+    "each one's --help",
+    "kubectl": "needs a Kubernetes cluster; tests/test_deploy_kubernetes.py validates the "
+    "manifests against the Kubernetes schemas and renders the overlay",
     "python3": "installs podman-compose for the container deployment; "
     "tests/test_deploy_container.py keeps its files consistent",
 }
