@@ -94,19 +94,32 @@ def check_events(
     too: it logs the token it expired), and each claim is left exactly once. Each event starts
     in the state the previous one ended in, the first in `queued` (an item is created queued,
     with no event: ADR 0023). An item's attempt number is its claims minus its
-    give-backs, releases and put-offs, and never exceeds the batch's `max_attempts` (no
-    requeue happens in a run).
+    give-backs, releases and put-offs, each claim logs it, and it never exceeds the batch's
+    `max_attempts` (no requeue happens in a run).
     """
-    last_state, attempts = _replay(audit, events)
+    events = list(events)
+    last_state, attempts, undecided = _replay(audit, events)
     for row in items:
         last = last_state.get(row.id, State.QUEUED)
         if row.state is not last:
             audit.violate(f"item {row.id}: {row.state}, its last event says {last}")
-        if row.attempt != attempts[row.id] or row.attempt > max_attempts:
+        kept = (
+            {attempts[row.id], attempts[row.id] - 1} if row.id in undecided else {attempts[row.id]}
+        )
+        if row.attempt not in kept or row.attempt > max_attempts:
             audit.violate(
                 f"item {row.id}: attempt {row.attempt}, {attempts[row.id]} claims kept, "
-                f"budget {max_attempts}"
+                f"budget {max_attempts}; events: {_chain(events, row.id)}"
             )
+
+
+def _chain(events: list[EventRow], item_id: str) -> str:
+    """One item's events in a line, for a violation to show what happened."""
+    return "; ".join(
+        f"{e.from_state}->{e.to_state} {e.reason} attempt {e.attempt}"
+        for e in events
+        if e.item_id == item_id
+    )
 
 
 def _check_fenced(audit: Audit, event: EventRow, token: str | None, left: set[str]) -> None:
@@ -121,13 +134,36 @@ def _check_fenced(audit: Audit, event: EventRow, token: str | None, left: set[st
     left.add(event.lease_token or "")
 
 
-def _replay(audit: Audit, events: Iterable[EventRow]) -> tuple[dict[str, State], Counter[str]]:
-    """Walk the log once: (each item's last state, its claims kept), violations recorded."""
+def _count_claim(
+    audit: Audit, event: EventRow, attempts: Counter[str], undecided: set[str]
+) -> None:
+    """One claim counted: the attempt number it logs is the claims kept so far."""
+    item = event.item_id
+    if item in undecided and event.attempt == attempts[item]:
+        attempts[item] -= 1  # the ending before this claim was a put-off
+    undecided.discard(item)
+    attempts[item] += 1
+    if event.attempt != attempts[item]:
+        audit.violate(
+            f"item {item}: event {event.id} claims attempt {event.attempt}, "
+            f"{attempts[item]} claims kept"
+        )
+
+
+def _replay(
+    audit: Audit, events: Iterable[EventRow]
+) -> tuple[dict[str, State], Counter[str], set[str]]:
+    """Walk the log once: (each item's last state, its claims kept, the items whose last
+    ending may have been a put-off or a counted retry), violations recorded."""
     latest_claim: dict[str, str | None] = {}
     last_state: dict[str, State] = {}
     left: set[str] = set()
     successes: Counter[str] = Counter()
     attempts: Counter[str] = Counter()
+    # A put-off (E′) and a counted retry of a store error share their reason: a store that
+    # answers its check counts the failure (docs/design.md §3). Both events log the attempt
+    # they ended, so the next claim tells them apart: a put-off's claims the same number again.
+    undecided: set[str] = set()
     for event in events:
         item = event.item_id
         previous = last_state.get(item, State.QUEUED)
@@ -146,17 +182,17 @@ def _replay(audit: Audit, events: Iterable[EventRow]) -> tuple[dict[str, State],
         if event.from_state is State.IN_PROGRESS:
             _check_fenced(audit, event, latest_claim.get(item), left)
             audit.reclaims += event.reason in RECLAIM_REASONS
-            if event.to_state is State.QUEUED or (
-                event.to_state is State.RETRYABLE and event.reason in PUT_OFF_REASONS
-            ):
-                attempts[item] -= 1  # a give-back, release or put-off takes its claim back
+            if event.to_state is State.QUEUED:
+                attempts[item] -= 1  # a give-back or a release takes its claim back
+            elif event.to_state is State.RETRYABLE and event.reason in PUT_OFF_REASONS:
+                undecided.add(item)
         if event.to_state is State.IN_PROGRESS:
             latest_claim[item] = event.lease_token
-            attempts[item] += 1
+            _count_claim(audit, event, attempts, undecided)
     for item_id, n in successes.items():
         if n > 1:
             audit.violate(f"item {item_id}: {n} transitions to succeeded")
-    return last_state, attempts
+    return last_state, attempts, undecided
 
 
 def check_counts(audit: Audit, app: App, batch_id: str, items: list[ItemRow]) -> None:

@@ -155,7 +155,8 @@ def test_the_listener_reconnects_and_wakes_everyone_after_losing_its_connection(
         killed = conn.execute(
             sa.text(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                "WHERE query = 'LISTEN leases_work' AND pid <> pg_backend_pid()"
+                "WHERE query = 'LISTEN leases_work' AND datname = current_database() "
+                "AND pid <> pg_backend_pid()"
             )
         ).scalar()
     assert killed == 1
