@@ -325,7 +325,10 @@ class App:
         )
 
     def close(self) -> None:
-        """Stop the wake-up listener and release pooled connections."""
+        """Stop the wake-up listener (waiting until its connection is closed), then release
+        the pooled connections. Whatever else uses the engine must have ended first: a pooled
+        connection still checked out when the pool is disposed is never closed, only dropped
+        with the old pool."""
         if self._wakeups is not None:
             self._wakeups.stop()
         self.engine.dispose()

@@ -29,6 +29,9 @@ from leases.executor import Executor
 LISTEN_TICK_SECONDS = 1.0
 """How long the listener waits on its socket before looking at its stop flag and its timers
 (no statement is sent: waiting costs the server nothing)."""
+STOP_JOIN_SECONDS = 10.0
+"""How long `stop()` waits for the listener to close its connection (a tick, or a connection
+attempt under way, which the engine's connect timeout bounds)."""
 RECONNECT_MIN_SECONDS = 0.5
 RECONNECT_MAX_SECONDS = 30.0
 DUE_MARGIN_SECONDS = 0.02
@@ -109,9 +112,17 @@ class Wakeups:
         self._thread = threading.Thread(target=self._run, name="wakeups", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
-        """Stop listening (the thread ends within `LISTEN_TICK_SECONDS`)."""
+    def stop(self, timeout_seconds: float = STOP_JOIN_SECONDS) -> bool:
+        """Stop listening and wait (up to `timeout_seconds`) for the thread to end, its
+        connection closed: within `LISTEN_TICK_SECONDS` unless a connection attempt is under
+        way. True when it ended (or never ran). Once it returns True the listener holds no
+        connection, so the engine can be disposed without leaving one to the garbage collector."""
         self._stopping.set()
+        thread = self._thread
+        if thread is None or thread is threading.current_thread():
+            return True
+        thread.join(timeout_seconds)
+        return not thread.is_alive()
 
     @property
     def connected(self) -> bool:

@@ -280,6 +280,13 @@ class Worker:
             thread.join(remaining)
         ended = not any(t.is_alive() for t in self._threads)
         if ended:
+            # Nothing is held once the slots have ended: the heartbeat thread ends after the
+            # beat it may be sending, whose connection must be back before the engine goes.
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if remaining is None:
+                self._heartbeats.join()
+            else:
+                self._heartbeats.join(remaining)
             self._writes.shutdown(wait=False)  # idle: every slot waited for its writes
             if self._pool is not None:
                 self._pool.close()

@@ -112,7 +112,7 @@ def test_a_lost_notification_is_made_up_by_the_fallback_poll(
     finally:
         worker.stop()
         worker.join(10)
-        app.wakeups.stop()
+        assert app.wakeups.stop()
         quiet.dispose()
 
 
@@ -163,3 +163,53 @@ def test_a_deliverer_is_woken_when_a_batch_ends_on_postgresql(
             deliverer.stop()
             deliverer.join(10)
     assert not deliverer.is_alive()  # stop() woke it: no poll was waited out
+
+
+def _backends(admin_url: str, database: str) -> list[str]:
+    """The last statement of every other session connected to `database` (pg_stat_activity)."""
+    admin = sa.create_engine(admin_url)
+    try:
+        with admin.connect() as conn:
+            rows = conn.execute(
+                sa.text(
+                    "SELECT query FROM pg_stat_activity"
+                    " WHERE datname = :name AND pid <> pg_backend_pid()"
+                ),
+                {"name": database},
+            )
+            return [row.query for row in rows]
+    finally:
+        admin.dispose()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+def test_stopping_the_listener_closes_its_connection(
+    make_app: Callable[..., App], postgres_admin_url: str
+) -> None:
+    """`stop()` returns once the listening connection is closed, not a tick later."""
+    app = make_app()
+    app.wakeups.start()
+    assert app.wakeups.wait_connected(CLAIMED_WITHIN_SECONDS)
+    database = str(app.engine.url.database)
+    assert any(q.startswith("LISTEN") for q in _backends(postgres_admin_url, database))
+
+    assert app.wakeups.stop()
+
+    assert not any(q.startswith("LISTEN") for q in _backends(postgres_admin_url, database))
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+def test_a_closed_app_leaves_no_connection_open(
+    make_app: Callable[..., App], tmp_path: Path, postgres_admin_url: str
+) -> None:
+    """After a worker ran a batch (slots, heartbeats, deliverer, listener) and was joined, closing
+    the app leaves no session on the database: nothing is left for the garbage collector."""
+    app = make_app(lease_seconds=0.3)
+    status, _ = app.batches.submit(_request(write_photos(tmp_path / "src", 2)))
+    assert run_batch(app, LocalStore(tmp_path / "store"), status["id"])["state"] == "succeeded"
+
+    app.close()
+
+    assert _backends(postgres_admin_url, str(app.engine.url.database)) == []
