@@ -226,7 +226,7 @@ class Executor:
         list parameter expanded at execution, and while nobody watches the engine's statements
         (`echo`, cursor or error listeners); anything else goes through `rows`. Errors are
         SQLAlchemy's (then translated as everywhere): a lost connection is invalidated and the
-        pool discarded, as SQLAlchemy does, so the next call reconnects.
+        whole pool marked stale, as SQLAlchemy does, so the next call reconnects.
         """
         compiled = self._for_driver(stmt)
         if compiled is None or self._watched():
@@ -281,13 +281,18 @@ class Executor:
         self, conn: sa.Connection, raw: Any, exc: Any, sql: str, values: dict[str, Any]
     ) -> sa.exc.StatementError:
         """A driver error as SQLAlchemy raises it; after a lost connection, that connection is
-        invalidated and the idle ones are dropped with the pool (SQLAlchemy invalidates the
-        whole pool then: they died with the server)."""
+        invalidated and so is the whole pool, as SQLAlchemy does on a disconnect: every
+        connection made before now (they died with the server) is closed and replaced at its
+        next checkout, or closed when the engine is disposed."""
         dialect = self.engine.dialect
         lost = bool(dialect.is_disconnect(exc, raw, None))
         if lost:
+            # Not `engine.dispose()`: the connections other threads have checked out would go
+            # back into the discarded pool, which nobody disposes, and stay open until the
+            # garbage collector finds them. SQLAlchemy's own handling of a disconnect calls
+            # this (no public method marks a pool's connections stale).
+            self.engine.pool._invalidate(conn.connection, exc, _checkin=False)
             conn.invalidate(exc)
-            self.engine.dispose()
         dbapi_error = dialect.loaded_dbapi.Error
         wrapped: sa.exc.StatementError = sa.exc.DBAPIError.instance(
             sql, values, exc, dbapi_error, connection_invalidated=lost, dialect=dialect

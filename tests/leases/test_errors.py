@@ -130,3 +130,38 @@ def test_lost_connections_fail_one_call_and_the_next_reconnects(postgres_url: st
     assert [reply is not None for reply in manager.heartbeat_many(claims)] == [True, True]
     assert manager.complete_many(claims) == []
     engine.dispose()
+
+
+@pytest.mark.postgres
+def test_a_lost_connection_leaves_the_ones_checked_out_elsewhere_closable(
+    postgres_url: str,
+) -> None:
+    """A lost connection met on the driver's own cursor does not discard the pool under a
+    connection another caller holds: returned, that one is closed with the engine, not left
+    open for the garbage collector."""
+    engine = make_engine(postgres_url)
+    upgrade(engine)
+    manager = LeaseManager(engine)
+    new_group(manager, 1)
+    claims = manager.claim("w", 1)
+    idle, held = engine.connect(), engine.connect()
+    idle.exec_driver_sql("SELECT 1")
+    held_pid = held.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
+    idle.close()  # back in the pool, where the next call takes it
+    held_raw: Any = held.connection.dbapi_connection
+    admin = sa.create_engine(postgres_url, poolclass=sa.NullPool)
+    with admin.connect() as conn:
+        conn.exec_driver_sql(
+            "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE datname = "
+            f"current_database() AND pid NOT IN (pg_backend_pid(), {int(held_pid)})"
+        )
+    admin.dispose()
+    with pytest.raises(DatabaseUnavailable):
+        manager.heartbeat_many(claims)  # on the idle connection, which the server dropped
+
+    held.close()
+    engine.dispose()
+
+    assert held_raw.closed
+    assert [reply is not None for reply in manager.heartbeat_many(claims)] == [True]
+    engine.dispose()
