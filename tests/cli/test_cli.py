@@ -45,6 +45,7 @@ class Cli:
             **os.environ,
             "BATCHCROP_DATABASE_URL": database_url,
             "BATCHCROP_STORE": f"file://{out}",
+            "PYTHONFAULTHANDLER": "1",  # a process that hangs shows its threads (`ended`)
         }
         self.env.pop("BATCHCROP_API_TOKEN", None)
 
@@ -76,6 +77,17 @@ class Cli:
             )
         self.processes.append(proc)
         return proc
+
+    def ended(self, proc: subprocess.Popen[str], seconds: float) -> int:
+        """The exit code of a spawned process that must end within `seconds`; one that does not
+        is made to dump its threads' stacks (SIGABRT, `PYTHONFAULTHANDLER`) and fails the test
+        with its log."""
+        try:
+            return proc.wait(seconds)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)
+            proc.wait(10)
+            pytest.fail(f"still running after {seconds} s:\n{self.log_of(proc)}")
 
     def log_of(self, proc: subprocess.Popen[str]) -> str:
         """What a spawned process wrote."""
@@ -338,7 +350,7 @@ def test_sigkilled_worker_is_recovered_by_the_reaper(
         wait_for(lambda: inspect.batches.status(batch)["state"] == "succeeded", "success")
     finally:
         survivor.send_signal(signal.SIGTERM)
-        assert survivor.wait(30) == 0
+        assert cli.ended(survivor, 30) == 0
     reasons = [e.reason for e in inspect.leases.events(batch, item_id=item, limit=100)]
     assert "lease_expired" in reasons
     assert inspect.leases.item(item).attempt == 2  # type: ignore[union-attr]
@@ -375,7 +387,7 @@ def test_paused_worker_past_its_lease_cannot_write_late(
         for proc in (paused, other):
             proc.send_signal(signal.SIGCONT)
             proc.send_signal(signal.SIGTERM)
-        assert (paused.wait(30), other.wait(30)) == (0, 0)
+        assert (cli.ended(paused, 30), cli.ended(other, 30)) == (0, 0)
     events = inspect.leases.events(batch, item_id=item, limit=100)
     succeeded = [e for e in events if e.to_state == "succeeded"]
     assert len(succeeded) == 1
@@ -399,7 +411,7 @@ def test_sigterm_gives_the_item_back_without_counting_the_attempt(
     worker = cli.spawn("worker", "--concurrency", "1", "--shutdown-grace-seconds", "0")
     item = wait_for(lambda: held_by(inspect, batch, worker.pid), "the worker to hold an item")
     worker.send_signal(signal.SIGTERM)
-    assert worker.wait(30) == 0
+    assert cli.ended(worker, 30) == 0
     row = inspect.leases.item(item)
     assert row is not None
     events = inspect.leases.events(batch, item_id=item)
@@ -434,7 +446,7 @@ def test_cancel_and_requeue_through_the_cli(cli: Cli, tmp_path: Path) -> None:
         assert b"batchcrop_claims_total 3.0" in metrics
     finally:
         worker.send_signal(signal.SIGTERM)
-        assert worker.wait(30) == 0
+        assert cli.ended(worker, 30) == 0
     items = cli.json("items", batch)
     assert items["next_cursor"] is None
     assert [i["attempt"] for i in items["items"]] == [1, 1, 1]
@@ -457,7 +469,7 @@ def test_ctrl_c_on_run_gives_back_exits_130_and_resumes(cli: Cli, tmp_path: Path
     proc = cli.spawn(*args)
     wait_for((tmp_path / "d" / "derivatives").exists, "the first derivative")
     proc.send_signal(signal.SIGINT)
-    assert proc.wait(30) == 130
+    assert cli.ended(proc, 30) == 130
     (interrupted,) = cli.json("batches")["batches"]
     assert interrupted["counts"]["in_progress"] == 0  # given back, not left to the reaper
     given_back = [
@@ -589,7 +601,7 @@ def test_sigterm_stops_a_worker_whose_slot_is_stuck_reading_a_source(
         time.sleep(1.0)  # well into the read: about 100 KB at 128 bytes a second
         signalled = time.monotonic()
         worker.send_signal(signal.SIGTERM)
-        code = worker.wait(GIVE_BACK_WAIT_SECONDS + 20)
+        code = cli.ended(worker, GIVE_BACK_WAIT_SECONDS + 20)
         took = time.monotonic() - signalled
     finally:
         proxy.stop()
@@ -690,7 +702,7 @@ def test_sigterm_during_a_large_submission_leaves_nothing_behind(
     wait_for(lambda: proc.poll() is not None or items_written() > 0, "the first chunk")
     assert proc.poll() is None, cli.log_of(proc)  # still writing: the signal lands mid-way
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(60) == 130, cli.log_of(proc)
+    assert cli.ended(proc, 60) == 130, cli.log_of(proc)
     with inspect.engine.connect() as conn:
         for table in ("lease_groups", "lease_items", "lease_counters"):
             assert conn.execute(sa.text(f"SELECT count(*) FROM {table}")).scalar_one() == 0
@@ -756,7 +768,7 @@ def test_ctrl_c_leaves_a_watch_without_an_error_line(cli: Cli, tmp_path: Path) -
     time.sleep(3)  # started and watching (off a terminal the table is drawn when it ends)
     assert proc.poll() is None, cli.log_of(proc)
     proc.send_signal(signal.SIGINT)
-    assert proc.wait(30) == Exit.INTERRUPTED
+    assert cli.ended(proc, 30) == Exit.INTERRUPTED
     assert "error" not in cli.log_of(proc)
 
 
