@@ -192,7 +192,7 @@ def _search(detect: _Detect, picture: Image.Image, size: tuple[int, int], side: 
             Image.Resampling.BOX,
         )
     small = small.convert("RGB")  # RGB order, always: the results depend on the channel order
-    if not _may_hold_faces(small):
+    if not may_hold_faces(small):
         return []
     to_source = (size[0] / small.width, size[1] / small.height)
     faces = []
@@ -213,7 +213,7 @@ def _search(detect: _Detect, picture: Image.Image, size: tuple[int, int], side: 
     return faces
 
 
-def _may_hold_faces(small: Image.Image) -> bool:
+def may_hold_faces(small: Image.Image) -> bool:
     """False for a colour picture with under `MIN_SKIN_FRACTION` of skin-toned pixels."""
     ycc = np.asarray(small.convert("YCbCr")).astype(np.int16)
     luma, cb, cr = ycc[..., 0], ycc[..., 1], ycc[..., 2]

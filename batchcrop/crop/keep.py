@@ -10,7 +10,9 @@ outweigh one at 92), ties going to the group nearest the picture's centre. Room 
 `ROOM_STEPS` (down to `BARE_ROOM`, then the detector's box alone) only where that keeps more
 weight, and otherwise as little as the window needs. Only faces at least
 `faces.FACE_CONFIDENCE` confident are kept; the weaker ones are only not cut
-(`window.place_window`'s `whole`). Pure functions (ADR 0031).
+(`window.place_window`'s `whole`). The people found without a face (`batchcrop/crop/people.py`)
+join the group as their boxes, each weighing less than any face kept. Pure functions (ADRs 0031,
+0038).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Sequence
 
 from batchcrop.crop.faces import FACE_CONFIDENCE, Face
 from batchcrop.crop.geometry import Box
+from batchcrop.crop.people import PERSON_CONFIDENCE, Person
 
 HEADROOM = 0.5
 CHIN_ROOM = 0.3
@@ -69,27 +72,38 @@ def with_room(face: Face, size: tuple[int, int], share: float = 1.0) -> Box:
     )
 
 
-def keep_box(faces: Sequence[Face], window: tuple[int, int], size: tuple[int, int]) -> Box | None:
-    """The box a `window` of a `size` picture keeps for `faces`, or None if none is a face to
-    keep (at least `FACE_CONFIDENCE`).
+def keep_box(
+    faces: Sequence[Face],
+    window: tuple[int, int],
+    size: tuple[int, int],
+    people: Sequence[Person] = (),
+) -> Box | None:
+    """The box a `window` of a `size` picture keeps for `faces` and `people`, or None if there
+    is neither a face to keep (at least `FACE_CONFIDENCE`) nor a person.
 
     The heaviest group that fits along the window's free axis, with the most room that keeps
-    that weight (the detector's box alone, last); when no face fits even so, the heaviest
-    face's box (the window centres on it).
+    that weight (the detector's box alone, last); a person is its box, without room, weighing as
+    a face of `people.PERSON_CONFIDENCE`. When nothing fits even so, the heaviest one's box (the
+    window centres on it).
     """
     kept = [face for face in faces if face.confidence >= FACE_CONFIDENCE]
-    if not kept:
+    if not kept and not people:
         return None
     axis = 0 if window[0] < size[0] else 1
+    persons = [(PERSON_CONFIDENCE * PERSON_CONFIDENCE, person.box) for person in people]
     best: tuple[tuple[int, float], Box] | None = None
     for share in (*ROOM_STEPS, _PLAIN):
-        group = _heaviest_group(kept, share, axis, window[axis], size)
+        members = [
+            (_weight(face), face.box if share == _PLAIN else with_room(face, size, share))
+            for face in kept
+        ]
+        group = _heaviest_group([*members, *persons], axis, window[axis], size)
         if group is not None and (best is None or group[0][0] > best[0][0]):
             best = group
     if best is not None:
         return best[1]
-    heaviest = max(kept, key=lambda face: (_weight(face), _centrality(face.box, axis, size)))
-    return heaviest.box
+    plain = [(_weight(face), face.box) for face in kept] + persons
+    return max(plain, key=lambda member: (member[0], _centrality(member[1], axis, size)))[1]
 
 
 def _weight(face: Face) -> int:
@@ -102,27 +116,24 @@ def _centrality(box: Box, axis: int, size: tuple[int, int]) -> float:
 
 
 def _heaviest_group(
-    faces: Sequence[Face], share: float, axis: int, length: int, size: tuple[int, int]
+    members: Sequence[tuple[int, Box]], axis: int, length: int, size: tuple[int, int]
 ) -> tuple[tuple[int, float], Box] | None:
-    """The faces with `share` of their room that fit together in `length` along `axis`, with
-    the most weight (then nearest the centre): (its weight and centrality, the union of their
-    boxes), or None when no face fits alone. Each group tried is the faces inside a span of
-    `length` starting where one face's box does."""
-    roomy = [
-        (face, face.box if share == _PLAIN else with_room(face, size, share)) for face in faces
-    ]
+    """The members (weight, box) that fit together in `length` along `axis`, with the most
+    weight (then nearest the centre): (its weight and centrality, the union of their boxes), or
+    None when none fits alone. Each group tried is the members inside a span of `length`
+    starting where one member's box does."""
     best: tuple[tuple[int, float], Box] | None = None
-    for _, first in roomy:
+    for _, first in members:
         start = first[axis]
-        members = [
-            (face, box)
-            for face, box in roomy
+        inside = [
+            (weight, box)
+            for weight, box in members
             if box[axis] >= start and box[axis + 2] <= start + length
         ]
-        if not members:
+        if not inside:
             continue
-        union = _union([box for _, box in members])
-        score = (sum(_weight(face) for face, _ in members), _centrality(union, axis, size))
+        union = _union([box for _, box in inside])
+        score = (sum(weight for weight, _ in inside), _centrality(union, axis, size))
         if best is None or score > best[0]:
             best = (score, union)
     return best
