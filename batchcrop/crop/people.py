@@ -8,8 +8,10 @@ detector). It finds whole or half figures at least 128 px tall in that copy (abo
 picture's long side): a person from behind, someone standing beside a product; not small figures
 in a crowd, which stay the saliency's.
 
-A person holding a face found at least `faces.AVOID_CUT_CONFIDENCE` confident is that face's and
-dropped: the face, with its room, already keeps the person. The same pictures the face search skips
+Only pictures without a face to keep (none at least `faces.FACE_CONFIDENCE` confident) are
+searched: where a face is found the windows keep it, and the search would cost a portrait about
+as much again as the face search (ADR 0038). A person holding a doubtful face (at least
+`faces.AVOID_CUT_CONFIDENCE`) is that face's and dropped. The same pictures the face search skips
 (colour without skin tones) skip this search. Deterministic: the detections are grouped and sorted,
 so neither thread scheduling inside OpenCV nor the caller's thread changes them; thread-safe.
 
@@ -28,7 +30,7 @@ import cv2
 import numpy as np
 from PIL import Image
 
-from batchcrop.crop.faces import AVOID_CUT_CONFIDENCE, Face, may_hold_faces
+from batchcrop.crop.faces import AVOID_CUT_CONFIDENCE, FACE_CONFIDENCE, Face, may_hold_faces
 from batchcrop.crop.geometry import Box
 
 PEOPLE_SEARCH_SIDE_PX = 448
@@ -84,7 +86,10 @@ def find_people(
     picture: Image.Image, size: tuple[int, int], faces: Sequence[Face] = ()
 ) -> tuple[Person, ...]:
     """The people in `picture` (an upright RGB decode of a `size` source) at least
-    `PERSON_SCORE` sure, in source pixels, sorted by box, less those holding one of `faces`."""
+    `PERSON_SCORE` sure, in source pixels, sorted by box, less those holding one of `faces`
+    (the faces found in it); none without a search where one of `faces` is a face to keep."""
+    if not searched(faces):
+        return ()
     scale = min(1.0, PEOPLE_SEARCH_SIDE_PX / max(picture.size))
     small = picture
     if scale < 1.0:
@@ -120,6 +125,11 @@ def find_people(
         if not any(_holds(box, face.box) for face in faces if face.confidence >= AVOID_CUT_CONFIDENCE):
             found.append(Person(box, round(float(score), 2)))
     return tuple(sorted(found))
+
+
+def searched(faces: Sequence[Face]) -> bool:
+    """Whether a picture with these faces found is searched for people: none is a face to keep."""
+    return all(face.confidence < FACE_CONFIDENCE for face in faces)
 
 
 def _holds(person: Box, face: Box) -> bool:

@@ -11,7 +11,7 @@ from batchcrop.crop import Ratio, RenderSpec, render
 from batchcrop.crop.decode import decode_rgb, open_image
 from batchcrop.crop.faces import Face, find_faces
 from batchcrop.crop.keep import keep_box
-from batchcrop.crop.people import Person, find_people
+from batchcrop.crop.people import Person, find_people, searched
 from tests.crop.images import contains
 from tests.crop.real_photos import RealPhoto, by_name
 
@@ -107,3 +107,15 @@ def test_people_alone_are_kept() -> None:
     person = Person((2300, 100, 2500, 900), 0.8)
     assert keep_box([], (800, 1000), (3000, 1000), [person]) == person.box
     assert keep_box([], (800, 1000), (3000, 1000)) is None
+
+
+def test_a_picture_with_a_face_to_keep_is_not_searched() -> None:
+    """The astronaut's helmet passes for a person when her picture is searched on its own; with
+    her face found, the picture is not searched and nothing competes with the face."""
+    photo = by_name("astronaut")
+    picture = _upright(photo)
+    faces = find_faces(picture, photo.size)
+    assert not searched(faces)
+    assert find_people(picture, photo.size) != ()
+    assert find_people(picture, photo.size, faces) == ()
+    assert searched([Face((0, 0, 10, 10), 45)])
