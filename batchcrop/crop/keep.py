@@ -4,15 +4,15 @@ A face is kept with room (`HEADROOM`, `CHIN_ROOM`, `SIDE_ROOM` in face heights a
 window that holds it does not put the head against its edge nor cut the ear a turned face's box
 leaves out: the side behind a turned face (away from where it looks, `Face.turn`) keeps
 `EAR_ROOM` for the ear down to the bare room, the side it looks into gives its room up first.
-The window keeps the faces as a group: all of them when they fit together along its free axis; otherwise the group that fits with the most weight, a face weighing its
-confidence squared (a real face at 90 outweighs two doubtful ones at 55, three people at 65-80
-outweigh one at 92), ties going to the group nearest the picture's centre. Room is given up in
-`ROOM_STEPS` (down to `BARE_ROOM`, then the detector's box alone) only where that keeps more
-weight, and otherwise as little as the window needs. Only faces at least
-`faces.FACE_CONFIDENCE` confident are kept; the weaker ones are only not cut
-(`window.place_window`'s `whole`). The people found without a face (`batchcrop/crop/people.py`)
-join the group as their boxes, each weighing less than any face kept. Pure functions (ADRs 0031,
-0038).
+The window keeps the faces as a group: all of them when they fit together along its free axis;
+otherwise the group that fits with the most weight, a face weighing its confidence squared (a
+real face at 90 outweighs two doubtful ones at 55, three people at 65-80 outweigh one at 92),
+ties going to the group nearest the picture's centre. Room is given up in `ROOM_STEPS` (down to
+`BARE_ROOM`, then the detector's box alone) only where that keeps more weight, and otherwise as
+little as the window needs. Only faces at least `faces.FACE_CONFIDENCE` confident are kept; the
+weaker ones are only not cut (`window.place_window`'s `whole`). The people found without a face
+(`batchcrop/crop/people.py`) join the group as their boxes, each weighing less than any face
+kept. Pure functions (ADRs 0031, 0038).
 """
 
 from __future__ import annotations

@@ -72,7 +72,7 @@ class Person:
 @cache
 def _detector() -> Any:
     hog = cv2.HOGDescriptor()
-    hog.setSVMDetector(cv2.HOGDescriptor.getDefaultPeopleDetector())
+    hog.setSVMDetector(np.asarray(cv2.HOGDescriptor.getDefaultPeopleDetector(), np.float32))
     return hog
 
 
@@ -122,7 +122,9 @@ def find_people(
             min(size[0], int(np.ceil((x + w) * to_source[0]))),
             min(size[1], int(np.ceil((y + h) * to_source[1]))),
         )
-        if not any(_holds(box, face.box) for face in faces if face.confidence >= AVOID_CUT_CONFIDENCE):
+        if not any(
+            _holds(box, face.box) for face in faces if face.confidence >= AVOID_CUT_CONFIDENCE
+        ):
             found.append(Person(box, round(float(score), 2)))
     return tuple(sorted(found))
 
