@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 
+import cv2
 from PIL import Image
 
 from batchcrop.crop import Ratio, RenderSpec, render
@@ -119,3 +120,19 @@ def test_a_picture_with_a_face_to_keep_is_not_searched() -> None:
     assert find_people(picture, photo.size) != ()
     assert find_people(picture, photo.size, faces) == ()
     assert searched([Face((0, 0, 10, 10), 45)])
+
+
+def test_people_found_do_not_depend_on_opencvs_threads() -> None:
+    """OpenCV searches the pyramid's levels on its own threads: one thread or eight, the
+    people found are the same."""
+    photo = by_name("ascent")
+    picture = _upright(photo)
+    threads = cv2.getNumThreads()
+    try:
+        found = []
+        for count in (1, 8):
+            cv2.setNumThreads(count)
+            found.append(find_people(picture, photo.size))
+    finally:
+        cv2.setNumThreads(threads)
+    assert found[0] == found[1] != ()
