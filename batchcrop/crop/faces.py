@@ -95,8 +95,9 @@ _Detection = tuple[int, int, int, int, int, float]  # x, y, w, h, confidence, tu
 _Detect = Callable[[int, int, bytes], list[_Detection]]
 
 _LOCK = threading.Lock()
-"""One detection at a time per process: the library sets up its network's weights on its first
-call without a lock of its own, and the package's function never ran two at once either."""
+"""One detection at a time per process: nothing documents the library as safe to call from two
+threads at once. Renders run one per child process (docs/design.md §6), so only threaded callers
+of the library API wait on it."""
 
 
 @cache
