@@ -8,8 +8,9 @@ Two measurements, each alternating off and on so that a busy machine slows both 
 
 - *calls*: the tracing calls of one attempt alone (`Traces.attempt` with its claim span, the
   five stages with their attributes, one log line through batchcrop's logger), `--calls` times
-  over, beside the log line alone (no tracing calls): off is `NO_TRACES`; on is the OpenTelemetry SDK with its `BatchSpanProcessor` in front
-  of an exporter that drops every batch (what the process pays, not the network's time).
+  over, beside the log line alone (no tracing calls): off is `NO_TRACES`; on is the
+  OpenTelemetry SDK with its `BatchSpanProcessor` in front of an exporter that drops every
+  batch (what the process pays, not the network's time).
 - *attempts*: whole attempts of a real worker (`Worker.process`: claim, read, render of 4
   ratios at 400 px, writes to a local folder, commit on SQLite) over `--items` generated photos
   per round, forced to render, the worker traced or not; the median ms per attempt of each.

@@ -138,7 +138,8 @@ def test_an_attempt_is_one_trace_with_its_stages_as_child_spans(
     ]
     assert attempt.start_time == children[0].start_time
     for child in children:
-        assert child.context is not None and attempt.context is not None
+        assert child.context is not None
+        assert attempt.context is not None
         assert child.context.trace_id == attempt.context.trace_id
         assert attempt.start_time <= child.start_time <= child.end_time <= attempt.end_time  # type: ignore[operator]
         assert child.status.status_code is StatusCode.UNSET
@@ -197,7 +198,8 @@ def test_a_render_in_a_child_process_is_the_parents_span(
     (attempt,) = _attempts(exporter)
     (render,) = [c for c in _children(exporter, attempt) if c.name == "batchcrop.render"]
     assert dict(render.attributes or {}) == {"batchcrop.renditions": 2}
-    assert render.end_time is not None and render.start_time is not None
+    assert render.end_time is not None
+    assert render.start_time is not None
     assert render.end_time > render.start_time
 
 
@@ -233,7 +235,8 @@ def test_log_lines_of_an_attempt_carry_its_trace_and_span_ids(
     assert lines["write"]["span_id"] == f"{write.context.span_id:016x}"
     # The worker's own lines outside any attempt carry none.
     started = [r for r in caplog.records if getattr(r, "batchcrop_event", None) == "worker_started"]
-    assert started and "trace_id" not in getattr(started[0], FIELDS_ATTRIBUTE)
+    assert started
+    assert "trace_id" not in getattr(started[0], FIELDS_ATTRIBUTE)
 
 
 def test_a_callback_delivery_is_a_span_and_sends_its_trace_context(
@@ -275,7 +278,8 @@ def test_a_callback_delivery_is_a_span_and_sends_its_trace_context(
     assert attributes["batchcrop.delivery.id"] == receiver.requests[-1].delivery
     assert attributes["batchcrop.attempt"] == 2
     assert attributes["http.response.status_code"] == 204
-    assert second.parent is None and second.context is not None
+    assert second.parent is None
+    assert second.context is not None
     sent = receiver.requests[-1].traceparent
     assert sent is not None
     assert sent.startswith(f"00-{second.context.trace_id:032x}-{second.context.span_id:016x}-")
@@ -324,9 +328,8 @@ def test_spans_are_exported_over_otlp_http_to_the_standard_endpoint(
     try:
         traces = open_traces(True, service_version="9.9.9")
         now = time.time_ns()
-        with traces.attempt(claim, worker_id="w", claimed=(now, now + 1000)):
-            with traces.stage("read"):
-                pass
+        with traces.attempt(claim, worker_id="w", claimed=(now, now + 1000)), traces.stage("read"):
+            pass
         traces.close()
     finally:
         server.shutdown()
@@ -361,11 +364,15 @@ OFF_PROBE = """
 import json, sys
 from batchcrop.app import build
 from batchcrop.settings import Settings
-app = build(Settings.load(env={"BATCHCROP_DATABASE_URL": sys.argv[1], "BATCHCROP_STORE": sys.argv[2]}))
+from batchcrop.worker.worker import WorkerOptions
+names = ["BATCHCROP_DATABASE_URL", "BATCHCROP_STORE", "BATCHCROP_CALLBACK_SECRET"]
+app = build(Settings.load(env=dict(zip(names, sys.argv[1:], strict=True))))
 app.upgrade()
-worker = app.worker(app.open_store(), __import__("batchcrop.worker.worker").worker.worker.WorkerOptions())
+worker = app.worker(app.open_store(), WorkerOptions())
 deliverer = app.deliverer("probe")
-print(json.dumps([app.traces.enabled, sorted(m for m in sys.modules if m.startswith("opentelemetry"))]))
+assert deliverer is not None
+loaded = sorted(m for m in sys.modules if m.startswith("opentelemetry"))
+print(json.dumps([app.traces.enabled, loaded]))
 app.close()
 """
 
@@ -374,7 +381,14 @@ def test_tracing_off_imports_no_opentelemetry(tmp_path: Path) -> None:
     """By default a worker (and its deliverer) is built without a module of OpenTelemetry
     loaded: tracing off costs no import."""
     done = subprocess.run(
-        [sys.executable, "-c", OFF_PROBE, f"sqlite:///{tmp_path / 'b.db'}", f"file://{tmp_path}/s"],
+        [
+            sys.executable,
+            "-c",
+            OFF_PROBE,
+            f"sqlite:///{tmp_path / 'b.db'}",
+            f"file://{tmp_path}/s",
+            SECRET,
+        ],
         capture_output=True,
         text=True,
         timeout=120,
