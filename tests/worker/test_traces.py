@@ -31,6 +31,7 @@ from batchcrop.crop import RenderSpec
 from batchcrop.logs import FIELDS_ATTRIBUTE
 from batchcrop.traces import ATTEMPT_SPAN, DELIVERY_SPAN, TracesUnavailable, open_traces
 from batchcrop.traces.otel import OtelTraces
+from batchcrop.worker.processing import Cancelled
 from batchcrop.worker.worker import WorkerOptions
 from leases import TERMINAL, Claim
 from storage import ObjectStore
@@ -397,3 +398,46 @@ def test_tracing_off_imports_no_opentelemetry(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == [False, []]
+
+
+def test_a_stop_marks_its_stage_and_a_surprise_fails_it_by_its_class(
+    spans: tuple[OtelTraces, InMemorySpanExporter],
+) -> None:
+    """A cancel leaving a stage is no failure (`batchcrop.stopped`); an exception without a
+    category fails it with its class name, and never with its message."""
+    traces, exporter = spans
+    with pytest.raises(Cancelled), traces.stage("render"):
+        raise Cancelled
+    with pytest.raises(KeyError), traces.stage("write"):
+        raise KeyError("/secret/path/of/a/source.jpg")
+    render, write = exporter.get_finished_spans()
+    assert render.status.status_code is StatusCode.UNSET
+    assert dict(render.attributes or {}) == {"batchcrop.stopped": "cancelled"}
+    assert write.status.status_code is StatusCode.ERROR
+    assert (write.status.description, dict(write.attributes or {})) == (
+        "KeyError",
+        {"error.type": "KeyError"},
+    )
+    assert write.events == ()
+
+
+def test_an_item_whose_outputs_are_known_has_no_render_or_write_span(
+    app: App, tmp_path: Path, spans: tuple[OtelTraces, InMemorySpanExporter]
+) -> None:
+    """A second batch of the same source succeeds from its stored outputs: its attempt's
+    children stop at `known` (true), then the commit."""
+    traces, exporter = spans
+    store = app.open_store()
+    sources = write_photos(tmp_path / "src", 1)
+    for _ in range(2):
+        assert _run(app, store, _submit(app, sources), traces)["state"] == "succeeded"
+
+    second = max(_attempts(exporter), key=lambda s: s.start_time or 0)
+    children = _children(exporter, second)
+    assert [c.name for c in children] == [
+        "batchcrop.claim",
+        "batchcrop.read",
+        "batchcrop.known",
+        "batchcrop.commit",
+    ]
+    assert dict(children[2].attributes or {}) == {"batchcrop.known": True}
