@@ -369,7 +369,8 @@ class Worker:
                 break
             # Taken before looking: a wake-up that comes while the claim runs is not lost.
             mark = None if self._wake is None else self._wake.mark()
-            claim_started = time.time_ns()  # the attempt span's start (`batchcrop.traces`)
+            # The attempt span's start (`batchcrop.traces`): its claim, the batch list included.
+            claim_started = time.time_ns()
             try:
                 claims = self.leases.claim(self.worker_id, 1, group_ids=self.claimable_batches())
             except DatabaseUnavailable as exc:
