@@ -1,7 +1,8 @@
 """The Kubernetes manifests in deploy/kubernetes (docs/operations.md, "Kubernetes"): each
 validates offline against the Kubernetes schemas kubernetes-validate ships (KEDA's ScaledObject
-against the shape written here), and they agree with batchcrop's CLI, settings, metrics and
-shutdown contract. The example overlay is rendered by a small merge of kustomize's own rules
+and Prometheus Operator's ServiceMonitor against the shapes written here), and they agree with
+batchcrop's CLI, settings, metrics and shutdown contract, and with the scale-from-zero bound
+docs/scaling.md states. The example overlay is rendered by a small merge of kustomize's own rules
 (resources, components, namespace, images, strategic-merge patches by name): no kustomize
 binary is needed."""
 
