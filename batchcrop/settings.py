@@ -54,8 +54,10 @@ CALLBACK_SECRET_CHARS_MIN = 16
 TRACES = False
 """Whether attempts and deliveries are traced (OpenTelemetry over OTLP/HTTP, the `traces` extra;
 docs/operations.md, traces): off unless `BATCHCROP_TRACES` is on."""
-SWITCH_WORDS = {"1": True, "true": True, "on": True, "yes": True}
-SWITCH_WORDS |= {"0": False, "false": False, "off": False, "no": False}
+SWITCH_WORDS = {
+    **dict.fromkeys(("1", "true", "on", "yes"), True),
+    **dict.fromkeys(("0", "false", "off", "no"), False),
+}
 """How a switch's variable is written (any case)."""
 
 ENV_PREFIX = "BATCHCROP_"
