@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from batchcrop.callbacks.deliverer import Deliverer
     from batchcrop.db.revisions import History
     from batchcrop.metrics import Metrics
+    from batchcrop.traces import Traces
     from batchcrop.worker.worker import Worker, WorkerOptions
 
 # The migrations (Alembic), the worker (the crop engine: NumPy, Pillow, OpenCV), the callback
@@ -94,6 +95,7 @@ class App:
     decode_budget: MemoryBudget = field(init=False)
     _metrics: Metrics | None = field(default=None, init=False, repr=False)
     _wakeups: Wakeups | None = field(default=None, init=False, repr=False)
+    _traces: Traces | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.decode_budget = MemoryBudget(self.settings.decode_memory_mib * MIB)
@@ -105,6 +107,19 @@ class App:
         if self._wakeups is None:
             self._wakeups = Wakeups(self.engine)
         return self._wakeups
+
+    @property
+    def traces(self) -> Traces:
+        """This process's tracing (`batchcrop.traces`), made on first use: `NO_TRACES` unless
+        `BATCHCROP_TRACES` is on; then `TracesUnavailable` without the `traces` extra."""
+        if self._traces is None:
+            from batchcrop import __version__  # noqa: PLC0415  (see the imports)
+            from batchcrop.traces import open_traces  # noqa: PLC0415
+
+            self._traces = open_traces(self.settings.traces, service_version=__version__)
+            if self._traces.enabled:
+                log_event("traces_exported", via="otlp/http")
+        return self._traces
 
     @property
     def metrics(self) -> Metrics:
@@ -270,6 +285,7 @@ class App:
             options=options,
             decode_budget=self.decode_budget,
             wakeups=self.wakeups,
+            traces=self.traces,
         )
 
     def worker_for(self, store: ObjectStore, work: WorkRequest) -> Worker:
@@ -322,15 +338,18 @@ class App:
             poll_seconds=self.settings.idle_poll_seconds,
             fallback_poll_seconds=self.settings.fallback_poll_seconds,
             wakeups=self.wakeups,
+            traces=self.traces,
         )
 
     def close(self) -> None:
-        """Stop the wake-up listener (waiting until its connection is closed), then release
-        the pooled connections. Whatever else uses the engine must have ended first: a pooled
-        connection still checked out when the pool is disposed is never closed, only dropped
-        with the old pool."""
+        """Stop the wake-up listener (waiting until its connection is closed), export the
+        spans still buffered, then release the pooled connections. Whatever else uses the engine
+        must have ended first: a pooled connection still checked out when the pool is disposed
+        is never closed, only dropped with the old pool."""
         if self._wakeups is not None:
             self._wakeups.stop()
+        if self._traces is not None:
+            self._traces.close()  # the spans still buffered are exported
         self.engine.dispose()
 
 

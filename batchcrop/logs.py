@@ -23,9 +23,10 @@ FIELDS_ATTRIBUTE = "batchcrop_fields"
 """The `extra` attribute of a record that carries an event's fields."""
 EVENT_ATTRIBUTE = "batchcrop_event"
 """The `extra` attribute of a record that carries the event's name (its `msg`)."""
-OTHER_LOGGERS = ("uvicorn", "uvicorn.error")
+OTHER_LOGGERS = ("uvicorn", "uvicorn.error", "opentelemetry")
 """Loggers of libraries whose lines join ours in the same format (uvicorn's start and stop
-lines; its access log is replaced by our own `http_request` lines)."""
+lines, its access log being replaced by our own `http_request` lines; the OpenTelemetry SDK's
+export failures when tracing is on)."""
 
 
 class LogSettingError(ValueError):

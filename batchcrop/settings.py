@@ -51,6 +51,15 @@ to an hour (docs/design.md §7, callbacks)."""
 CALLBACK_SECRET_CHARS_MIN = 16
 """Shorter callback secrets are refused: the signature is all a receiver can trust."""
 
+TRACES = False
+"""Whether attempts and deliveries are traced (OpenTelemetry over OTLP/HTTP, the `traces` extra;
+docs/operations.md, traces): off unless `BATCHCROP_TRACES` is on."""
+SWITCH_WORDS = {
+    **dict.fromkeys(("1", "true", "on", "yes"), True),
+    **dict.fromkeys(("0", "false", "off", "no"), False),
+}
+"""How a switch's variable is written (any case)."""
+
 ENV_PREFIX = "BATCHCROP_"
 RENAMED_ENV = {
     "BATCHCROP_NOTIFY_SECRET": "BATCHCROP_CALLBACK_SECRET",
@@ -107,6 +116,9 @@ class Settings:
     callback_secret: str | None = None
     callback_hosts: tuple[str, ...] = field(default_factory=tuple)
     callback_retry_seconds: float = CALLBACK_RETRY_SECONDS
+    traces: bool = TRACES
+    """Spans of every attempt and delivery, exported as the `OTEL_*` variables say
+    (`batchcrop.traces`); set by its variable only, as those are."""
     renamed_env: tuple[str, ...] = field(default=(), compare=False)
     """The former variable names (`RENAMED_ENV`) this was read from: not a setting, but what
     the composition root logs once, naming each new name."""
@@ -244,7 +256,14 @@ def _convert(name: str, raw: str) -> Any:
             return int(raw)
         except ValueError:
             raise SettingsError(f"{name} must be a whole number of {unit}, got {raw!r}") from None
-    return raw
+    return _switch(name, raw) if name == "traces" else raw
+
+
+def _switch(name: str, raw: str) -> bool:
+    switch = SWITCH_WORDS.get(raw.strip().lower())
+    if switch is None:
+        raise SettingsError(f"{ENV_PREFIX}{name.upper()} must be on or off, got {raw!r}")
+    return switch
 
 
 def redact_url(url: str) -> str:

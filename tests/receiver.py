@@ -37,6 +37,8 @@ class Received:
     answer: int | str
     raw: bytes = b""
     signature: str = ""
+    traceparent: str | None = None
+    """The W3C trace context header, sent when the deliverer traces."""
 
 
 @dataclass
@@ -102,6 +104,7 @@ def _handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
                 attempt=self.headers.get("Batchcrop-Delivery-Attempt"),
                 delivery=self.headers.get("Batchcrop-Delivery-Id"),
                 answer=answer,
+                traceparent=self.headers.get("traceparent"),
             )
             if action != "hang":  # a hung answer arrives after the sender gave up
                 receiver.record(received)

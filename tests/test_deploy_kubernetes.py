@@ -1,13 +1,15 @@
 """The Kubernetes manifests in deploy/kubernetes (docs/operations.md, "Kubernetes"): each
 validates offline against the Kubernetes schemas kubernetes-validate ships (KEDA's ScaledObject
-against the shape written here), and they agree with batchcrop's CLI, settings, metrics and
-shutdown contract. The example overlay is rendered by a small merge of kustomize's own rules
+and Prometheus Operator's ServiceMonitor against the shapes written here), and they agree with
+batchcrop's CLI, settings, metrics and shutdown contract, and with the scale-from-zero bound
+docs/scaling.md states. The example overlay is rendered by a small merge of kustomize's own rules
 (resources, components, namespace, images, strategic-merge patches by name): no kustomize
 binary is needed."""
 
 from __future__ import annotations
 
 import copy
+import re
 import shutil
 import subprocess
 from dataclasses import fields
@@ -22,7 +24,7 @@ import yaml
 from batchcrop.api.server import SHUTDOWN_GRACE_SECONDS as SERVE_GRACE_SECONDS
 from batchcrop.cli.commands import GIVE_BACK_WAIT_SECONDS
 from batchcrop.cli.main import build_parser
-from batchcrop.metrics import QueueCollector
+from batchcrop.metrics import QUEUE_CACHE_SECONDS, QueueCollector
 from batchcrop.settings import DECODE_MEMORY_MIB, ENV_PREFIX, SHUTDOWN_GRACE_SECONDS, Settings
 
 HERE = Path(__file__).resolve().parents[1] / "deploy" / "kubernetes"
@@ -103,6 +105,62 @@ SCALED_OBJECT_SCHEMA: dict[str, Any] = {
 }
 """The part of KEDA's ScaledObject CRD these manifests use (KEDA 2.x); kubernetes-validate
 ships no schema for custom resources."""
+
+SERVICE_MONITOR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": "monitoring.coreos.com/v1"},
+        "kind": {"const": "ServiceMonitor"},
+        "metadata": {"type": "object", "required": ["name"]},
+        "spec": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["selector", "endpoints"],
+            "properties": {
+                "selector": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["matchLabels"],
+                    "properties": {"matchLabels": {"type": "object"}},
+                },
+                "endpoints": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["port"],
+                        "properties": {
+                            "port": {"type": "string"},
+                            "path": {"type": "string"},
+                            "interval": {"type": "string", "pattern": r"^\d+s$"},
+                            "authorization": {
+                                "type": "object",
+                                "additionalProperties": False,
+                                "required": ["type", "credentials"],
+                                "properties": {
+                                    "type": {"const": "Bearer"},
+                                    "credentials": {
+                                        "type": "object",
+                                        "additionalProperties": False,
+                                        "required": ["name", "key"],
+                                        "properties": {
+                                            "name": {"type": "string"},
+                                            "key": {"type": "string"},
+                                        },
+                                    },
+                                },
+                            },
+                        },
+                    },
+                },
+            },
+        },
+    },
+}
+"""The part of Prometheus Operator's ServiceMonitor CRD the KEDA component uses (v1)."""
+SCALING_DOC = HERE.parents[1] / "docs" / "scaling.md"
 
 
 def _documents(path: Path) -> list[dict[str, Any]]:
@@ -205,6 +263,8 @@ def _container(name: str, folder: str = "overlays/example") -> dict[str, Any]:
 def _validate(resource: dict[str, Any]) -> None:
     if resource["kind"] == "ScaledObject":
         jsonschema.validate(resource, SCALED_OBJECT_SCHEMA)
+    elif resource["kind"] == "ServiceMonitor":
+        jsonschema.validate(resource, SERVICE_MONITOR_SCHEMA)
     else:
         kubernetes_validate.validate(resource, KUBERNETES_VERSION, strict=True)
 
@@ -238,11 +298,15 @@ def test_a_misspelt_field_fails_validation() -> None:
 
 
 def test_the_overlay_renders_the_base_with_its_changes() -> None:
-    """The example overlay: every base resource and the ScaledObject in namespace `batchcrop`,
+    """The example overlay: every base resource, the ScaledObject and its ServiceMonitor in
+    namespace `batchcrop`,
     the registry image everywhere, its store and four slots patched in, the rest kept."""
     overlay = _by_kind(_render(HERE / "overlays/example"))
     base = _by_kind(_render(HERE / "base"))
-    assert set(overlay) == set(base) | {("ScaledObject", "batchcrop-worker")}
+    assert set(overlay) == set(base) | {
+        ("ScaledObject", "batchcrop-worker"),
+        ("ServiceMonitor", "batchcrop-serve"),
+    }
     assert {r["metadata"]["namespace"] for r in overlay.values()} == {"batchcrop"}
     config = overlay[("ConfigMap", "batchcrop-config")]["data"]
     assert config["BATCHCROP_STORE"] == "s3://catalogue-derivatives/crops"
@@ -401,7 +465,7 @@ def test_the_autoscalers_read_the_queue_gauges_batchcrop_exports() -> None:
     collector = QueueCollector(lambda: None, by_store=dict)
     gauges = {family.name for family in collector._families(None, {})}
     assert gauges == {"batchcrop_queue_items", "batchcrop_queue_oldest_queued_age_seconds"}
-    (scaled,) = _render(HERE / "components/keda")
+    scaled = _by_kind(_render(HERE / "components/keda"))[("ScaledObject", "batchcrop-worker")]
     assert scaled["spec"]["scaleTargetRef"]["name"] == "batchcrop-worker"
     assert scaled["spec"]["minReplicaCount"] == 0
     queried = set()
@@ -419,6 +483,60 @@ def test_the_autoscalers_read_the_queue_gauges_batchcrop_exports() -> None:
     }
     assert {m["external"]["metric"]["name"] for m in hpa["spec"]["metrics"]} == gauges
     assert hpa["spec"]["minReplicas"] >= 1
+
+
+def _bound_table() -> tuple[dict[str, float], list[tuple[float, float]], float]:
+    """docs/scaling.md's "Scaling from zero" table: the parts set in code or manifests by the
+    name in backticks of their last column, the allowances with the slowest figure measured
+    for each (`measured N s slowest`), and the stated bound."""
+    text = SCALING_DOC.read_text(encoding="utf-8").split("## Scaling from zero", 1)[1]
+    lines = text.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("| "))
+    end = next(i for i in range(first, len(lines)) if not lines[i].startswith("| "))
+    rows = lines[first + 2 : end]  # after the header and its rule
+    named: dict[str, float] = {}
+    allowances: list[tuple[float, float]] = []
+    bound = None
+    for row in rows:
+        _, seconds, set_by = (cell.strip() for cell in row.strip("|").split("|"))
+        value = float(seconds.strip("*"))
+        if row.startswith("| **"):
+            bound = value
+        elif (name := re.search(r"`(\w+)`", set_by)) is not None:
+            named[name.group(1)] = value
+        else:
+            measured = re.search(r"measured (\d+(?:\.\d+)?) s slowest", set_by)
+            allowances.append((value, float(measured.group(1)) if measured else 0.0))
+    assert bound is not None
+    return named, allowances, bound
+
+
+def test_the_manifests_keep_the_documented_bound_of_a_scale_from_zero() -> None:
+    """docs/scaling.md states how long an item queued for a fleet at zero waits for its first
+    claim as a sum of parts: the parts the manifests and code set are what they set (the age
+    trigger's activation, the gauge cache, the ServiceMonitor's scrape of serve, KEDA's
+    polling), each allowance holds the slowest start measured, and the parts add up to the
+    stated bound; the ServiceMonitor scrapes serve's Service with the token's Secret."""
+    named, allowances, bound = _bound_table()
+    keda = _by_kind(_render(HERE / "components/keda"))
+    scaled = keda[("ScaledObject", "batchcrop-worker")]["spec"]
+    (age,) = [t for t in scaled["triggers"] if t["name"] == "oldest-queued-age"]
+    (endpoint,) = keda[("ServiceMonitor", "batchcrop-serve")]["spec"]["endpoints"]
+    assert named == {
+        "activationThreshold": float(age["metadata"]["activationThreshold"]),
+        "QUEUE_CACHE_SECONDS": QUEUE_CACHE_SECONDS,
+        "interval": float(endpoint["interval"].removesuffix("s")),
+        "pollingInterval": float(scaled["pollingInterval"]),
+    }
+    assert allowances
+    assert all(measured <= allowed for allowed, measured in allowances)
+    assert sum(named.values()) + sum(allowed for allowed, _ in allowances) == bound
+    monitor = keda[("ServiceMonitor", "batchcrop-serve")]["spec"]
+    service = _by_kind(_render(HERE / "base"))[("Service", "batchcrop-serve")]
+    assert monitor["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert endpoint["port"] in {port["name"] for port in service["spec"]["ports"]}
+    credentials = endpoint["authorization"]["credentials"]
+    assert credentials["key"] in SECRETS[credentials["name"]]
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")

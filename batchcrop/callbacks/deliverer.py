@@ -46,6 +46,7 @@ from batchcrop.callbacks.pacing import DestinationPacing
 from batchcrop.db import queries
 from batchcrop.db.queries import chunks
 from batchcrop.logs import OutageLog, log_event
+from batchcrop.traces import NO_TRACES, Traces
 from leases import Claim, DatabaseUnavailable, LeaseLost, LeaseManager, Signal, State, Wakeups
 
 if TYPE_CHECKING:
@@ -115,8 +116,10 @@ class Deliverer(threading.Thread):
         timeout_seconds: float = RESPONSE_TIMEOUT_SECONDS,
         deadline_seconds: float = DELIVERY_DEADLINE_SECONDS,
         senders: int = DELIVERY_SENDERS,
+        traces: Traces = NO_TRACES,
     ) -> None:
         super().__init__(name="deliverer", daemon=True)
+        self.traces = traces
         self.leases = leases
         self.open_deliveries = open_deliveries
         self.secret = secret
@@ -296,7 +299,19 @@ class Deliverer(threading.Thread):
         return self._deliver(claim)[0]
 
     def _deliver(self, claim: Claim) -> tuple[State | None, str | None, int | None]:
-        """`deliver`, with the attempt's failure reason and status code."""
+        """`deliver`, with the attempt's failure reason and status code, in the delivery's
+        span (`Traces.delivery`): failed unless the delivery succeeded."""
+        with self.traces.delivery(claim, worker_id=self.worker_id) as span:
+            state, reason, code = self._traced(claim)
+            outcome = "lease_lost" if state is None else state.value
+            span.set("batchcrop.outcome", outcome)
+            span.set("batchcrop.category", reason)
+            span.set("http.response.status_code", code)
+            if state is not State.SUCCEEDED:
+                span.fail(reason or outcome)
+        return state, reason, code
+
+    def _traced(self, claim: Claim) -> tuple[State | None, str | None, int | None]:
         started = time.monotonic()
         try:
             stop = self.leases.check(claim)
@@ -369,6 +384,9 @@ class Deliverer(threading.Thread):
             "Batchcrop-Batch-Id": str(claim.payload["batch_id"]),
             "Batchcrop-Delivery-Id": claim.item_id,
             "Batchcrop-Delivery-Attempt": str(claim.attempt),
+            # The delivery's span as W3C `traceparent` when tracing is on: a receiver that
+            # traces continues the trace.
+            **self.traces.propagation(),
         }
         try:
             with (

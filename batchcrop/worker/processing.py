@@ -32,6 +32,7 @@ from batchcrop.crop import (
 from batchcrop.errors import Category, PermanentItemError, TransientItemError
 from batchcrop.logs import log_event
 from batchcrop.renders import Renderer, RenderJob, RenderStopped, render_in_process
+from batchcrop.traces import KNOWN, NO_TRACES, READ, RENDER, WRITE, Traces
 from batchcrop.worker.facts import (
     derivative_facts,
     preview_facts,
@@ -255,7 +256,6 @@ class Attempt:
     give_back_now: threading.Event
     writes: Executor
     """The worker's `write_pool`."""
-    on_stage: Callable[[str], None] = lambda stage: None
     on_write_differs: Callable[[], None] = lambda: None
     """Called when a taken key held other bytes of the same derivative (a metric)."""
     on_put_hit: Callable[[], None] = lambda: None
@@ -270,18 +270,28 @@ class Attempt:
     """Called with the wall time of each object write, failed ones included (a metric)."""
     renderer: Renderer = render_in_process
     """Where the crop engine runs: in this thread, or the worker's `RenderPool`."""
+    traces: Traces = NO_TRACES
+    """Each stage a child span of the attempt's (`batchcrop.traces`); a render in a child process
+    is the parent's wait for it, its start-up and pickling included."""
 
     def run(self, heartbeat: HeldLease) -> Output:
         """Read, crop, store; return the manifest and preview to commit. Raises LeaseLost,
         Interruption or ItemError (and DatabaseUnavailable from a lease check)."""
         claim = self.claim
-        data = read_source(self.sources, claim.payload["source"], max_bytes=self.max_source_bytes)
-        source_sha256 = hashlib.sha256(data).hexdigest()
+        with self.traces.stage(READ) as span:
+            source = claim.payload["source"]
+            data = read_source(self.sources, source, max_bytes=self.max_source_bytes)
+            source_sha256 = hashlib.sha256(data).hexdigest()
+            span.set("batchcrop.source.bytes", len(data))
         self.checkpoint(heartbeat)
         # The item's focus box (a JSON list in the payload) reaches the window and the variant.
         focus = payload_focus(claim.payload)
         variants = {name: variant_of(self.spec, focus, name) for name in self.spec.formats}
-        known = None if self.force_render else self._known(source_sha256, variants)
+        known = None
+        if not self.force_render:
+            with self.traces.stage(KNOWN) as span:
+                known = self._known(source_sha256, variants)
+                span.set("batchcrop.known", known is not None)
         if known is not None:
             # Every key is known before the decode (docs/design.md §5, known outputs).
             self.on_known()
@@ -299,15 +309,17 @@ class Attempt:
         # The renditions, and the page's picture of the source made once here rather than on
         # every view (docs/design.md §5, previews). In a render child, killed at once when
         # this attempt must stop (docs/design.md §6, render processes).
-        try:
-            rendered = self.renderer(
-                RenderJob(data, self.spec, focus),
-                budget=self.decode_budget,
-                should_stop=lambda: self._must_stop(heartbeat),
-            )
-        except RenderStopped:
-            self.checkpoint(heartbeat)  # raises the reason
-            raise GiveBack from None  # a lease only thought lost: the item goes back unharmed
+        with self.traces.stage(RENDER) as span:
+            try:
+                rendered = self.renderer(
+                    RenderJob(data, self.spec, focus),
+                    budget=self.decode_budget,
+                    should_stop=lambda: self._must_stop(heartbeat),
+                )
+            except RenderStopped:
+                self.checkpoint(heartbeat)  # raises the reason
+                raise GiveBack from None  # a lease only thought lost: the item goes back unharmed
+            span.set("batchcrop.renditions", len(rendered.renditions))
         renditions, preview = rendered.renditions, rendered.preview
         del data, rendered
         log_event(
@@ -320,38 +332,40 @@ class Attempt:
             ratios=len(renditions),
         )
         self.checkpoint(heartbeat)
-        # One item's objects are written at once: a write mostly waits on the store (a folder's
-        # fsyncs, an S3 round trip), so the item waits for the slowest rather than for the sum.
-        # Every write is put-if-absent of a deterministic key, so the order does not matter; a
-        # failure is raised as before, the first in rendition order, once the others are done.
-        stored_preview = self.writes.submit(
-            self._timed,
-            store_preview,
-            self.store,
-            preview,
-            source_sha256=source_sha256,
-            on_taken=self._preview_taken,
-        )
-        written = [
-            self.writes.submit(
+        with self.traces.stage(WRITE) as span:
+            span.set("batchcrop.objects", len(renditions) + 1)
+            # One item's objects are written at once: a write mostly waits on the store (a folder's
+            # fsyncs, an S3 round trip), so the item waits for the slowest rather than for the sum.
+            # Every write is put-if-absent of a deterministic key, so the order does not matter; a
+            # failure is raised as before, the first in rendition order, once the others are done.
+            stored_preview = self.writes.submit(
                 self._timed,
-                store_rendition,
+                store_preview,
                 self.store,
-                derivative_key(source_sha256, rendition, variants[rendition.format]),
-                rendition,
+                preview,
                 source_sha256=source_sha256,
-                variant=variants[rendition.format],
-                on_put_hit=self.on_put_hit,
+                on_taken=self._preview_taken,
             )
-            for rendition in renditions
-        ]
-        everything: list[Future[Any]] = [stored_preview, *written]
-        wait(everything)  # all ended, before a failure is raised
-        manifest = [
-            self._written(rendition, future.result())
-            for rendition, future in zip(renditions, written, strict=True)
-        ]
-        stored = stored_preview.result()
+            written = [
+                self.writes.submit(
+                    self._timed,
+                    store_rendition,
+                    self.store,
+                    derivative_key(source_sha256, rendition, variants[rendition.format]),
+                    rendition,
+                    source_sha256=source_sha256,
+                    variant=variants[rendition.format],
+                    on_put_hit=self.on_put_hit,
+                )
+                for rendition in renditions
+            ]
+            everything: list[Future[Any]] = [stored_preview, *written]
+            wait(everything)  # all ended, before a failure is raised
+            manifest = [
+                self._written(rendition, future.result())
+                for rendition, future in zip(renditions, written, strict=True)
+            ]
+            stored = stored_preview.result()
         self.checkpoint(heartbeat)
         return Output(manifest, stored)
 

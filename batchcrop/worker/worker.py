@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import ParamSpec
 
 from batchcrop import __version__
 from batchcrop.batches.service import BatchService
@@ -38,6 +39,7 @@ from batchcrop.settings import (
     MAX_SOURCE_BYTES,
     REAPER_INTERVAL_SECONDS,
 )
+from batchcrop.traces import COMMIT, NO_TRACES, Traces
 from batchcrop.worker.attempts import Attempts, Outcome
 from batchcrop.worker.breakers import Breakers
 from batchcrop.worker.presence import Presence, worker_info
@@ -63,6 +65,18 @@ QUIET_OUTCOMES = frozenset(
 )
 """Outcomes logged at INFO; the others (failed, abandoned, lease lost, database unavailable) at
 WARNING: they are what an operator looks for."""
+FAILED_OUTCOMES = frozenset(
+    {
+        Outcome.FAILED,
+        Outcome.RETRYABLE,
+        Outcome.PUT_OFF,
+        Outcome.LEASE_LOST,
+        Outcome.DATABASE_UNAVAILABLE,
+    }
+)
+"""Outcomes whose attempt span is failed (status ERROR): the attempt did not do its work.
+Succeeded, given back and abandoned (cancel, deadline) are not failures of the attempt."""
+_P = ParamSpec("_P")
 OUTAGE_CATEGORIES = {
     Category.STORAGE_UNAVAILABLE: "store",
     Category.SOURCE_UNAVAILABLE: "source",
@@ -127,8 +141,10 @@ class Worker:
         decode_budget: MemoryBudget | None = None,
         deliverer: Callable[[str], Deliverer | None] | None = None,
         wakeups: Wakeups | None = None,
+        traces: Traces = NO_TRACES,
     ) -> None:
         self.leases = leases
+        self.traces = traces
         # Idle slots wait on this signal: woken by the database's notifications (PostgreSQL,
         # docs/design.md §3, wake-ups), by stop(), or by their poll timeout.
         self._wakeups = wakeups
@@ -360,6 +376,8 @@ class Worker:
                 break
             # Taken before looking: a wake-up that comes while the claim runs is not lost.
             mark = None if self._wake is None else self._wake.mark()
+            # The attempt span's start (`batchcrop.traces`): its claim, the batch list included.
+            claim_started = time.time_ns()
             try:
                 claims = self.leases.claim(self.worker_id, 1, group_ids=self.claimable_batches())
             except DatabaseUnavailable as exc:
@@ -369,8 +387,9 @@ class Worker:
             if not claims:
                 self._idle(mark)
                 continue
+            claimed = (claim_started, time.time_ns())
             for claim in claims:
-                self.process(claim)
+                self.process(claim, claimed=claimed)
 
     def _idle(self, mark: int | None) -> None:
         """Wait for work: until a wake-up (when listening) or the poll interval, jittered."""
@@ -476,8 +495,20 @@ class Worker:
                 self._specs[batch_id] = spec
         return spec
 
-    def process(self, claim: Claim) -> Outcome:
-        """Run one attempt to its exit; returns the outcome name (for metrics and tests)."""
+    def process(self, claim: Claim, *, claimed: tuple[int, int] | None = None) -> Outcome:
+        """Run one attempt to its exit; returns the outcome name (for metrics and tests).
+        Traced as one span (`Traces.attempt`), from the claim statement's start and end in
+        `claimed` (`time.time_ns()`) when given."""
+        with self.traces.attempt(claim, worker_id=self.worker_id, claimed=claimed) as span:
+            outcome, category = self._traced(claim)
+            span.set("batchcrop.outcome", outcome.value)
+            span.set("batchcrop.category", category)
+            if outcome in FAILED_OUTCOMES:
+                span.fail(category or outcome.value)
+        return outcome
+
+    def _traced(self, claim: Claim) -> tuple[Outcome, str | None]:
+        """`process` within the attempt's span: its log lines carry the span's ids."""
         started = time.monotonic()
         self.metrics.claims.inc()
         self.metrics.in_flight.inc()
@@ -512,7 +543,7 @@ class Worker:
             message=message,
             ms=round((time.monotonic() - started) * 1000),
         )
-        return outcome
+        return outcome, category
 
     def _attempt(self, claim: Claim) -> tuple[Outcome, str | None, str | None]:
         """Run the pipeline, then end the attempt through the one door (`Attempts`); returns the
@@ -527,28 +558,37 @@ class Worker:
             stop = self._give_back_now
             try:
                 output = self._run(claim, held)
-                outcome = self.attempts.succeed(
-                    claim, output.derivatives, output.preview, held=held, stop=stop
+                outcome = self._end(
+                    self.attempts.succeed,
+                    claim,
+                    output.derivatives,
+                    output.preview,
+                    held=held,
+                    stop=stop,
                 )
             except LeaseLost:
                 outcome = Outcome.LEASE_LOST
             except DatabaseUnavailable:
                 outcome = Outcome.DATABASE_UNAVAILABLE
             except GiveBack:
-                outcome = self.attempts.give_back(claim, held=held, stop=stop)
+                outcome = self._end(self.attempts.give_back, claim, held=held, stop=stop)
             except Interruption as exc:
                 cause = exc.category
-                outcome = self.attempts.abandon(claim, cause, held=held, stop=stop)
+                outcome = self._end(self.attempts.abandon, claim, cause, held=held, stop=stop)
             except PermanentItemError as exc:
                 cause, message = exc.category, public_message(exc.detail)
-                outcome = self.attempts.fail(claim, cause, message, held=held, stop=stop)
+                outcome = self._end(self.attempts.fail, claim, cause, message, held=held, stop=stop)
             except ItemError as exc:
                 cause, message = exc.category, public_message(exc.detail)
                 if cause in OUTAGE_CATEGORIES and self._is_outage(cause):
-                    outcome = self.attempts.put_off(claim, cause, message, held=held, stop=stop)
+                    outcome = self._end(
+                        self.attempts.put_off, claim, cause, message, held=held, stop=stop
+                    )
                 else:
                     retried = True
-                    outcome = self.attempts.retry(claim, cause, message, held=held, stop=stop)
+                    outcome = self._end(
+                        self.attempts.retry, claim, cause, message, held=held, stop=stop
+                    )
             except Exception as exc:
                 # Only the commit can get here (`_run` turns its own surprises into
                 # ItemErrors): a bug or an unexpected database error is retried, and the slot
@@ -556,12 +596,21 @@ class Worker:
                 logging.getLogger("batchcrop").debug("internal error at commit", exc_info=True)
                 cause, retried = Category.INTERNAL_ERROR, True
                 message = public_message(f"at commit: {_said(exc)}")
-                outcome = self.attempts.retry(claim, cause, message, held=held, stop=stop)
+                outcome = self._end(
+                    self.attempts.retry, claim, cause, message, held=held, stop=stop
+                )
         self._account(claim, outcome, cause, retried=retried)
         category = Category.ATTEMPTS_EXHAUSTED if retried and outcome is Outcome.FAILED else cause
         if outcome not in (Outcome.FAILED, Outcome.RETRYABLE, Outcome.PUT_OFF):
             message = None  # only a failed attempt's ending keeps its message
         return outcome, None if category is None else str(category), message
+
+    def _end(self, ending: Callable[_P, Outcome], *args: _P.args, **kwargs: _P.kwargs) -> Outcome:
+        """`ending(*args, **kwargs)` (one of `Attempts`' doors) in the attempt's commit span."""
+        with self.traces.stage(COMMIT) as span:
+            outcome = ending(*args, **kwargs)
+            span.set("batchcrop.outcome", outcome.value)
+            return outcome
 
     def _run(self, claim: Claim, heartbeat: HeldLease) -> Output:
         attempt = Attempt(
@@ -581,6 +630,7 @@ class Worker:
             on_known=self.metrics.known_outputs.inc,
             on_render=self.metrics.renders.inc,
             renderer=self._renderer,
+            traces=self.traces,
         )
         try:
             return attempt.run(heartbeat)

@@ -104,6 +104,20 @@ def test_other_libraries_lines_join_in_the_same_format(stderr: Stderr) -> None:
     )
 
 
+def test_the_trace_exporters_complaints_are_our_lines_too(stderr: Stderr) -> None:
+    """With tracing on, the OpenTelemetry SDK's export failures are strict log lines naming
+    their logger, not raw text among them."""
+    configure("INFO", "logfmt")
+    exporter = "opentelemetry.exporter.otlp.proto.http.trace_exporter"
+    logging.getLogger(exporter).error("Failed to export spans batch due to timeout")
+    pairs = parse_logfmt(stderr.getvalue().splitlines()[0])
+    assert (pairs["level"], pairs["msg"], pairs["logger"]) == (
+        "error",
+        "Failed to export spans batch due to timeout",
+        exporter,
+    )
+
+
 @pytest.mark.parametrize(("level", "fmt"), [("LOUD", "logfmt"), ("INFO", "xml")])
 def test_unknown_levels_and_formats_are_refused(level: str, fmt: str) -> None:
     """A mistyped level or format is a setting error that lists the accepted values."""

@@ -240,3 +240,44 @@ def test_the_former_callback_variables_are_read_and_the_new_names_win() -> None:
     )
     assert both.callback_hosts == ("new.example",)
     assert Settings.load(env={"BATCHCROP_CALLBACK_HOSTS": "new.example"}).renamed_env == ()
+
+
+@pytest.mark.parametrize(
+    ("raw", "on"), [("on", True), ("TRUE", True), ("1", True), ("off", False), ("no", False)]
+)
+def test_tracing_is_a_switch_off_by_default(raw: str, on: bool) -> None:
+    """BATCHCROP_TRACES reads as on or off in the usual words; unset, it is off."""
+    assert Settings.load(env={}).traces is False
+    assert Settings.load(env={"BATCHCROP_TRACES": raw}).traces is on
+
+
+def test_a_tracing_switch_that_is_neither_on_nor_off_is_refused() -> None:
+    """Any other word is a settings error naming the variable."""
+    with pytest.raises(SettingsError, match="BATCHCROP_TRACES must be on or off, got 'maybe'"):
+        Settings.load(env={"BATCHCROP_TRACES": "maybe"})
+
+
+def test_workers_and_deliverers_get_the_processes_tracing(tmp_path: Path) -> None:
+    """With BATCHCROP_TRACES on, the app's one tracer (OpenTelemetry's) is every worker's and
+    deliverer's; off, theirs is the tracer that records nothing."""
+    from batchcrop.app import build  # noqa: PLC0415
+    from batchcrop.worker.worker import WorkerOptions  # noqa: PLC0415
+
+    for on in (True, False):
+        app = build(
+            Settings(
+                database_url=f"sqlite:///{tmp_path / f'{on}.db'}",
+                store=f"file://{tmp_path / 'store'}",
+                callback_secret="a-secret-long-enough",
+                traces=on,
+            )
+        )
+        app.upgrade()
+        try:
+            worker = app.worker(app.open_store(), WorkerOptions(concurrency=1))
+            deliverer = app.deliverer("w")
+            assert deliverer is not None
+            assert app.traces.enabled is on
+            assert worker.traces is app.traces is deliverer.traces
+        finally:
+            app.close()
