@@ -10,7 +10,7 @@ saliency reduction, and resamples and encodes nothing. Pure and thread-safe.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from batchcrop.crop.budget import MemoryBudget, reserved
 from batchcrop.crop.decode import DCT_FACTORS, decode_cost, decode_rgb, decoded_size, open_image
@@ -18,7 +18,14 @@ from batchcrop.crop.faces import DETECTION_BYTES
 from batchcrop.crop.framing import frame
 from batchcrop.crop.geometry import Box
 from batchcrop.crop.limits import MAX_SOURCE_PIXELS
-from batchcrop.crop.planning import clipped_focus, cut_for, factors, output_sizes, plan
+from batchcrop.crop.planning import (
+    clipped_focus,
+    cut_for,
+    factors,
+    output_sizes,
+    padded_cut,
+    plan,
+)
 from batchcrop.crop.resample import shown_box
 from batchcrop.crop.spec import Ratio, RenderSpec
 
@@ -96,5 +103,7 @@ def preview_windows(
             box = shown_box(cut, size)
             windows.append(Window(output.ratio, "crop", box, box))
         else:
-            windows.append(Window(output.ratio, "pad", framing.box, framing.frame_box))
+            cut, _, _ = padded_cut(framing, output.ratio, output.long_side, decoded[factor], size)
+            shown = replace(framing, box=shown_box(cut, size))
+            windows.append(Window(output.ratio, "pad", shown.box, shown.frame_box))
     return Preview(size=size, focus=focus, trim_box=framed.trim_box, windows=tuple(windows))

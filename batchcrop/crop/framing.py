@@ -34,14 +34,18 @@ from batchcrop.crop.spec import AUTO_COLOUR, Ratio, RenderSpec, colour_rgb
 BORDER_PX = 2
 """Rows and columns of the look decode that make the picture's border."""
 BORDER_TOLERANCE = 24
-"""A border is near-uniform when 99 % of its pixels lie within this many levels (each channel)
-of its median colour: a studio white with JPEG noise and a faint vignette passes, a photograph's
-edge does not."""
-BORDER_SHARE = 0.99
+"""A border is near-uniform when `BORDER_SHARE` of its pixels lie within this many levels (each
+channel) of its median colour: a studio white with JPEG noise and a faint vignette passes, a
+photograph's edge does not."""
+BORDER_SHARE = 0.9
+"""A tenth of the border may differ: a product touching the edge (a colour wheel on black
+reaches within 3 px of it) leaves its background plain."""
 SUBJECT_TOLERANCE = 24
 """Under `auto`, a pixel further than this from a near-uniform border's colour is the subject's."""
 SALIENT_SHARE = 0.25
 """Under `auto`, saliency cells at least this share of the peak are the subject's."""
+CONTENT_MARGIN_PX = 1
+"""Look pixels kept beyond the content found, on each side (`trimmed_box`, the subject)."""
 WHITE = (255, 255, 255)
 
 Colour = tuple[int, int, int]
@@ -160,11 +164,14 @@ def _content_box(
     if columns.size == 0:
         return 0, 0, *size
     scale_x, scale_y = size[0] / pixels.shape[1], size[1] / pixels.shape[0]
+    # One look pixel of margin: a reduced decode averages a thin edge of the content with the
+    # border around it, which may leave that look pixel within the tolerance.
+    margin = CONTENT_MARGIN_PX
     return (
-        max(0, math.floor(columns[0] * scale_x)),
-        max(0, math.floor(rows[0] * scale_y)),
-        min(size[0], math.ceil((columns[-1] + 1) * scale_x)),
-        min(size[1], math.ceil((rows[-1] + 1) * scale_y)),
+        max(0, math.floor((columns[0] - margin) * scale_x)),
+        max(0, math.floor((rows[0] - margin) * scale_y)),
+        min(size[0], math.ceil((columns[-1] + 1 + margin) * scale_x)),
+        min(size[1], math.ceil((rows[-1] + 1 + margin) * scale_y)),
     )
 
 

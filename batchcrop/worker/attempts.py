@@ -250,6 +250,7 @@ class Attempts:
 def _manifest_values(claim: Claim, row: Derivative) -> dict[str, object]:
     """One manifest row to insert: the derivative, its boxes as `l,t,r,b` text, its requested
     width 0 for the single size."""
+
     def text(box: tuple[int, int, int, int]) -> str:
         return ",".join(str(v) for v in box)
 
