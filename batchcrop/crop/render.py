@@ -1,9 +1,12 @@
 """`render`: one source's bytes in, one encoded image per ratio and output format out.
 
-Each output is a function of the source bytes, its own ratio and the render settings only, never
-of the other ratios asked for with it (docs/design.md §6, determinism). Saliency comes from the
-decode a whole-picture output would use (source and `max_side` alone); each ratio is resampled
-with Lanczos from a decode whose DCT reduction depends on that ratio alone, decoding once per
+Each output is a function of the source bytes, its own ratio and width and the render settings
+only, never of the other ratios or widths asked for with it (docs/design.md §6, determinism).
+Each ratio is first framed (`framing.frame`: trimmed, then cropped or padded) on the saliency
+decode; a padded output is its picture resampled and pasted centred on the padding colour.
+Saliency comes from the decode a whole-picture output would use (source and `max_side` alone);
+each output is resampled with Lanczos from a decode whose DCT reduction depends on that output
+alone, decoding once per
 distinct reduction, and cut from a canvas that depends on its scale alone (`resample`); every
 output is encoded once per format asked for (`encode`): baseline JPEG, WebP, AVIF, 1-channel
 for grey sources. The resampled pixels are shared by the formats, except that a source with

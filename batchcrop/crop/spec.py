@@ -143,7 +143,10 @@ def _width(text: str) -> int:
 @dataclass(frozen=True)
 class RenderSpec:
     """The derivatives wanted per source: ratios (in output order), longest side, quality (on
-    the JPEG scale, the same visual quality in every format) and output formats (in output order).
+    the JPEG scale, the same visual quality in every format), output formats (in output order),
+    widths (several sizes per ratio instead of the one `max_side` gives), fit (crop, pad or
+    auto), the padding colour, the trim tolerance and the background a transparent source is
+    flattened onto (docs/design.md §6, fit).
 
     Each field is declared once with `whole_field`, `text_field` or `list_field`
     (docs/design.md §6). Its
