@@ -254,9 +254,15 @@ def windows_document(
         "source_width": placed.size[0],
         "source_height": placed.size[1],
         "focus_box": None if placed.focus is None else list(placed.focus),
+        "trim_box": None if placed.trim_box is None else list(placed.trim_box),
         "windows": [
-            {"ratio": str(ratio), "crop_box": list(crop_box)}
-            for ratio, crop_box in placed.crop_boxes
+            {
+                "ratio": str(window.ratio),
+                "fit": window.fit,
+                "crop_box": list(window.crop_box),
+                "frame_box": list(window.frame_box),
+            }
+            for window in placed.windows
         ],
     }
 

@@ -145,12 +145,16 @@ FocusBox = Annotated[
 
 FormatName = Literal["jpeg", "webp", "avif"]
 """An output format (`batchcrop.crop.spec.FORMAT_NAMES`)."""
+FitName = Literal["crop", "pad", "auto"]
+"""A fit (`batchcrop.crop.spec.FIT_NAMES`)."""
 
 
 def _render_field(name: str) -> Any:
     """The body field of the `RenderSpec` field `name`: its default, limits and description are
     the field's declaration (`RenderSpec.declared`), so they cannot drift from its checks."""
     declared = RenderSpec.declared(name)
+    if declared.text:
+        return Field(default=declared.default_record, description=declared.help)
     if declared.is_list:
         return Field(
             default=declared.default_record,
@@ -186,6 +190,11 @@ class BatchBody(_Strict):
     max_side: int = _render_field("max_side")
     quality: int = _render_field("quality")
     formats: list[FormatName] = _render_field("formats")
+    widths: list[int] = _render_field("widths")
+    fit: FitName = _render_field("fit")
+    pad_colour: str = _render_field("pad_colour")
+    trim: int = _render_field("trim")
+    background: str = _render_field("background")
     deadline_seconds: Seconds = DEADLINE_SECONDS
     max_attempts: Annotated[int, Field(ge=1, le=MAX_ATTEMPTS_MAX)] = MAX_ATTEMPTS
     label: Annotated[
@@ -228,11 +237,19 @@ class WindowDocument(BaseModel):
     """One ratio's previewed window."""
 
     ratio: str
+    fit: Annotated[FitName, Field(description="the fit its derivatives would use: crop or pad")]
     crop_box: Annotated[
         list[int],
         Field(
             description="[left, top, right, bottom] in upright source pixels: the crop_box "
             "its derivatives would have"
+        ),
+    ]
+    frame_box: Annotated[
+        list[int],
+        Field(
+            description="the output's extent in upright source pixels: the crop box, or for a "
+            "padded output the picture with its padding (reaching past the source)"
         ),
     ]
 
@@ -244,6 +261,10 @@ class WindowsDocument(BaseModel):
     source_height: int
     focus_box: Annotated[
         list[int] | None, Field(description="the focus box as the render uses it: clipped")
+    ]
+    trim_box: Annotated[
+        list[int] | None,
+        Field(description="the source box left after trimming (null: the batch trims nothing)"),
     ]
     windows: list[WindowDocument]
 

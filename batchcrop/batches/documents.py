@@ -161,7 +161,16 @@ class Derivative:
     sha256: str
     crop_box: tuple[int, int, int, int]
     format: str = "jpeg"
-    """The output format (`jpeg`, `webp`, `avif`): one derivative per (ratio, format)."""
+    """The output format (`jpeg`, `webp`, `avif`): one derivative per (ratio, format, size)."""
+    fit: str = "crop"
+    """The fit used: `crop`, or `pad` (the whole picture, with `padding` around it)."""
+    padding: tuple[int, int, int, int] = (0, 0, 0, 0)
+    """Output pixels of padding (left, top, right, bottom) around the picture."""
+    trim_box: tuple[int, int, int, int] | None = None
+    """The source box left after trimming near-uniform borders; None: no trim asked."""
+    requested_width: int | None = None
+    """The width asked for (`widths`); None: the single size of `max_side`. A `width` below it
+    means the source held no more: outputs are never upscaled."""
 
 
 @dataclass(frozen=True)
@@ -179,18 +188,38 @@ class DerivativeDocument:
     bytes: int
     sha256: str
     crop_box: tuple[int, int, int, int]
+    fit: str
+    padding: tuple[int, int, int, int]
+    trim_box: tuple[int, int, int, int] | None
+    requested_width: int | None
+    capped: bool
+    """Whether the source held less than `requested_width`: the output is as wide as it could
+    be without upscaling."""
 
 
 def derivative_document(row: Mapping[str, Any], store: str | None = None) -> dict[str, Any]:
     """One manifest row (crop box stored as `l,t,r,b` text) as the item document shows it, in
     the field order of `DerivativeDocument`, with its location in `store` (the batch's store)."""
     location = None if store is None else object_url(store, str(row["key"]))
-    document = {
-        f.name: location if f.name == "location" else row[f.name]
+    requested = int(row.get("requested_width") or 0) or None
+    computed = {
+        "location": location,
+        "crop_box": _box(row["crop_box"]),
+        "fit": row.get("fit") or "crop",
+        "padding": _box(row.get("padding") or "0,0,0,0"),
+        "trim_box": None if row.get("trim_box") is None else _box(row["trim_box"]),
+        "requested_width": requested,
+        "capped": requested is not None and int(row["width"]) < requested,
+    }
+    return {
+        f.name: computed[f.name] if f.name in computed else row[f.name]
         for f in fields(DerivativeDocument)
     }
-    document["crop_box"] = [int(v) for v in str(row["crop_box"]).split(",")]
-    return document
+
+
+def _box(text: object) -> list[int]:
+    """A box stored as `l,t,r,b` text, as a list of four whole numbers."""
+    return [int(v) for v in str(text).split(",")]
 
 
 @dataclass(frozen=True)

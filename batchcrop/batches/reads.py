@@ -256,8 +256,8 @@ class Reads:
     def _manifests(
         self, item_ids: Sequence[str], spec: RenderSpec
     ) -> dict[str, list[dict[str, Any]]]:
-        """Manifest rows of these items by item id (one query), in the batch's ratio order and
-        each ratio's in its format order."""
+        """Manifest rows of these items by item id (one query), in the batch's ratio order,
+        each ratio's in its width order and those in its format order."""
         by_item: dict[str, list[dict[str, Any]]] = {}
         if not item_ids:
             return by_item
@@ -266,10 +266,12 @@ class Reads:
                 by_item.setdefault(str(row["item_id"]), []).append(dict(row))
         order = {str(ratio): n for n, ratio in enumerate(spec.ratios)}
         formats = {name: n for n, name in enumerate(spec.formats)}
+        widths = {width or 0: n for n, width in enumerate(spec.sizes)}
         for rows in by_item.values():
             rows.sort(
                 key=lambda row: (
                     order.get(row["ratio"], len(order)),
+                    widths.get(row.get("requested_width") or 0, len(widths)),
                     formats.get(row["format"], len(formats)),
                 )
             )

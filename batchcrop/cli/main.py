@@ -172,8 +172,8 @@ def _render_flags(p: argparse.ArgumentParser) -> None:
     for declared in RenderSpec.declarations():
         g.add_argument(
             declared.flag,
-            type=str if declared.is_list else int,
-            metavar=f"{declared.noun.upper()},..." if declared.is_list else "N",
+            type=int if declared.kind == "whole" else str,
+            metavar=_RENDER_METAVARS[declared.kind].format(noun=declared.noun.upper()),
             help=_render_flag_help(declared),
         )
     g.add_argument(
@@ -203,15 +203,23 @@ def _render_flags(p: argparse.ArgumentParser) -> None:
 def _render_flag_help(declared: RenderField) -> str:
     """A render flag's help: the declaration's help, limits and default (`%` escaped: argparse
     formats help texts)."""
-    if not declared.is_list:
+    if declared.text:
+        limits = f"one of {', '.join(declared.choices)}" if declared.choices else ""
+    elif not declared.is_list:
         limits = f"{declared.low} to {declared.high}"
     elif declared.choices:
         limits = f"comma-separated among {', '.join(declared.choices)}"
     else:
         limits = f"comma-separated, {declared.low} to {declared.high} of them"
     default = declared.default_record
-    shown = ",".join(default) if isinstance(default, list) else default
-    return f"{declared.help}; {limits} (default {shown})".replace("%", "%%")
+    shown = ",".join(str(v) for v in default) if isinstance(default, list) else default
+    shown = shown if shown != "" else "none"
+    limited = f"; {limits}" if limits else ""
+    return f"{declared.help}{limited} (default {shown})".replace("%", "%%")
+
+
+_RENDER_METAVARS = {"whole": "N", "text": "TEXT", "list": "{noun},..."}
+"""A render flag's value as help shows it, by the field's kind."""
 
 
 def _callback_flags(p: argparse.ArgumentParser, *, with_url: bool) -> None:

@@ -1,6 +1,7 @@
 """Convert any decoded Pillow mode to 8-bit RGB without the classic mistakes.
 
-- Transparency is flattened onto white by its alpha, so the (often black) colour stored under
+- Transparency is flattened onto a background (white unless the request says otherwise) by
+  its alpha, so the (often black) colour stored under
   fully transparent pixels never shows; or, for outputs that keep it (WebP, AVIF), kept as RGBA.
 - 16-bit and 32-bit grayscale is rescaled from 0..65535, not clipped at 255 (which turns it white).
 - CMYK, RGB and grey pixels go through their embedded ICC profile to sRGB (LittleCMS, relative
@@ -39,8 +40,14 @@ def has_alpha(image: Image.Image) -> bool:
     return image.mode in _ALPHA_MODES or "transparency" in image.info
 
 
-def to_rgb(image: Image.Image, *, keep_alpha: bool = False) -> Image.Image:
-    """Return `image` (loaded) as mode RGB in sRGB; raise UnsupportedImage for modes with no
+def to_rgb(
+    image: Image.Image,
+    *,
+    keep_alpha: bool = False,
+    background: tuple[int, int, int] = BACKGROUND_RGB,
+) -> Image.Image:
+    """Return `image` (loaded) as mode RGB in sRGB, transparency flattened onto `background`;
+    raise UnsupportedImage for modes with no
     conversion. An embedded CMYK, RGB or grey ICC profile is honoured (untagged pixels are sRGB;
     a CMYK image without a usable profile gets Pillow's naive conversion). With `keep_alpha`, an
     image with transparency (`has_alpha`) is returned as RGBA instead, its colour converted the
@@ -54,7 +61,7 @@ def to_rgb(image: Image.Image, *, keep_alpha: bool = False) -> Image.Image:
         if convert is not None and reads == "CMYK":
             return convert.apply(image)
         return image.convert("RGB")
-    rgb = _as_rgb(image)
+    rgb = _as_rgb(image, background)
     if convert is not None and reads == "RGB":
         return convert.apply(rgb)
     if convert is not None and reads == "L" and image.mode in GREY_MODES:
@@ -131,7 +138,7 @@ def _is_srgb(profile: ImageCms.ImageCmsProfile) -> bool:
     return "srgb" in (ImageCms.getProfileDescription(profile) or "").lower()
 
 
-def _as_rgb(image: Image.Image) -> Image.Image:
+def _as_rgb(image: Image.Image, background: tuple[int, int, int]) -> Image.Image:
     mode = image.mode
     if mode == "RGB":
         return image
@@ -140,7 +147,7 @@ def _as_rgb(image: Image.Image) -> Image.Image:
     if mode in _WIDE_GRAY_MODES:
         return _wide_gray_to_rgb(image)
     if mode in _ALPHA_MODES or "transparency" in image.info:
-        return _flatten(image)
+        return _flatten(image, background)
     try:
         return image.convert("RGB")
     except ValueError as exc:
@@ -170,12 +177,12 @@ def _strips(image: Image.Image) -> Iterator[tuple[int, int]]:
         yield top, min(image.height, top + rows)
 
 
-def _flatten(image: Image.Image) -> Image.Image:
-    """Paste onto white through the alpha (or the palette/colour-key transparency).
+def _flatten(image: Image.Image, background: tuple[int, int, int]) -> Image.Image:
+    """Paste onto `background` through the alpha (or the palette/colour-key transparency).
 
     Strip by strip, so the peak is the source plus the result (`decode.decode_cost`).
     """
-    result = Image.new("RGB", image.size, BACKGROUND_RGB)
+    result = Image.new("RGB", image.size, background)
     for top, bottom in _strips(image):
         try:
             strip = image.crop((0, top, image.width, bottom)).convert("RGBA")

@@ -19,7 +19,7 @@ from functools import cache
 
 from PIL import ExifTags, Image, UnidentifiedImageError
 
-from batchcrop.crop.colour import to_rgb
+from batchcrop.crop.colour import BACKGROUND_RGB, to_rgb
 from batchcrop.crop.errors import ImageTooLarge, InvalidImage, UnsupportedImage
 from batchcrop.crop.structure import refuse_scan_bombs
 
@@ -45,6 +45,8 @@ _TRANSPOSE = {
 }
 _SWAPS_AXES = frozenset({5, 6, 7, 8})
 _DCT_FORMATS = frozenset({"JPEG", "MPO"})
+DCT_FACTORS = (1, 2, 4, 8)
+"""The reductions a JPEG's DCT decodes at (`reduction`)."""
 _BYTES_PER_PIXEL = {"1": 1, "L": 1, "P": 1, "I;16": 2, "I;16L": 2, "I;16B": 2, "I;16N": 2}
 _WEBP_DECODER_BYTES_PER_PIXEL = 12
 _RESAMPLER_COPY_BYTES_PER_PIXEL = 3
@@ -105,14 +107,20 @@ COARSE_REDUCTION_MARGIN = 1.5
 pixel: below that its coarse, blocky scaling aliases, and no sharpening undoes it (ADR 0003)."""
 
 
-def reduction(opened: OpenedImage, scale: float, margin: float = COARSE_REDUCTION_MARGIN) -> int:
+def reduction(
+    opened: OpenedImage,
+    scale: float,
+    margin: float = COARSE_REDUCTION_MARGIN,
+    stored: tuple[int, int] | None = None,
+) -> int:
     """The DCT reduction (1, 2, 4 or 8) a decode at `scale` uses: for a JPEG the largest whose
     result still covers `scale` of the source (as Pillow's `draft` picks it), 1/4 and 1/8 only
-    with `margin` to spare (1.0 where sharpness does not matter); 1 otherwise."""
+    with `margin` to spare (1.0 where sharpness does not matter); 1 otherwise. `stored` is the
+    image's stored size read before a decode (whose draft changes the opened image's size)."""
     image = opened.image
     if scale >= 1.0 or image.format not in _DCT_FORMATS:
         return 1
-    stored_w, stored_h = image.size
+    stored_w, stored_h = stored or image.size
     wanted = (max(1, math.ceil(stored_w * scale)), max(1, math.ceil(stored_h * scale)))
     room = min(stored_w // wanted[0], stored_h // wanted[1])  # whole reductions that cover
     spare = min(stored_w / wanted[0], stored_h / wanted[1])
@@ -164,10 +172,16 @@ def decoded_size(opened: OpenedImage, factor: int) -> tuple[int, int]:
     return (size[1], size[0]) if opened.orientation in _SWAPS_AXES else size
 
 
-def decode_rgb(opened: OpenedImage, factor: int, *, keep_alpha: bool = False) -> Image.Image:
+def decode_rgb(
+    opened: OpenedImage,
+    factor: int,
+    *,
+    keep_alpha: bool = False,
+    background: tuple[int, int, int] = BACKGROUND_RGB,
+) -> Image.Image:
     """Decode once, reduced `factor` times by the JPEG's DCT (see `reduction`; other formats
-    decode whole), upright, as mode RGB (RGBA with `keep_alpha` when the image has transparency:
-    `colour.to_rgb`).
+    decode whole), upright, as mode RGB (transparency flattened onto `background`; RGBA with
+    `keep_alpha` when the image has transparency: `colour.to_rgb`).
 
     An `OpenedImage` decodes once: open the bytes again for another factor. Raise
     `InvalidImage` for truncated/corrupt data and `UnsupportedImage` for a mode that has no
@@ -183,7 +197,7 @@ def decode_rgb(opened: OpenedImage, factor: int, *, keep_alpha: bool = False) ->
         raise ImageTooLarge("image dimensions exceed the decompression limit") from exc
     except _DECODE_ERRORS as exc:
         raise InvalidImage(f"corrupt or truncated image data: {_said(exc)}") from exc
-    rgb = to_rgb(image, keep_alpha=keep_alpha)
+    rgb = to_rgb(image, keep_alpha=keep_alpha, background=background)
     transpose = _TRANSPOSE.get(opened.orientation)
     return rgb if transpose is None else rgb.transpose(transpose)
 

@@ -1,8 +1,8 @@
 """How a render request field is declared (docs/design.md §6): once, with everything about it.
 
-`RenderSpec` (`batchcrop/crop/spec.py`) makes each of its fields with `whole_field` or
-`list_field`; its checks, record, input reading, the variant, the CLI flags and the API body
-fields are built from the `RenderField` each carries (ADR 0026).
+`RenderSpec` (`batchcrop/crop/spec.py`) makes each of its fields with `whole_field`,
+`text_field` or `list_field`; its checks, record, input reading, the variant, the CLI flags and
+the API body fields are built from the `RenderField` each carries (ADR 0026).
 """
 
 from __future__ import annotations
@@ -37,13 +37,16 @@ class KeyPart(enum.Enum):
 
 @dataclass(frozen=True, kw_only=True)
 class RenderField:
-    """Everything about one render request field: made once by `whole_field` or `list_field`,
-    read back (with the dataclass field's `name` and `default`) from `RenderSpec.declarations`.
+    """Everything about one render request field: made once by `whole_field`, `text_field` or
+    `list_field`, read back (with the dataclass field's `name` and `default`) from
+    `RenderSpec.declarations`.
 
     Its checks, its record, its reading of user input, its part in the variant, its CLI flag
-    and its API body field are all built from this. A whole number lies in `low..high`; a list
-    holds `low..high` distinct items of `item_type`, given as texts (`"16:9"`, `"webp"`) that
-    `parse_item` reads, each among `choices` when there are any. `original`: one of the first
+    and its API body field are all built from this. A whole number lies in `low..high`; a text
+    (`text` set) is one text that `parse_item` reads into its canonical form (`#ffffff`), among
+    `choices` when there are any; a list holds `low..high` distinct items of `item_type`, given
+    as texts (`"16:9"`, `"webp"`, `"640"`) that `parse_item` reads, each among `choices` when
+    there are any. `original`: one of the first
     release's fields, which the idempotency fingerprint and the variant always hash; a field
     added later is hashed only when it is not at its default, so fingerprints and keys made
     before it existed stay what they were.
@@ -59,13 +62,19 @@ class RenderField:
     noun: str = ""
     example: str = ""
     choices: tuple[str, ...] = ()
+    text: bool = False
     name: str = ""
     default: Any = None
 
     @property
     def is_list(self) -> bool:
-        """A list of texts (`ratios`, `formats`) rather than a whole number."""
+        """A list (`ratios`, `formats`, `widths`) rather than one value."""
         return self.item_type is not None
+
+    @property
+    def kind(self) -> str:
+        """`list`, `text` or `whole`: the form a flag reads and a body field takes."""
+        return "list" if self.is_list else "text" if self.text else "whole"
 
     @property
     def flag(self) -> str:
@@ -78,14 +87,25 @@ class RenderField:
         return self.record(self.default)
 
     def record(self, value: Any) -> Any:
-        """`value` as JSON: a list of texts for a list (`Ratio` prints as `16:9`)."""
-        return [str(item) for item in value] if self.is_list else value
+        """`value` as JSON: a list for a list, of texts (`Ratio` prints as `16:9`) or of whole
+        numbers (`widths`)."""
+        if not self.is_list:
+            return value
+        return [item if self.item_type is int else str(item) for item in value]
 
     def read(self, raw: Any) -> Any:
         """The value that user input `raw` gives (a list: a sequence of texts or one
-        comma-separated text); raise `SpecError` naming the field or item when it cannot."""
+        comma-separated text; whole-number items may also be given as numbers); raise
+        `SpecError` naming the field or item when it cannot."""
         if self.parse_item is None:
             return raw  # a whole number: `check` refuses anything else
+        if self.text:
+            if not isinstance(raw, str):
+                raise SpecError(self.name, f"{self.name} must be a text such as {self.example}")
+            try:
+                return self.parse_item(raw)
+            except ValueError as exc:
+                raise SpecError(self.name, f"{self.name}: {exc}") from exc
         if isinstance(raw, str):
             raw = [text for text in raw.split(",") if text.strip()]
         if not isinstance(raw, Sequence):
@@ -93,8 +113,10 @@ class RenderField:
                 self.name, f"{self.name} must be a list of texts such as {self.example}"
             )
         items = []
-        for index, text in enumerate(raw):
+        for index, given in enumerate(raw):
             where = f"{self.name}[{index}]"
+            whole = isinstance(given, int) and not isinstance(given, bool)
+            text = str(given) if self.item_type is int and whole else given
             if not isinstance(text, str):
                 raise SpecError(
                     where, f"{self.noun} must be a text such as {self.example}, got {text!r}"
@@ -108,6 +130,12 @@ class RenderField:
     def check(self, value: Any) -> None:
         """Raise `SpecError` naming the field unless `value` is one of its values."""
         name = self.name
+        if self.text:
+            if not isinstance(value, str):
+                raise SpecError(name, f"{name} must be a text, got {value!r}")
+            if self.choices and value not in self.choices:
+                raise SpecError(name, f"{name}: {value!r} is not one of {', '.join(self.choices)}")
+            return
         if self.item_type is None:
             if isinstance(value, bool) or not isinstance(value, int):
                 raise SpecError(name, f"{name} must be a whole number, got {value!r}")
@@ -135,6 +163,32 @@ def whole_field(
     return field(default=default, metadata={DECLARATION: declared})
 
 
+def text_field(
+    default: str,
+    *,
+    parse_item: Callable[[str], str],
+    example: str,
+    help: str,
+    key: KeyPart,
+    choices: tuple[str, ...] = (),
+) -> Any:
+    """A `RenderSpec` field holding one text, read into its canonical form by `parse_item`
+    (which raises ValueError saying what is wrong), among `choices` when given (see
+    `RenderField`)."""
+    declared = RenderField(
+        help=help,
+        key=key,
+        low=0,
+        high=0,
+        parse_item=parse_item,
+        noun="text",
+        example=example,
+        choices=choices,
+        text=True,
+    )
+    return field(default=declared.read(default), metadata={DECLARATION: declared})
+
+
 def list_field(
     default: Sequence[str],
     high: int,
@@ -147,13 +201,15 @@ def list_field(
     key: KeyPart,
     choices: tuple[str, ...] = (),
     original: bool = False,
+    low: int = 1,
 ) -> Any:
-    """A `RenderSpec` field holding 1..`high` distinct items, given and recorded as texts; its
-    default is given as texts too (see `RenderField`)."""
+    """A `RenderSpec` field holding `low`..`high` distinct items, given as texts (and recorded
+    as texts, or as numbers for `item_type` int); its default is given as texts too (see
+    `RenderField`)."""
     declared = RenderField(
         help=help,
         key=key,
-        low=1,
+        low=low,
         high=high,
         original=original,
         item_type=item_type,

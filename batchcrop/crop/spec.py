@@ -19,7 +19,9 @@ from batchcrop.crop.fields import (
     DECLARATION,
     KeyPart,
     RenderField,
+    SpecError,
     list_field,
+    text_field,
     whole_field,
 )
 
@@ -35,6 +37,23 @@ RATIOS_DEFAULT = ("1:1", "4:3", "16:9", "3:4")
 FORMAT_NAMES = ("jpeg", "webp", "avif")
 """The output formats a request may ask for (`batchcrop/crop/encode.py` encodes them)."""
 FORMATS_DEFAULT = ("jpeg",)
+WIDTHS_MAX_COUNT = 8
+"""Widths a request may ask for per ratio (`widths`): a `srcset` rarely holds more."""
+FIT_NAMES = ("crop", "pad", "auto")
+"""How a ratio's output holds the picture (docs/design.md §6, fit): cut to the ratio, the whole
+picture padded to it, or per source and ratio crop when the subject fits the window, else pad."""
+FIT_DEFAULT = "crop"
+AUTO_COLOUR = "auto"
+"""`pad_colour`'s value for the picture's own border colour (white when the border is not
+near-uniform)."""
+PAD_COLOUR_DEFAULT = AUTO_COLOUR
+BACKGROUND_DEFAULT = "#ffffff"
+"""What a transparent source is flattened onto for the formats that do not keep its alpha."""
+TRIM_TOLERANCE_MAX = 128
+"""The loosest trim tolerance, in levels of 0-255 per channel: beyond it, borders are no longer
+near-uniform but half the picture."""
+
+_COLOUR_PATTERN = re.compile(r"#?([0-9a-fA-F]{6}|[0-9a-fA-F]{3})")
 
 _RATIO_PATTERN = re.compile(r"\s*([0-9]+)\s*[:xX]\s*([0-9]+)\s*")
 _DECLARED: dict[type[RenderSpec], tuple[RenderField, ...]] = {}
@@ -81,12 +100,56 @@ def _format_name(text: str) -> str:
     return text.strip().lower()
 
 
+def _fit_name(text: str) -> str:
+    return text.strip().lower()
+
+
+def parse_colour(text: str) -> str:
+    """`#rrggbb` of `"#RRGGBB"`, `"rrggbb"`, `"#rgb"` or `"rgb"`; ValueError saying what is
+    wrong otherwise."""
+    match = _COLOUR_PATTERN.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(f"{text!r} is not a colour: write it #rrggbb (#ffffff is white)")
+    digits = match.group(1).lower()
+    return "#" + (digits if len(digits) == 6 else "".join(d + d for d in digits))
+
+
+def _pad_colour(text: str) -> str:
+    if text.strip().lower() == AUTO_COLOUR:
+        return AUTO_COLOUR
+    try:
+        return parse_colour(text)
+    except ValueError:
+        raise ValueError(
+            f"{text!r} is not a colour: write it #rrggbb (#ffffff is white) or auto"
+        ) from None
+
+
+def colour_rgb(colour: str) -> tuple[int, int, int]:
+    """The (r, g, b) of a `#rrggbb` colour."""
+    return int(colour[1:3], 16), int(colour[3:5], 16), int(colour[5:7], 16)
+
+
+def _width(text: str) -> int:
+    stripped = text.strip()
+    if not (stripped.isascii() and stripped.isdigit()):
+        raise ValueError(f"a width must be a whole number of pixels, got {text!r}")
+    width = int(stripped)
+    if not MAX_SIDE_PX_MIN <= width <= MAX_SIDE_PX_MAX:
+        raise ValueError(f"a width must be in {MAX_SIDE_PX_MIN}..{MAX_SIDE_PX_MAX}, got {width}")
+    return width
+
+
 @dataclass(frozen=True)
 class RenderSpec:
     """The derivatives wanted per source: ratios (in output order), longest side, quality (on
-    the JPEG scale, the same visual quality in every format) and output formats (in output order).
+    the JPEG scale, the same visual quality in every format), output formats (in output order),
+    widths (several sizes per ratio instead of the one `max_side` gives), fit (crop, pad or
+    auto), the padding colour, the trim tolerance and the background a transparent source is
+    flattened onto (docs/design.md §6, fit).
 
-    Each field is declared once with `whole_field` or `list_field` (docs/design.md §6). Its
+    Each field is declared once with `whole_field`, `text_field` or `list_field`
+    (docs/design.md §6). Its
     record (`to_record`) is what a batch stores, what the status document shows and what the
     idempotency fingerprint hashes; a field added here reaches those, the variant (by its
     `KeyPart`) and the CLI flags by itself, and the API body by one typed line that
@@ -131,10 +194,66 @@ class RenderSpec:
         key=KeyPart.NAMED,
         choices=FORMAT_NAMES,
     )
+    widths: tuple[int, ...] = list_field(
+        (),
+        WIDTHS_MAX_COUNT,
+        item_type=int,
+        parse_item=_width,
+        noun="width",
+        example="640",
+        help="output widths in pixels, distinct: one derivative per ratio, width and format, "
+        "never upscaled (none: one size, max_side)",
+        key=KeyPart.NAMED,
+        low=0,
+    )
+    fit: str = text_field(
+        FIT_DEFAULT,
+        parse_item=_fit_name,
+        example="pad",
+        help="crop to each ratio, pad the whole picture to it, or auto: crop when the subject "
+        "fits the window, pad when cropping would cut it",
+        key=KeyPart.VARIANT,
+        choices=FIT_NAMES,
+    )
+    pad_colour: str = text_field(
+        PAD_COLOUR_DEFAULT,
+        parse_item=_pad_colour,
+        example="#ffffff",
+        help="what padding is filled with: #rrggbb, or auto (the picture's border colour when "
+        "it is near-uniform, else white)",
+        key=KeyPart.VARIANT,
+    )
+    trim: int = whole_field(
+        0,
+        0,
+        TRIM_TOLERANCE_MAX,
+        help="trim borders within this many levels (0-255) of the border colour before "
+        "cropping or padding (0: no trim)",
+        key=KeyPart.VARIANT,
+    )
+    background: str = text_field(
+        BACKGROUND_DEFAULT,
+        parse_item=parse_colour,
+        example="#ffffff",
+        help="the colour a transparent source is flattened onto (#rrggbb) in formats without "
+        "transparency",
+        key=KeyPart.VARIANT,
+    )
 
     def __post_init__(self) -> None:
         for declared in self.declarations():
             declared.check(getattr(self, declared.name))
+        if self.widths and self.max_side != MAX_SIDE_PX_DEFAULT:
+            raise SpecError(
+                "widths",
+                "widths and max_side are two forms of the output size: give one of them",
+            )
+
+    @property
+    def sizes(self) -> tuple[int | None, ...]:
+        """The sizes asked for per ratio, in output order: each width, or None alone for the
+        single size `max_side` gives."""
+        return self.widths or (None,)
 
     @classmethod
     def declarations(cls) -> tuple[RenderField, ...]:
@@ -215,7 +334,7 @@ def _declarations(cls: type[RenderSpec]) -> tuple[RenderField, ...]:
         if not isinstance(declaration, RenderField):
             raise TypeError(
                 f"{cls.__name__}.{spec_field.name} is not declared: render fields are made by "
-                "whole_field or list_field (docs/design.md §6)"
+                "whole_field, text_field or list_field (docs/design.md §6)"
             )
         declared.append(replace(declaration, name=spec_field.name, default=spec_field.default))
     return tuple(declared)
@@ -223,11 +342,16 @@ def _declarations(cls: type[RenderSpec]) -> tuple[RenderField, ...]:
 
 @dataclass(frozen=True)
 class Rendition:
-    """One encoded derivative: one ratio in one format (`FORMAT_NAMES`).
+    """One encoded derivative: one ratio at one size in one format (`FORMAT_NAMES`).
 
     `width`/`height` are the image's pixels; `crop_box` is `(left, top, right, bottom)` in source
-    pixels after EXIF orientation (right/bottom exclusive); `sha256` is the hex digest of `data`;
-    `source_size` is the source's (width, height) after orientation, when known.
+    pixels after EXIF orientation (right/bottom exclusive): the part of the source the image
+    shows; `sha256` is the hex digest of `data`; `source_size` is the source's (width, height)
+    after orientation, when known. `fit` is the fit used (`crop` or `pad`: `auto` resolves to
+    one of them), `padding` the (left, top, right, bottom) output pixels of padding around the
+    picture, `trim_box` the source box left after trimming (None: no trim asked) and
+    `requested_width` the width asked for (None: the single size of `max_side`); a `width`
+    below it means the source held no more (never upscaled).
     """
 
     ratio: Ratio
@@ -238,3 +362,7 @@ class Rendition:
     crop_box: tuple[int, int, int, int]
     format: str = "jpeg"
     source_size: tuple[int, int] | None = None
+    fit: str = FIT_DEFAULT
+    padding: tuple[int, int, int, int] = (0, 0, 0, 0)
+    trim_box: tuple[int, int, int, int] | None = None
+    requested_width: int | None = None

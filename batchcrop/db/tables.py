@@ -63,6 +63,12 @@ derivatives = sa.Table(
     sa.Column("bytes", sa.Integer, nullable=False),
     sa.Column("sha256", sa.String(64), nullable=False),
     sa.Column("crop_box", sa.String(64), nullable=False),
+    # One row per requested width too (0: the single size of `max_side`); the fit used, its
+    # padding (`l,t,r,b` output pixels) and the trimmed box (`l,t,r,b`, null: no trim asked).
+    sa.Column("requested_width", sa.Integer, primary_key=True, server_default="0"),
+    sa.Column("fit", sa.String(4), nullable=False, server_default="crop"),
+    sa.Column("padding", sa.String(64), nullable=False, server_default="0,0,0,0"),
+    sa.Column("trim_box", sa.String(64), nullable=True),
     sa.Index("batchcrop_derivatives_batch", "batch_id"),
 )
 

@@ -248,11 +248,18 @@ class Attempts:
 
 
 def _manifest_values(claim: Claim, row: Derivative) -> dict[str, object]:
-    """One manifest row to insert: the derivative, its crop box as `l,t,r,b` text."""
-    crop_box = ",".join(str(v) for v in row.crop_box)
+    """One manifest row to insert: the derivative, its boxes as `l,t,r,b` text, its requested
+    width 0 for the single size."""
+
+    def text(box: tuple[int, int, int, int]) -> str:
+        return ",".join(str(v) for v in box)
+
     return {
         **asdict(row),
-        "crop_box": crop_box,
+        "crop_box": text(row.crop_box),
+        "padding": text(row.padding),
+        "trim_box": None if row.trim_box is None else text(row.trim_box),
+        "requested_width": row.requested_width or 0,
         "item_id": claim.item_id,
         "batch_id": claim.group_id,
     }

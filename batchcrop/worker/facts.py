@@ -35,6 +35,12 @@ WRITER_PREFIX = "batchcrop/"
 KIND = "kind"
 """`preview` on a source's preview; absent on derivatives."""
 PREVIEW_KIND = "preview"
+FIT = "fit"
+PADDING = "padding"
+TRIM_BOX = "trim-box"
+REQUESTED_WIDTH = "requested-width"
+"""Absent from derivatives written before fit, trim and widths existed: a single-size crop
+without trim."""
 SOURCE_WIDTH = "source-width"
 SOURCE_HEIGHT = "source-height"
 NUMBER_DIGITS_MAX = 10
@@ -44,7 +50,7 @@ SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 def derivative_facts(source_sha256: str, variant: str, rendition: Rendition) -> dict[str, str]:
     """The user metadata written with `rendition` (names lowercase with hyphens, values ASCII)."""
-    return {
+    facts = {
         SOURCE_SHA256: source_sha256,
         RATIO: str(rendition.ratio),
         FORMAT: rendition.format,
@@ -55,6 +61,16 @@ def derivative_facts(source_sha256: str, variant: str, rendition: Rendition) -> 
         BYTES: str(len(rendition.data)),
         WRITER: f"{WRITER_PREFIX}{__version__}",
     }
+    # Written only off today's single-size crop, so that a derivative's facts stay what they
+    # were for requests that do not use them.
+    if rendition.fit != "crop":
+        facts[FIT] = rendition.fit
+        facts[PADDING] = ",".join(str(v) for v in rendition.padding)
+    if rendition.trim_box is not None:
+        facts[TRIM_BOX] = ",".join(str(v) for v in rendition.trim_box)
+    if rendition.requested_width is not None:
+        facts[REQUESTED_WIDTH] = str(rendition.requested_width)
+    return facts
 
 
 def stored_derivative(
@@ -65,6 +81,7 @@ def stored_derivative(
     variant: str,
     output: str = "jpeg",
     source_size: tuple[int, int] | None = None,
+    requested_width: int | None = None,
 ) -> Derivative | None:
     """The manifest row of the stored object `existing`, if its facts say batchcrop wrote it for
     this source, ratio, variant and output format; None when they name others, are missing or
@@ -82,10 +99,14 @@ def stored_derivative(
         variant,
     ) or facts.get(FORMAT, "jpeg") != output:
         return None
+    if facts.get(REQUESTED_WIDTH) != (None if requested_width is None else str(requested_width)):
+        return None
     checked = _checked_numbers(facts, existing.size, source_size)
-    if checked is None:
+    framing = _framing(facts, source_size)
+    if checked is None or framing is None:
         return None
     width, height, (left, top, right, bottom) = checked
+    fit, padding, trim_box = framing
     return Derivative(
         ratio=ratio,
         format=output,
@@ -95,7 +116,33 @@ def stored_derivative(
         bytes=existing.size,
         sha256=existing.sha256,
         crop_box=(left, top, right, bottom),
+        fit=fit,
+        padding=padding,
+        trim_box=trim_box,
+        requested_width=requested_width,
     )
+
+
+def _framing(
+    facts: Mapping[str, str], source_size: tuple[int, int] | None
+) -> tuple[str, tuple[int, int, int, int], tuple[int, int, int, int] | None] | None:
+    """(fit, padding, trim box) of the facts, or None when they are malformed: a fit that is
+    not `crop` or `pad`, a padding or a trim box that is not four numbers, a trim box empty or
+    outside the source."""
+    fit = facts.get(FIT, "crop")
+    padding = _numbers(facts.get(PADDING, "0,0,0,0").split(","))
+    if fit not in {"crop", "pad"} or padding is None or len(padding) != len("ltrb"):
+        return None
+    trim_box = None
+    if TRIM_BOX in facts:
+        box = _numbers(facts[TRIM_BOX].split(","))
+        if box is None or len(box) != len("ltrb"):
+            return None
+        source_width, source_height = source_size or (box[2], box[3])
+        if not (box[0] < box[2] <= source_width and box[1] < box[3] <= source_height):
+            return None
+        trim_box = (box[0], box[1], box[2], box[3])
+    return fit, (padding[0], padding[1], padding[2], padding[3]), trim_box
 
 
 def preview_facts(source_sha256: str, variant: str, preview: Thumbnail) -> dict[str, str]:

@@ -40,6 +40,8 @@ class Wanted:
     format: str
     variant: str
     key: str
+    width: int | None = None
+    """The requested width; None: the single size."""
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,7 @@ def known_outputs(
             variant=w.variant,
             output=w.format,
             source_size=source_size,
+            requested_width=w.width,
         )
         if stored is None:
             return None  # missing, or facts naming something else: the render decides

@@ -93,14 +93,21 @@ class DeadlinePassed(Interruption):
 
 def derivative_key(source_sha256: str, rendition: Rendition, variant: str) -> str:
     """docs/design.md §5: `derivatives/{source_sha256}/{rw}x{rh}-{variant}.{ext}` (`jpg`,
-    `webp`, `avif`); `variant` is the rendition's format's (`variant_of(..., output=...)`)."""
-    return key_of(source_sha256, rendition.ratio, rendition.format, variant)
+    `webp`, `avif`), `{rw}x{rh}-w{width}-{variant}.{ext}` for a requested width; `variant` is
+    the rendition's format's (`variant_of(..., output=...)`)."""
+    return key_of(
+        source_sha256, rendition.ratio, rendition.format, variant, rendition.requested_width
+    )
 
 
-def key_of(source_sha256: str, ratio: Ratio, output: str, variant: str) -> str:
-    """`derivative_key` of the rendition of `ratio` in format `output`, before it is rendered."""
+def key_of(
+    source_sha256: str, ratio: Ratio, output: str, variant: str, width: int | None = None
+) -> str:
+    """`derivative_key` of the rendition of `ratio` in format `output` (at the requested
+    `width`, None for the single size), before it is rendered."""
     extension = FORMATS[output].extension
-    return f"{derivative_prefix(source_sha256)}{ratio.key}-{variant}.{extension}"
+    sized = "" if width is None else f"-w{width}"
+    return f"{derivative_prefix(source_sha256)}{ratio.key}{sized}-{variant}.{extension}"
 
 
 PREVIEW_KEY_PREFIX = "previews/"
@@ -170,6 +177,7 @@ def store_rendition(
             variant=variant,
             output=rendition.format,
             source_size=rendition.source_size,
+            requested_width=rendition.requested_width,
         )
         if stored is None:
             raise PermanentItemError(
@@ -196,6 +204,10 @@ def store_rendition(
         bytes=len(rendition.data),
         sha256=rendition.sha256,
         crop_box=rendition.crop_box,
+        fit=rendition.fit,
+        padding=rendition.padding,
+        trim_box=rendition.trim_box,
+        requested_width=rendition.requested_width,
     )
 
 
@@ -372,8 +384,15 @@ class Attempt:
     def _known(self, source_sha256: str, variants: dict[str, str]) -> Known | None:
         """The item's stored outputs when all of them are stored with matching facts."""
         wanted = [
-            Wanted(ratio, name, variants[name], key_of(source_sha256, ratio, name, variants[name]))
+            Wanted(
+                ratio,
+                name,
+                variants[name],
+                key_of(source_sha256, ratio, name, variants[name], width),
+                width,
+            )
             for ratio in self.spec.ratios
+            for width in self.spec.sizes
             for name in self.spec.formats
         ]
         variant = preview_variant()

@@ -203,3 +203,26 @@ def test_a_derivative_url_is_revalidated_and_shows_the_recropped_picture(
     assert fresh.status_code == 200, fresh.text
     assert redone["sha256"] == hashlib.sha256(fresh.content).hexdigest()
     assert fresh.headers["etag"] != old_tag
+
+
+def test_the_windows_of_a_padded_trimmed_batch_are_its_derivatives(
+    api: LiveServer, sources: list[str]
+) -> None:
+    """Under `pad` with trim, the preview gives each ratio the fit, the crop box and the trimmed
+    box its derivatives have, and a frame around the crop box (reaching past it by the
+    padding)."""
+    body = batch_body(sources[:1], fit="pad", trim=12)
+    response = api.client.post("/v1/batches", json=body)
+    assert response.status_code == 201, response.text
+    batch_id = response.json()["id"]
+    assert process(api, batch_id)["state"] == "succeeded"
+    (item,) = api.client.get(f"/v1/batches/{batch_id}/items").json()["items"]
+    windows = api.client.get(f"/v1/batches/{batch_id}/items/{item['id']}/windows").json()
+    assert [(d["ratio"], d["fit"], d["crop_box"]) for d in item["derivatives"]] == [
+        (w["ratio"], w["fit"], w["crop_box"]) for w in windows["windows"]
+    ]
+    assert windows["trim_box"] == item["derivatives"][0]["trim_box"]
+    for window in windows["windows"]:
+        frame, crop = window["frame_box"], window["crop_box"]
+        assert [frame[0] <= crop[0], frame[1] <= crop[1]] == [True, True]
+        assert [frame[2] >= crop[2], frame[3] >= crop[3]] == [True, True]

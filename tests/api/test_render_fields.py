@@ -28,11 +28,14 @@ def test_every_render_field_is_a_body_field_as_declared(declared: RenderField) -
     `RenderSpec` without its body field, or a body field that drifts from it, fails here."""
     schema = _property(declared.name)
     assert (schema["default"], schema["description"]) == (declared.default_record, declared.help)
-    if declared.is_list:
+    if declared.text:
+        assert (schema["type"], schema.get("enum", [])) == ("string", list(declared.choices))
+    elif declared.is_list:
         limits = (schema["type"], schema["minItems"], schema["maxItems"])
         assert limits == ("array", declared.low, declared.high)
         items = schema["items"]
-        assert (items["type"], items.get("enum", [])) == ("string", list(declared.choices))
+        item_type = "integer" if declared.item_type is int else "string"
+        assert (items["type"], items.get("enum", [])) == (item_type, list(declared.choices))
     else:
         limits = (schema["type"], schema["minimum"], schema["maximum"])
         assert limits == ("integer", declared.low, declared.high)
@@ -50,14 +53,32 @@ def test_every_render_field_reaches_the_spec() -> None:
         {
             "items": [{"source": "/photos/a.jpg"}],
             "ratios": ["16:9", "1:1"],
-            "max_side": 640,
             "quality": 70,
             "formats": ["webp", "jpeg"],
+            "widths": [320, 640],
+            "fit": "pad",
+            "pad_colour": "#FFEEDD",
+            "trim": 8,
+            "background": "#000",
         }
     )
     expected = RenderSpec.from_input(
-        {"ratios": "16:9,1:1", "max_side": 640, "quality": 70, "formats": "webp,jpeg"}
+        {
+            "ratios": "16:9,1:1",
+            "quality": 70,
+            "formats": "webp,jpeg",
+            "widths": "320,640",
+            "fit": "pad",
+            "pad_colour": "#ffeedd",
+            "trim": 8,
+            "background": "#000000",
+        }
     )
     assert expected == render_spec(body)
-    # Every field off its default, so a field not handed over would show.
-    assert [d.name for d in DECLARED if getattr(expected, d.name) == d.default] == []
+    # Every field but max_side (the single-size form widths replace) off its default, so a
+    # field not handed over would show.
+    unused = [d.name for d in DECLARED if getattr(expected, d.name) == d.default]
+    assert unused == ["max_side"]
+    assert render_spec(
+        BatchBody.model_validate({"items": [{"source": "/a.jpg"}], "max_side": 640})
+    ) == RenderSpec(max_side=640)

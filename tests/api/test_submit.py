@@ -193,6 +193,23 @@ BAD_BODIES: list[tuple[str, dict[str, Any], str]] = [
         ]
     ),
     *(
+        (f"render {case}", fields, field)
+        for case, fields, field in [
+            ("unknown fit", {"fit": "fill"}, "fit"),
+            ("fit not a text", {"fit": 1}, "fit"),
+            ("pad colour unparsable", {"pad_colour": "reddish"}, "pad_colour"),
+            ("pad colour of five digits", {"pad_colour": "#12345"}, "pad_colour"),
+            ("background auto", {"background": "auto"}, "background"),
+            ("width too small", {"widths": [320, 8]}, "widths[1]"),
+            ("width too large", {"widths": [20_000]}, "widths[0]"),
+            ("width as text", {"widths": ["wide"]}, "widths[0]"),
+            ("widths repeated", {"widths": [320, 320]}, "widths"),
+            ("too many widths", {"widths": list(range(100, 1000, 100))}, "widths"),
+            ("widths beside max_side", {"widths": [640], "max_side": 800}, "widths"),
+            ("trim too loose", {"trim": 129}, "trim"),
+        ]
+    ),
+    *(
         (f"focus_box {case}", {"items": [{"source": "/x.jpg", "focus_box": box}]}, field)
         for case, box, field in [
             ("as text", "10,20,300,400", "items[0].focus_box"),

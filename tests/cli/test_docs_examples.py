@@ -160,6 +160,12 @@ EXAMPLES: dict[str, Run | InBlock] = {
         "--workers 4",
         out=r"All 4 items succeeded",
     ),
+    "batchcrop run ~/catalogue/spring --out ./derivatives --ratios 1:1,4:3,16:9 --fit auto "
+    "--trim 16 --pad-colour auto --widths 320,640,1280": Run(
+        "run {HOME}/catalogue/spring --out ./derivatives --ratios 1:1,4:3,16:9 --fit auto "
+        "--trim 16 --pad-colour auto --widths 320,640,1280",
+        out=r"All 2 items succeeded",
+    ),
     "batchcrop serve": SERVE,
     "batchcrop serve --host 0.0.0.0 --port 8000": Run(
         "serve --host 0.0.0.0 --port {PORT}", spawn="serve", env={"BATCHCROP_API_TOKEN": TOKEN}

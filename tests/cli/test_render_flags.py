@@ -35,25 +35,32 @@ def _flag(command: str, declared: RenderField) -> argparse.Action:
 def _limits(declared: RenderField) -> str:
     if declared.choices:
         return ", ".join(declared.choices)
+    if declared.text:
+        return ""
     return f"{declared.low} to {declared.high}"
+
+
+def _shown(declared: RenderField) -> str:
+    default = declared.default_record
+    if declared.is_list:
+        return ",".join(str(v) for v in default) or "none"
+    return str(default)
 
 
 @pytest.mark.parametrize("command", COMMANDS)
 @pytest.mark.parametrize("declared", DECLARED, ids=[d.name for d in DECLARED])
 def test_every_render_field_has_its_flag_as_declared(command: str, declared: RenderField) -> None:
-    """The flag is `--max-side` for `max_side`, reads a whole number or a comma-separated text,
-    and its help holds the declared help, limits and default; unset, it leaves the default to
-    the spec."""
+    """The flag is `--max-side` for `max_side`, reads a whole number, a text or a
+    comma-separated text, and its help holds the declared help, limits and default; unset, it
+    leaves the default to the spec."""
     action = _flag(command, declared)
     assert (action.dest, action.type, action.default) == (
         declared.name,
-        str if declared.is_list else int,
+        int if declared.kind == "whole" else str,
         None,
     )
-    default = declared.default_record
-    shown = ",".join(default) if declared.is_list else str(default)
     assert action.help is not None
-    for part in (declared.help, _limits(declared), f"(default {shown})"):
+    for part in (declared.help, _limits(declared), f"(default {_shown(declared)})"):
         assert part in action.help
 
 
@@ -67,14 +74,30 @@ def test_unset_render_flags_give_the_declared_defaults(command: str) -> None:
 @pytest.mark.parametrize("command", COMMANDS)
 def test_every_render_flag_reaches_the_spec(command: str) -> None:
     """Each flag's value is handed to the spec by the field's name."""
-    flags = ["--ratios", "16:9,1:1", "--max-side", "640", "--quality", "70", "--formats", "webp"]
+    flags = ["--ratios", "16:9,1:1", "--quality", "70", "--formats", "webp"]
+    flags += ["--widths", "320,640", "--fit", "auto", "--pad-colour", "#000"]
+    flags += ["--trim", "12", "--background", "#102030"]
     spec = RenderSpec.from_input(vars(build_parser().parse_args([command, "photos", *flags])))
     expected = RenderSpec.from_input(
-        {"ratios": ["16:9", "1:1"], "max_side": 640, "quality": 70, "formats": ["webp"]}
+        {
+            "ratios": ["16:9", "1:1"],
+            "quality": 70,
+            "formats": ["webp"],
+            "widths": ["320", "640"],
+            "fit": "auto",
+            "pad_colour": "#000000",
+            "trim": 12,
+            "background": "#102030",
+        }
     )
     assert expected == spec
-    # Every field off its default, so a flag not handed over would show.
-    assert [d.name for d in DECLARED if getattr(spec, d.name) == d.default] == []
+    max_side = RenderSpec.from_input(
+        vars(build_parser().parse_args([command, "photos", "--max-side", "640"]))
+    )
+    assert max_side.max_side == 640
+    # Every field but max_side (the single-size form widths replace) off its default, so a
+    # flag not handed over would show.
+    assert [d.name for d in DECLARED if getattr(spec, d.name) == d.default] == ["max_side"]
 
 
 def test_help_shows_every_render_flag_with_its_argument(capsys: pytest.CaptureFixture[str]) -> None:
@@ -84,7 +107,9 @@ def test_help_shows_every_render_flag_with_its_argument(capsys: pytest.CaptureFi
     assert exited.value.code == 0
     shown = " ".join(capsys.readouterr().out.split())
     for declared in DECLARED:
-        value = f"{declared.noun.upper()},..." if declared.is_list else "N"
+        value = {"list": f"{declared.noun.upper()},...", "text": "TEXT", "whole": "N"}[
+            declared.kind
+        ]
         assert f"{declared.flag} {value} {declared.help}" in shown
 
 
@@ -96,6 +121,26 @@ def test_help_shows_every_render_flag_with_its_argument(capsys: pytest.CaptureFi
         (["--ratios", "1:1,16/9"], "ratio must look like 16:9 (two whole numbers), got '16/9'"),
         (["--ratios", "1:1,1:1"], "ratios must be distinct"),
         (["--formats", "jpeg,gif"], "formats: 'gif' is not one of jpeg, webp, avif"),
+        (["--fit", "fill"], "fit: 'fill' is not one of crop, pad, auto"),
+        (
+            ["--pad-colour", "reddish"],
+            "pad_colour: 'reddish' is not a colour: write it #rrggbb (#ffffff is white) or auto",
+        ),
+        (
+            ["--background", "#12345"],
+            "background: '#12345' is not a colour: write it #rrggbb (#ffffff is white)",
+        ),
+        (["--widths", "320,8"], "a width must be in 16..10000, got 8"),
+        (["--widths", "320,wide"], "a width must be a whole number of pixels, got 'wide'"),
+        (
+            ["--widths", "16,32,64,128,256,512,1024,2048,4096"],
+            "widths must hold 0..8 widths, got 9",
+        ),
+        (
+            ["--widths", "640", "--max-side", "800"],
+            "widths and max_side are two forms of the output size: give one of them",
+        ),
+        (["--trim", "200"], "trim must be in 0..128, got 200"),
     ],
 )
 def test_a_bad_render_flag_is_a_usage_error_naming_the_field(

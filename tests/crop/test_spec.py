@@ -109,14 +109,37 @@ def test_record_round_trips_and_keeps_field_order() -> None:
     """`to_record` gives JSON values in declaration order; `from_record` reads them back."""
     spec = RenderSpec(ratios=(Ratio(16, 9), Ratio(1, 1)), max_side=640, quality=70)
     record = spec.to_record()
-    assert list(record) == ["ratios", "max_side", "quality", "formats"]
     assert record == {
         "ratios": ["16:9", "1:1"],
         "max_side": 640,
         "quality": 70,
         "formats": ["jpeg"],
+        "widths": [],
+        "fit": "crop",
+        "pad_colour": "auto",
+        "trim": 0,
+        "background": "#ffffff",
     }
+    assert list(record) == [d.name for d in RenderSpec.declarations()]
     assert spec == RenderSpec.from_record(record)
+    sized = RenderSpec(widths=(320, 640), fit="pad", pad_colour="#102030", trim=9)
+    assert sized.to_record()["widths"] == [320, 640]
+    assert sized == RenderSpec.from_record(sized.to_record())
+
+
+def test_a_record_from_before_fit_and_widths_reads_their_defaults() -> None:
+    """A batch stored with only the first fields renders as it always did."""
+    old = {"ratios": ["1:1"], "max_side": 800, "quality": 80, "formats": ["jpeg"]}
+    spec = RenderSpec.from_record(old)
+    assert (spec.fit, spec.pad_colour, spec.trim, spec.background, spec.widths) == (
+        "crop",
+        "auto",
+        0,
+        "#ffffff",
+        (),
+    )
+    # Formats, too, came after the first release: hashed only off its default.
+    assert spec.fingerprinted() == {"ratios": ["1:1"], "max_side": 800, "quality": 80}
 
 
 def test_from_input_fills_defaults_and_reads_comma_separated_ratios() -> None:

@@ -113,15 +113,21 @@ def test_a_field_the_key_names_or_that_changes_no_bytes_is_not_in_the_variant(
     assert _keys(RenderSpec(ratios=SQUARE)) == _keys(later(ratios=SQUARE, setting=7))
 
 
-def test_todays_byte_changing_fields_are_max_side_and_quality() -> None:
-    """The declaration gives each field its part in the key: max side and quality are hashed,
-    ratios and formats named in the key by themselves."""
+def test_each_fields_part_in_the_key_is_declared() -> None:
+    """The declaration gives each field its part in the key: max side, quality, fit, padding
+    colour, trim and background are hashed, ratios, formats and widths named in the key by
+    themselves."""
     parts = {declared.name: declared.key for declared in RenderSpec.declarations()}
     assert parts == {
         "ratios": KeyPart.NAMED,
         "max_side": KeyPart.VARIANT,
         "quality": KeyPart.VARIANT,
         "formats": KeyPart.NAMED,
+        "widths": KeyPart.NAMED,
+        "fit": KeyPart.VARIANT,
+        "pad_colour": KeyPart.VARIANT,
+        "trim": KeyPart.VARIANT,
+        "background": KeyPart.VARIANT,
     }
 
 
@@ -136,3 +142,40 @@ def test_the_variant_names_the_detectors_that_place_the_windows() -> None:
     assert libraries.endswith(people)
     assert f"opencv={cv2.__version__};" in libraries
     assert ALGORITHM_VERSION == "7"
+
+
+def test_the_new_fields_at_their_defaults_leave_todays_variant_text() -> None:
+    """A request naming fit, padding colour, trim, background and widths at their defaults has
+    today's variant text, so every derivative stored before them keeps its key."""
+    spelled = RenderSpec.from_input(
+        {"fit": "crop", "pad_colour": "auto", "trim": 0, "background": "#FFF", "widths": ""}
+    )
+    head = f"max_side=1200;quality=85;format=jpeg-baseline-420;algorithm={ALGORITHM_VERSION};LIBS"
+    assert [head, head] == [_text(spelled), _text(RenderSpec())]
+    assert _keys(spelled) == _keys(RenderSpec())
+
+
+@pytest.mark.parametrize(
+    ("values", "setting"),
+    [
+        ({"fit": "pad"}, "fit=pad"),
+        ({"fit": "auto", "pad_colour": "#000"}, "fit=auto;pad_colour=#000000"),
+        ({"trim": 10}, "trim=10"),
+        ({"background": "#102030"}, "background=#102030"),
+    ],
+)
+def test_each_new_field_off_its_default_is_in_the_variant_text(
+    values: dict[str, Any], setting: str
+) -> None:
+    """Fit, padding colour, trim and background change bytes: off their defaults they are in
+    the text after quality, in declaration order, and every key changes."""
+    spec = RenderSpec.from_input(values)
+    assert _text(spec).startswith(f"max_side=1200;quality=85;{setting};format=")
+    assert [key for key in _keys(spec) if key in _keys(RenderSpec())] == []
+
+
+def test_widths_are_not_in_the_variant() -> None:
+    """Widths are named in the key by themselves: a width's variant is the same whichever
+    other widths are asked with it."""
+    assert _keys(RenderSpec(widths=(640,))) == _keys(RenderSpec(widths=(320, 640, 1280)))
+    assert _keys(RenderSpec(widths=(640,))) == _keys(RenderSpec())

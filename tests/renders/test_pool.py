@@ -79,6 +79,24 @@ def test_a_child_renders_the_same_bytes_as_the_calling_thread(pool: RenderPool, 
     assert here.preview == there.preview
 
 
+@pytest.mark.parametrize("name", sorted(ZOO)[:4])
+def test_a_child_renders_padded_trimmed_widths_as_the_calling_thread(
+    pool: RenderPool, name: str
+) -> None:
+    """Fit, padding, trim and widths come back from a child as the calling thread makes them."""
+    spec = RenderSpec(
+        ratios=(Ratio(1, 1), Ratio(16, 9)),
+        widths=(64, 160),
+        fit="auto",
+        trim=12,
+        background="#203040",
+        formats=("jpeg", "webp"),
+    )
+    job = RenderJob(ZOO[name](), spec)
+    here, there = render_in_process(job), pool(job)
+    assert here.renditions == there.renditions
+
+
 def test_an_error_in_the_child_comes_back_with_its_family_and_category(pool: RenderPool) -> None:
     """A JPEG cut short after its headers fails in the child as it fails in the thread."""
     data = ZOO["jpeg"]()

@@ -469,6 +469,11 @@ def test_a_key_holding_the_same_derivative_in_other_bytes_succeeds_with_the_stor
         "bytes": len(theirs.data),
         "sha256": theirs.sha256,
         "crop_box": list(theirs.crop_box),
+        "fit": "crop",
+        "padding": [0, 0, 0, 0],
+        "trim_box": None,
+        "requested_width": None,
+        "capped": False,
     }
     assert store.get(key) == theirs.data
     for other in derivatives.values():  # the ratios nobody wrote before are ours

@@ -105,9 +105,38 @@ export function recropEditor(batchId, item, ratios, { onApplied }) {
       if (seq !== previewSeq) return; // a newer box was drawn meanwhile
       const rects = [];
       const lines = [];
+      if (answer.trim_box) {
+        const [left, top, right, bottom] = answer.trim_box;
+        rects.push(
+          svg(
+            "rect",
+            { class: "trim-box", x: left, y: top, width: right - left, height: bottom - top },
+            svg("title", {}, `trimmed to ${boxText(answer.trim_box)}`),
+          ),
+        );
+      }
       for (const window of answer.windows) {
         const [left, top, right, bottom] = window.crop_box;
         const index = Math.max(0, ratios.indexOf(window.ratio));
+        if (window.fit === "pad") {
+          // The padded output's frame, reaching past the picture by its padding.
+          const [fl, ft, fr, fb] = window.frame_box;
+          rects.push(
+            svg(
+              "rect",
+              {
+                class: `box box-${index % BOX_STYLES} preview padded-frame`,
+                "data-ratio": window.ratio,
+                "data-fit": "pad",
+                x: fl,
+                y: ft,
+                width: fr - fl,
+                height: fb - ft,
+              },
+              svg("title", {}, `${window.ratio} padded frame: ${boxText(window.frame_box)}`),
+            ),
+          );
+        }
         rects.push(
           svg(
             "rect",
@@ -125,9 +154,13 @@ export function recropEditor(batchId, item, ratios, { onApplied }) {
         lines.push(
           h(
             "li",
-            { "data-ratio": window.ratio, "data-crop-box": window.crop_box.join(",") },
+            {
+              "data-ratio": window.ratio,
+              "data-crop-box": window.crop_box.join(","),
+              "data-fit": window.fit,
+            },
             h("span", { class: `key-swatch box box-${index % BOX_STYLES}` }),
-            `${window.ratio}: ${boxText(window.crop_box)}`,
+            `${window.ratio}: ${boxText(window.crop_box)}${window.fit === "pad" ? " (padded)" : ""}`,
           ),
         );
       }

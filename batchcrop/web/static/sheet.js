@@ -3,7 +3,9 @@
 // pixels is used as is and scales with the thumbnail), beside the derivatives themselves: one
 // picture per ratio (its first format), captioned with every format's size. A derivative is a
 // button: clicking it enlarges it in a dialog (Esc or Close closes it); hovering or focusing it
-// highlights its crop box on the source.
+// highlights its crop box on the source. A padded derivative's box is drawn with the frame
+// its padding makes around it (dashed, reaching past the source), and a trimmed item's
+// trimmed box in white, so the sheet shows what each output holds (docs/design.md §6, fit).
 //
 // Until its picture arrives, every image is a neutral box of the size it will have (the source's
 // aspect ratio from the item's preview record, a derivative's from its width and height), so the
@@ -121,6 +123,49 @@ function thumbBox(preview) {
   return [width * scale, height * scale];
 }
 
+// The frame a padded derivative fills, in source pixels: its crop box widened by its padding
+// (output pixels, scaled back by the picture's own scale in the output).
+export function frameBox(derivative) {
+  const [left, top, right, bottom] = derivative.crop_box;
+  const [padLeft, padTop, padRight, padBottom] = derivative.padding || [0, 0, 0, 0];
+  const shownWidth = derivative.width - padLeft - padRight;
+  const shownHeight = derivative.height - padTop - padBottom;
+  const scaleX = (right - left) / Math.max(1, shownWidth);
+  const scaleY = (bottom - top) / Math.max(1, shownHeight);
+  return [
+    left - padLeft * scaleX,
+    top - padTop * scaleY,
+    right + padRight * scaleX,
+    bottom + padBottom * scaleY,
+  ];
+}
+
+function padRect(derivative, index) {
+  const [left, top, right, bottom] = frameBox(derivative);
+  return svg(
+    "rect",
+    {
+      class: `${boxClass(index)} padded-frame`,
+      "data-ratio": derivative.ratio,
+      "data-fit": "pad",
+      x: left,
+      y: top,
+      width: right - left,
+      height: bottom - top,
+    },
+    svg("title", {}, `${derivative.ratio} padded frame: the whole picture, padded to the ratio`),
+  );
+}
+
+function trimRect(box) {
+  const [left, top, right, bottom] = box;
+  return svg(
+    "rect",
+    { class: "trim-box", x: left, y: top, width: right - left, height: bottom - top },
+    svg("title", {}, `trimmed to ${left},${top} to ${right},${bottom}`),
+  );
+}
+
 function sourceFigure(batchId, item, ratios) {
   const label = itemLabel(item);
   const img = h("img", { alt: `Source image of ${label}`, class: "thumb" });
@@ -152,9 +197,12 @@ function sourceFigure(batchId, item, ratios) {
     overlay.dataset.sourceHeight = height;
     // The formats of a ratio share its crop box: one box per ratio (a retry draws them anew).
     overlay.replaceChildren();
+    const trimmed = item.derivatives.find((d) => d.trim_box);
+    if (trimmed) overlay.append(trimRect(trimmed.trim_box));
     for (const [derivative] of byRatio(item.derivatives)) {
       const [left, top, right, bottom] = derivative.crop_box;
       const index = ratios.indexOf(derivative.ratio);
+      if (derivative.fit === "pad") overlay.append(padRect(derivative, index < 0 ? 0 : index));
       overlay.append(
         svg(
           "rect",
@@ -272,7 +320,7 @@ function derivativeFigure(batchId, item, formats, ratios) {
       "figcaption",
       {},
       h("span", { class: `key-swatch ${boxClass(Math.max(0, ratios.indexOf(derivative.ratio)))}` }),
-      `${derivative.ratio} · ${derivative.width}×${derivative.height}`,
+      `${derivative.ratio} · ${derivative.width}×${derivative.height}${derivative.fit === "pad" ? " · padded" : ""}`,
       h(
         "ul",
         { class: "formats", "aria-label": `${derivative.ratio} formats` },
