@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 # Through the package: importing the submodule `crop.render` directly would leave the package's
 # `render` naming the module, not the function (`batchcrop.crop` resolves names on first use).
@@ -23,6 +23,22 @@ from batchcrop.crop.planning import plan
 from batchcrop.crop.spec import RenderSpec, Rendition
 from batchcrop.crop.thumbnails import PreviewTaker, Thumbnail, preview_reduction
 
+T_co = TypeVar("T_co", covariant=True)
+
+
+class Job(Protocol[T_co]):
+    """Work a render child can run: picklable, importable without the API or the worker (a
+    child unpickles it), and priced from the headers before any child takes it."""
+
+    def cost_bytes(self) -> int:
+        """The most decode memory `run` holds at once, read from the headers (the parent
+        reserves it); raises the `CropError` that `run` would raise before decoding."""
+        ...
+
+    def run(self) -> T_co:
+        """Do the work in this process (no budget: the parent reserved it)."""
+        ...
+
 
 @dataclass(frozen=True)
 class RenderJob:
@@ -31,6 +47,14 @@ class RenderJob:
     data: bytes
     spec: RenderSpec
     focus: Box | None = None
+
+    def cost_bytes(self) -> int:
+        """`job_cost_bytes(self)`."""
+        return job_cost_bytes(self)
+
+    def run(self) -> Rendered:
+        """`render_in_process(self)`."""
+        return render_in_process(self)
 
 
 @dataclass(frozen=True)

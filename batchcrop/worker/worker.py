@@ -31,6 +31,7 @@ from batchcrop.errors import (
 from batchcrop.logs import OutageLog, figure, log_event
 from batchcrop.metrics import OUTAGE_DEPENDENCIES, Metrics
 from batchcrop.renders import RENDER_DEADLINE_SECONDS, Renderer, RenderPool, render_in_process
+from batchcrop.renders.defaults import child_memory_limit_bytes
 from batchcrop.settings import (
     CONCURRENCY,
     FALLBACK_POLL_SECONDS,
@@ -178,7 +179,15 @@ class Worker:
         self._heartbeats = Heartbeats(leases)
         self._writes = write_pool(options.concurrency)
         self._pool = (
-            RenderPool(options.render_processes, deadline_seconds=options.render_deadline_seconds)
+            RenderPool(
+                options.render_processes,
+                deadline_seconds=options.render_deadline_seconds,
+                memory_limit_bytes=None
+                if decode_budget is None
+                else child_memory_limit_bytes(
+                    decode_budget.capacity_bytes, options.max_source_bytes
+                ),
+            )
             if options.render_processes > 0
             else None
         )
