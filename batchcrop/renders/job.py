@@ -59,10 +59,13 @@ class RenderJob:
 
 @dataclass(frozen=True)
 class Rendered:
-    """A job's outputs: every rendition in `render`'s order, and the source's preview."""
+    """A job's outputs: every rendition in `render`'s order, and the source's preview; with
+    the size of the source's colour profile when the engine ignored it as too large (0: not
+    ignored; `crop.colour.MAX_PROFILE_BYTES`)."""
 
     renditions: list[Rendition]
     preview: Thumbnail
+    ignored_profile_bytes: int = 0
 
 
 class RenderStopped(Exception):
@@ -100,7 +103,7 @@ def render_in_process(
     stopped mid-decode). The preview comes from the render's own decode when it can."""
     taker = PreviewTaker(job.data)
     renditions = render(job.data, job.spec, focus=job.focus, budget=budget, on_decode=taker)
-    return Rendered(renditions, taker.preview(job.data, budget=budget))
+    return Rendered(renditions, taker.preview(job.data, budget=budget), taker.ignored_profile_bytes)
 
 
 def job_cost_bytes(job: RenderJob, *, max_pixels: int = MAX_SOURCE_PIXELS) -> int:
