@@ -94,7 +94,9 @@ class PreviewTaker:
     pass it as `render`'s `on_decode`, then ask `preview`. The same bytes either way."""
 
     def __init__(self, data: bytes) -> None:
-        opened = open_image(data, MAX_SOURCE_PIXELS)
+        # Headers only, without the structure check: the render it serves checks the same
+        # bytes before decoding any, and a fallback decode (`source_preview`) checks them again.
+        opened = open_image(data, MAX_SOURCE_PIXELS, structure_checked=True)
         self.factor = preview_reduction(opened)
         self.ignored_profile_bytes = ignored_profile_bytes(opened.image)
         """The source's embedded profile's size when the engine ignores it for its size (0:

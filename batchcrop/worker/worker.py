@@ -272,9 +272,11 @@ class Worker:
             self._deliverer.stop()
 
     def give_back_now(self) -> None:
-        """Stop claiming and give every held item back at its next checkpoint."""
+        """Stop claiming and give every held item back at its next checkpoint; a caller in
+        `wait_for_progress` returns at once."""
         self.stop()
         self._give_back_now.set()
+        self._progressed.set()
 
     @property
     def stopping(self) -> bool:
@@ -340,8 +342,9 @@ class Worker:
         return {group_id for group_id in group_ids if self._group_kinds[group_id]}
 
     def wait_for_progress(self, timeout_seconds: float) -> None:
-        """Return once an attempt has ended since the last call, or after `timeout_seconds`: a
-        caller following its batch reads the status when something changed, not on a clock."""
+        """Return once an attempt has ended since the last call, `give_back_now` was called, or
+        after `timeout_seconds`: a caller following its batch reads the status when something
+        changed, not on a clock."""
         self._progressed.wait(timeout_seconds)
         self._progressed.clear()
 
