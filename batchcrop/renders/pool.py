@@ -47,6 +47,8 @@ CHILD_START_SECONDS = 120.0
 STOP_POLL_SECONDS = 0.1
 """How often a running job asks its caller's `should_stop` (and notices its deadline)."""
 CHILD_EXIT_SECONDS = 5.0
+MALLOC_ARENAS_PER_CHILD = 2
+"""glibc malloc arenas of a child with a memory limit (`MALLOC_ARENA_MAX`)."""
 _START_RETRY_SECONDS = 1.0
 
 
@@ -240,6 +242,12 @@ class RenderPool:
         # The child finds the engine where this process does (a test's or a bench's path too).
         path = os.pathsep.join(entry for entry in sys.path if entry)
         limit = str(self.memory_limit_bytes or 0)
+        env = {**os.environ, "PYTHONPATH": path}
+        if self.memory_limit_bytes:
+            # glibc reserves 64 MiB of address space per malloc arena, up to 8 per core, as
+            # threads first allocate: counted against the child's limit, they could refuse a
+            # job on a machine of many cores that its pixels would fit. A child runs one job.
+            env.setdefault("MALLOC_ARENA_MAX", str(MALLOC_ARENAS_PER_CHILD))
         try:
             process = subprocess.Popen(
                 [
@@ -252,7 +260,7 @@ class RenderPool:
                 ],
                 pass_fds=(theirs.fileno(), life_read),
                 stdin=subprocess.DEVNULL,
-                env={**os.environ, "PYTHONPATH": path},
+                env=env,
             )
         finally:
             # The child's ends are the child's alone: each side sees EOF when the other ends.
