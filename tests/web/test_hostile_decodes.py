@@ -69,8 +69,7 @@ def _ask_and_hang_up(url: str, path: str) -> None:
     parts = urlsplit(url)
     with socket.create_connection((parts.hostname or "", parts.port or 80)) as conn:
         request = (
-            f"GET {path} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
-            f"Authorization: Bearer {TOKEN}\r\n\r\n"
+            f"GET {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
         )
         conn.sendall(request.encode())
         time.sleep(0.5)
