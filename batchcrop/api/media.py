@@ -54,6 +54,7 @@ from batchcrop.errors import Category, ItemError, TransientItemError
 from batchcrop.renders import RenderStopped
 from batchcrop.renders.decodes import ThumbnailJob, WindowsJob
 from batchcrop.renders.defaults import DECODE_PROCESSES
+from batchcrop.renders.job import Job
 from storage import (
     AccessDenied,
     ObjectNotFound,
@@ -372,9 +373,9 @@ class _SourceDecodes:
     def decode(
         self,
         source: str,
-        job: Callable[[bytes], ThumbnailJob | WindowsJob],
+        job: Callable[[bytes], Job[T]],
         gone: Callable[[], bool],
-    ) -> Any:
+    ) -> T:
         """`job(source bytes)` run in a decode child, within a slot and the memory budget:
         its result; `BudgetBusy` when either is not free in time or the client has gone (the
         child is then killed), the problem saying why when the source is unusable."""
