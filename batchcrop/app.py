@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -17,7 +18,12 @@ from batchcrop.batches.serving import read_fleet_stats, read_served_queue
 from batchcrop.crop.budget import MIB, MemoryBudget
 from batchcrop.crop.limits import IMAGE_SUFFIXES
 from batchcrop.logs import log_event
-from batchcrop.renders.defaults import RENDER_DEADLINE_SECONDS
+from batchcrop.renders.defaults import (
+    DECODE_DEADLINE_SECONDS,
+    DECODE_PROCESSES,
+    RENDER_DEADLINE_SECONDS,
+    child_memory_limit_bytes,
+)
 from batchcrop.settings import RENAMED_ENV, Settings, SettingsError, redact_url
 from leases import (
     DatabaseRefused,
@@ -35,6 +41,7 @@ if TYPE_CHECKING:
     from batchcrop.db.revisions import History
     from batchcrop.metrics import Metrics
     from batchcrop.traces import Traces
+    from batchcrop.renders.pool import RenderPool
     from batchcrop.worker.worker import Worker, WorkerOptions
 
 # The migrations (Alembic), the worker (the crop engine: NumPy, Pillow, OpenCV), the callback
@@ -93,12 +100,33 @@ class App:
     leases: LeaseManager
     batches: BatchService
     decode_budget: MemoryBudget = field(init=False)
+    decode_deadline_seconds: float = field(default=DECODE_DEADLINE_SECONDS, init=False)
+    """How long one of the API's decodes may run (`decodes`), read when the pool is made."""
     _metrics: Metrics | None = field(default=None, init=False, repr=False)
     _wakeups: Wakeups | None = field(default=None, init=False, repr=False)
     _traces: Traces | None = field(default=None, init=False, repr=False)
+    _decodes: RenderPool | None = field(default=None, init=False, repr=False)
+    _decodes_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.decode_budget = MemoryBudget(self.settings.decode_memory_mib * MIB)
+
+    @property
+    def decodes(self) -> RenderPool:
+        """The API's decode children (`DECODE_PROCESSES` of them, docs/design.md §5, previews),
+        made on first use; they start with the first decode and end with `close`."""
+        with self._decodes_lock:
+            if self._decodes is None:
+                from batchcrop.renders.pool import RenderPool  # noqa: PLC0415  (the engine)
+
+                self._decodes = RenderPool(
+                    DECODE_PROCESSES,
+                    deadline_seconds=self.decode_deadline_seconds,
+                    memory_limit_bytes=child_memory_limit_bytes(
+                        self.decode_budget.capacity_bytes, self.settings.max_source_bytes
+                    ),
+                )
+            return self._decodes
 
     @property
     def wakeups(self) -> Wakeups:
@@ -342,12 +370,16 @@ class App:
         )
 
     def close(self) -> None:
-        """Stop the wake-up listener (waiting until its connection is closed), export the
-        spans still buffered, then release the pooled connections. Whatever else uses the engine
-        must have ended first: a pooled connection still checked out when the pool is disposed
-        is never closed, only dropped with the old pool."""
+        """Stop the wake-up listener (waiting until its connection is closed) and the decode
+        children, export the spans still buffered, then release the pooled connections. Whatever
+        else uses the engine must have ended first: a pooled connection still checked out when
+        the pool is disposed is never closed, only dropped with the old pool."""
         if self._wakeups is not None:
             self._wakeups.stop()
+        with self._decodes_lock:
+            decodes, self._decodes = self._decodes, None
+        if decodes is not None:
+            decodes.close()
         if self._traces is not None:
             self._traces.close()  # the spans still buffered are exported
         self.engine.dispose()

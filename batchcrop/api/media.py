@@ -7,6 +7,9 @@ The thumbnail is of the source *after* EXIF orientation and carries the oriented
 it by `thumbnail_width / X-Source-Width`. It comes from the item's stored preview when it has
 one that is large enough (its bytes as stored, or scaled down: no decode of the source), else
 from decoding the source within the decode slots and memory budget (docs/design.md §5, previews).
+Decodes of sources (thumbnails and the windows of a focus box) run in the server's decode
+children (`App.decodes`): one past its deadline is killed and answered 422, and one whose
+client has gone is killed at once, so a hostile source holds a slot for seconds, not minutes.
 """
 
 from __future__ import annotations
@@ -15,10 +18,13 @@ import contextlib
 import hashlib
 import re
 import threading
-from collections.abc import Iterator, Mapping
-from typing import Annotated, Any
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, Header, Path, Query
+import anyio
+from fastapi import APIRouter, Header, Path, Query, Request
+from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from batchcrop.api.models import FormatName, WindowsDocument
@@ -39,13 +45,16 @@ from batchcrop.crop import (
     CropError,
     MemoryBudget,
     Ratio,
-    RenderSpec,
     Thumbnail,
     thumbnail,
 )
-from batchcrop.crop.crop_boxes import preview_windows
-from batchcrop.crop.errors import InvalidFocus
+from batchcrop.crop.crop_boxes import Preview
 from batchcrop.crop.geometry import Box
+from batchcrop.errors import Category, ItemError, TransientItemError
+from batchcrop.renders import RenderStopped
+from batchcrop.renders.decodes import ThumbnailJob, WindowsJob
+from batchcrop.renders.defaults import DECODE_PROCESSES
+from batchcrop.renders.job import Job
 from storage import (
     AccessDenied,
     ObjectNotFound,
@@ -61,10 +70,12 @@ JPEG_MEDIA_TYPE = "image/jpeg"
 THUMBNAIL_MAX_SIDE_PX_DEFAULT = 320
 THUMBNAIL_MAX_SIDE_PX_MIN = 16
 THUMBNAIL_MAX_SIDE_PX_MAX = 1024
-THUMBNAIL_DECODES_MAX = 2
-"""At most this many sources are read and decoded for thumbnails at once: a source may be up
-to `max_source_bytes` and decode to hundreds of megabytes, and a contact sheet asks for dozens
-(other requests wait in the server's thread pool)."""
+THUMBNAIL_DECODES_MAX = DECODE_PROCESSES
+"""At most this many sources are read and decoded for thumbnails at once, one per decode child:
+a source may be up to `max_source_bytes` and decode to hundreds of megabytes, and a contact
+sheet asks for dozens (other requests wait in the server's thread pool)."""
+DISCONNECT_POLL_SECONDS = 0.2
+"""How often a request decoding a source looks whether its client is still there."""
 THUMBNAIL_QUEUE_SECONDS = 5.0
 """How long a thumbnail request waits for a decode slot before a 503 with `Retry-After`."""
 THUMBNAIL_CACHE_SECONDS = 300
@@ -233,23 +244,8 @@ FocusQuery = Annotated[
 ]
 
 
-def windows_document(
-    data: bytes, spec: RenderSpec, focus: Box | None, *, budget: MemoryBudget | None
-) -> dict[str, Any]:
-    """The `…/windows` document of a source's bytes: each ratio's crop box with `focus`; the
-    problem saying why not (a box outside the picture, an unusable source, a busy budget)."""
-    try:
-        placed = preview_windows(
-            data, spec, focus=focus, budget=budget, timeout=THUMBNAIL_QUEUE_SECONDS
-        )
-    except BudgetBusy as exc:
-        raise _busy() from exc
-    except InvalidFocus as exc:
-        raise field_problem("focus", str(exc)) from exc
-    except CropError as exc:
-        raise Problem(
-            422, f"the source is not a usable image ({exc.category})", slug="source-unusable"
-        ) from exc
+def windows_document(placed: Preview) -> dict[str, Any]:
+    """The `…/windows` document of a source's placed windows: each ratio's crop box."""
     return {
         "source_width": placed.size[0],
         "source_height": placed.size[1],
@@ -265,6 +261,58 @@ def windows_document(
             for window in placed.windows
         ],
     }
+
+
+def _unusable(exc: ItemError) -> Problem:
+    """The problem of a decode that failed: a focus box outside the picture names the field;
+    anything else is an unusable source, with its category (never the library's message)."""
+    if exc.category is Category.INVALID_FOCUS:
+        return field_problem("focus", exc.detail or str(exc))
+    if isinstance(exc, TransientItemError):  # the decode child died (an OOM kill, say)
+        return Problem(
+            503,
+            "the decode failed just now; retry later",
+            slug="busy",
+            headers={"Retry-After": str(STORE_RETRY_AFTER_SECONDS)},
+        )
+    if exc.category is Category.RENDER_TIMEOUT:
+        return Problem(
+            422, "the source took too long to decode (render_timeout)", slug="source-unusable"
+        )
+    return Problem(
+        422, f"the source is not a usable image ({exc.category})", slug="source-unusable"
+    )
+
+
+T = TypeVar("T")
+
+
+async def while_connected(request: Request, work: Callable[[Callable[[], bool]], T]) -> T:
+    """`work(gone)` in the server's thread pool, where `gone()` turns True once the request's
+    client has disconnected (looked at every `DISCONNECT_POLL_SECONDS`): a decode for nobody
+    is then killed instead of holding its slot."""
+    gone = threading.Event()
+
+    async def watch() -> None:
+        while not await request.is_disconnected():
+            await anyio.sleep(DISCONNECT_POLL_SECONDS)
+        gone.set()
+
+    def run() -> tuple[T | None, BaseException | None]:
+        try:
+            return work(gone.is_set), None
+        except Exception as exc:  # noqa: BLE001 (raised again below, outside the task group)
+            return None, exc
+
+    # The work's own exception is raised outside the task group, which would wrap it in an
+    # exception group that the problem handlers do not recognise.
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(watch)
+        done, failed = await run_in_threadpool(run)
+        tasks.cancel_scope.cancel()
+    if failed is not None:
+        raise failed
+    return done  # type: ignore[return-value]  # set whenever `failed` is None
 
 
 def _busy() -> Problem:
@@ -302,27 +350,53 @@ class _LazyStores:
 
 
 class _SourceDecodes:
-    """The server's decode slots (`THUMBNAIL_DECODES_MAX`) over the items' sources, read as the
-    workers read them: confined to the roots again (a symlink swapped after submission must not
-    serve a file from outside them). A request waits a few seconds for a slot, never
-    indefinitely: waiting requests hold threads of the pool every other endpoint shares.
-    Thread-safe."""
+    """The server's decode slots (`THUMBNAIL_DECODES_MAX`, one per decode child) over the
+    items' sources, read as the workers read them: confined to the roots again (a symlink
+    swapped after submission must not serve a file from outside them). A request waits a few
+    seconds for a slot, never indefinitely: waiting requests hold threads of the pool every
+    other endpoint shares. Thread-safe."""
 
     def __init__(self, app: App) -> None:
+        self._app = app
         self._sources = app.stored_source_reader()
         self._max_bytes = app.settings.max_source_bytes
         self._slots = threading.BoundedSemaphore(THUMBNAIL_DECODES_MAX)
 
     @contextlib.contextmanager
-    def source(self, source: str) -> Iterator[bytes]:
+    def source(self, source: str, gone: Callable[[], bool]) -> Iterator[bytes]:
         """The source's bytes, held in a slot until the block ends (BudgetBusy when no slot is
-        free in time; the problem saying why when the source cannot be read)."""
-        if not self._slots.acquire(timeout=THUMBNAIL_QUEUE_SECONDS):
-            raise BudgetBusy("no decode slot")
+        free in time or the client has gone; the problem saying why when the source cannot be
+        read)."""
+        waits_until = time.monotonic() + THUMBNAIL_QUEUE_SECONDS
+        while not self._slots.acquire(timeout=DISCONNECT_POLL_SECONDS):
+            if gone() or time.monotonic() > waits_until:
+                raise BudgetBusy("no decode slot")
         try:
             yield read_source_bytes(self._sources, source, max_bytes=self._max_bytes)
         finally:
             self._slots.release()
+
+    def decode(
+        self,
+        source: str,
+        job: Callable[[bytes], Job[T]],
+        gone: Callable[[], bool],
+    ) -> T:
+        """`job(source bytes)` run in a decode child, within a slot and the memory budget:
+        its result; `BudgetBusy` when either is not free in time or the client has gone (the
+        child is then killed), the problem saying why when the source is unusable."""
+        try:
+            with self.source(source, gone) as data:
+                return self._app.decodes.run(
+                    job(data),
+                    budget=self._app.decode_budget,
+                    should_stop=gone,
+                    timeout=THUMBNAIL_QUEUE_SECONDS,
+                )
+        except RenderStopped as exc:
+            raise BudgetBusy("the client has gone") from exc
+        except ItemError as exc:  # the engine's refusals, the deadline, a child's failure
+            raise _unusable(exc) from exc
 
 
 def media_router(app: App) -> APIRouter:
@@ -344,14 +418,24 @@ def media_router(app: App) -> APIRouter:
             403: PROBLEM_RESPONSE,
         },
     )
-    def source_thumbnail(
-        batch_id: str, item_id: str, max_side: MaxSide = THUMBNAIL_MAX_SIDE_PX_DEFAULT
+    async def source_thumbnail(
+        request: Request,
+        batch_id: str,
+        item_id: str,
+        max_side: MaxSide = THUMBNAIL_MAX_SIDE_PX_DEFAULT,
     ) -> Response:
         """A JPEG thumbnail of the item's source after EXIF orientation; crop boxes scale onto
         it by `width / X-Source-Width`. Made from the item's stored preview when it has one
         large enough, else decoded from the source. 422 when the source is not a usable
         image."""
         batch_id, item_id = path_id(batch_id, what="batch"), path_id(item_id, what="item")
+        return await while_connected(
+            request, lambda gone: thumbnail_response(batch_id, item_id, max_side, gone)
+        )
+
+    def thumbnail_response(
+        batch_id: str, item_id: str, max_side: int, gone: Callable[[], bool]
+    ) -> Response:
         item = app.batches.item(batch_id, item_id)
         made, origin = None, THUMBNAIL_FROM_PREVIEW
         try:
@@ -361,9 +445,11 @@ def media_router(app: App) -> APIRouter:
                     store, item["preview"], max_side, budget=app.decode_budget
                 )
             if made is None:
-                made, origin = decoded(item["source"], max_side), THUMBNAIL_FROM_SOURCE
+                made = slots.decode(item["source"], lambda data: ThumbnailJob(data, max_side), gone)
+                origin = THUMBNAIL_FROM_SOURCE
         except BudgetBusy as exc:
             raise _busy() from exc
+        assert made is not None
         headers = {
             "X-Source-Width": str(made.source_width),
             "X-Source-Height": str(made.source_height),
@@ -372,25 +458,14 @@ def media_router(app: App) -> APIRouter:
         }
         return Response(made.data, media_type=JPEG_MEDIA_TYPE, headers=headers)
 
-    def decoded(source: str, max_side: int) -> Thumbnail:
-        """The thumbnail decoded from the source, in one of the decode slots (BudgetBusy when
-        no slot or memory is free in time)."""
-        try:
-            with slots.source(source) as data:
-                return thumbnail(
-                    data, max_side, budget=app.decode_budget, timeout=THUMBNAIL_QUEUE_SECONDS
-                )
-        except CropError as exc:
-            raise Problem(
-                422, f"the source is not a usable image ({exc.category})", slug="source-unusable"
-            ) from exc
-
     @router.get(
         "/{batch_id}/items/{item_id}/windows",
         response_model=WindowsDocument,
         responses={403: PROBLEM_RESPONSE},
     )
-    def windows(batch_id: str, item_id: str, focus: FocusQuery = None) -> Response:
+    async def windows(
+        request: Request, batch_id: str, item_id: str, focus: FocusQuery = None
+    ) -> Response:
         """Where each of the batch's ratios would crop the item's source with the focus box
         `focus`: the crop boxes a re-crop with it would give its derivatives (the engine's own
         placement, on its saliency decode; nothing is rendered or stored). Shares the
@@ -401,14 +476,20 @@ def media_router(app: App) -> APIRouter:
             box = None if focus is None else focus_from_text(focus)
         except FocusError as exc:
             raise field_problem("focus", str(exc)) from exc
+        return await while_connected(
+            request, lambda gone: windows_response(batch_id, item_id, box, gone)
+        )
+
+    def windows_response(
+        batch_id: str, item_id: str, box: Box | None, gone: Callable[[], bool]
+    ) -> Response:
         item = app.batches.item(batch_id, item_id)
         spec = app.batches.batch(batch_id).spec
         try:
-            with slots.source(item["source"]) as data:
-                document = windows_document(data, spec, box, budget=app.decode_budget)
+            placed = slots.decode(item["source"], lambda data: WindowsJob(data, spec, box), gone)
         except BudgetBusy as exc:
             raise _busy() from exc
-        return json_response(document)
+        return json_response(windows_document(placed))
 
     @router.get(
         "/{batch_id}/items/{item_id}/derivatives/{ratio}",

@@ -5,7 +5,9 @@
   fully transparent pixels never shows; or, for outputs that keep it (WebP, AVIF), kept as RGBA.
 - 16-bit and 32-bit grayscale is rescaled from 0..65535, not clipped at 255 (which turns it white).
 - CMYK, RGB and grey pixels go through their embedded ICC profile to sRGB (LittleCMS, relative
-  colorimetric for RGB and grey, perceptual for CMYK); untagged or sRGB-tagged pixels are sRGB.
+  colorimetric for RGB and grey, perceptual for CMYK); untagged or sRGB-tagged pixels are sRGB,
+  and so are pixels whose profile is larger than `MAX_PROFILE_BYTES` (no real profile is: such
+  a profile is junk or an attack on memory; `ignored_profile_bytes` says so for the item).
 Pure functions; safe from any thread.
 """
 
@@ -20,6 +22,7 @@ from collections.abc import Iterator
 import numpy as np
 from PIL import Image, ImageCms
 
+from batchcrop.crop.budget import MIB
 from batchcrop.crop.errors import UnsupportedImage
 
 BACKGROUND_RGB = (255, 255, 255)
@@ -52,7 +55,7 @@ def to_rgb(
     a CMYK image without a usable profile gets Pillow's naive conversion). With `keep_alpha`, an
     image with transparency (`has_alpha`) is returned as RGBA instead, its colour converted the
     same way and its alpha unchanged."""
-    convert = _transform_to_srgb(image.info.get("icc_profile") or b"")
+    convert = _transform_to_srgb(_usable_profile(image))
     # The pixels the profile describes: "RGB", "L" or "CMYK" (None: untagged or sRGB).
     reads = None if convert is None else convert.input_mode
     if keep_alpha and has_alpha(image) and image.mode not in _REFUSED_MODES:
@@ -79,18 +82,42 @@ _PROFILE_INPUTS = {
 }
 
 
+MAX_PROFILE_BYTES = 4 * MIB
+"""An embedded ICC profile larger than this is ignored and the pixels taken as sRGB: camera and
+print profiles are a few KB to about 1 MB (a large CMYK device link); a bigger one costs its
+size again in every transform built from it."""
 TRANSFORM_CACHE_ENTRIES = 64
 """Profiles whose transforms to sRGB a process keeps (least recently used dropped first)."""
+TRANSFORM_CACHE_BYTES = 16 * MIB
+"""The most profile bytes the cached transforms stand for: a transform keeps its parsed input
+profile, about the profile's size (least recently used dropped first)."""
+
+
+def ignored_profile_bytes(image: Image.Image) -> int:
+    """The size of `image`'s (opened) embedded profile when `to_rgb` ignores it for its size,
+    else 0."""
+    size = len(image.info.get("icc_profile") or b"")
+    return size if size > MAX_PROFILE_BYTES else 0
+
+
+def _usable_profile(image: Image.Image) -> bytes:
+    icc: bytes = image.info.get("icc_profile") or b""
+    return b"" if len(icc) > MAX_PROFILE_BYTES else icc
 
 
 class _TransformCache:
     """Transforms to sRGB keyed by their profile's SHA-256, never by its bytes: a cache keyed by
     the bytes kept every profile alive, and 24 sources with 16 MB profiles took a process from
-    30 to 478 MiB. Thread-safe; two threads missing the same profile may both build it."""
+    30 to 478 MiB. Bounded in entries and in the profile bytes they stand for. Thread-safe; two
+    threads missing the same profile may both build it."""
 
-    def __init__(self, entries: int) -> None:
+    def __init__(self, entries: int, max_bytes: int) -> None:
         self._entries = entries
-        self._transforms: OrderedDict[bytes, ImageCms.ImageCmsTransform | None] = OrderedDict()
+        self._max_bytes = max_bytes
+        self._transforms: OrderedDict[bytes, tuple[ImageCms.ImageCmsTransform | None, int]] = (
+            OrderedDict()
+        )
+        self._bytes = 0
         self._lock = threading.Lock()
 
     def __call__(self, icc: bytes) -> ImageCms.ImageCmsTransform | None:
@@ -100,13 +127,26 @@ class _TransformCache:
         with self._lock:
             if digest in self._transforms:
                 self._transforms.move_to_end(digest)
-                return self._transforms[digest]
+                return self._transforms[digest][0]
         transform = _built_transform(icc)
+        # A transform that does nothing (sRGB, unreadable) keeps no profile: it costs its key.
+        cost = 0 if transform is None else len(icc)
         with self._lock:
-            self._transforms[digest] = transform
-            while len(self._transforms) > self._entries:
-                self._transforms.popitem(last=False)
+            if digest not in self._transforms:
+                self._transforms[digest] = (transform, cost)
+                self._bytes += cost
+            while self._transforms and (
+                len(self._transforms) > self._entries or self._bytes > self._max_bytes
+            ):
+                _, (_, dropped) = self._transforms.popitem(last=False)
+                self._bytes -= dropped
         return transform
+
+    @property
+    def held_bytes(self) -> int:
+        """The profile bytes the cached transforms stand for."""
+        with self._lock:
+            return self._bytes
 
     def digests(self) -> list[bytes]:
         """The digests held, least recently used first."""
@@ -114,7 +154,7 @@ class _TransformCache:
             return list(self._transforms)
 
 
-_transform_to_srgb = _TransformCache(TRANSFORM_CACHE_ENTRIES)
+_transform_to_srgb = _TransformCache(TRANSFORM_CACHE_ENTRIES, TRANSFORM_CACHE_BYTES)
 
 
 def _built_transform(icc: bytes) -> ImageCms.ImageCmsTransform | None:

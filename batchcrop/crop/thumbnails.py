@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from PIL import Image
 
 from batchcrop.crop.budget import MemoryBudget, reserved
+from batchcrop.crop.colour import ignored_profile_bytes
 from batchcrop.crop.decode import OpenedImage, decode_cost, decode_rgb, open_image, reduction
 from batchcrop.crop.limits import MAX_SOURCE_PIXELS
 from batchcrop.crop.planning import saliency_reduction
@@ -93,7 +94,13 @@ class PreviewTaker:
     pass it as `render`'s `on_decode`, then ask `preview`. The same bytes either way."""
 
     def __init__(self, data: bytes) -> None:
-        self.factor = preview_reduction(open_image(data, MAX_SOURCE_PIXELS))
+        # Headers only, without the structure check: the render it serves checks the same
+        # bytes before decoding any, and a fallback decode (`source_preview`) checks them again.
+        opened = open_image(data, MAX_SOURCE_PIXELS, structure_checked=True)
+        self.factor = preview_reduction(opened)
+        self.ignored_profile_bytes = ignored_profile_bytes(opened.image)
+        """The source's embedded profile's size when the engine ignores it for its size (0:
+        not ignored): read from the same headers, for the item's log line."""
         self.taken: Thumbnail | None = None
 
     def __call__(self, picture: Image.Image, factor: int, size: tuple[int, int]) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 # Through the package: importing the submodule `crop.render` directly would leave the package's
 # `render` naming the module, not the function (`batchcrop.crop` resolves names on first use).
@@ -23,6 +23,22 @@ from batchcrop.crop.planning import plan
 from batchcrop.crop.spec import RenderSpec, Rendition
 from batchcrop.crop.thumbnails import PreviewTaker, Thumbnail, preview_reduction
 
+T_co = TypeVar("T_co", covariant=True)
+
+
+class Job(Protocol[T_co]):
+    """Work a render child can run: picklable, importable without the API or the worker (a
+    child unpickles it), and priced from the headers before any child takes it."""
+
+    def cost_bytes(self) -> int:
+        """The most decode memory `run` holds at once, read from the headers (the parent
+        reserves it); raises the `CropError` that `run` would raise before decoding."""
+        ...
+
+    def run(self) -> T_co:
+        """Do the work in this process (no budget: the parent reserved it)."""
+        ...
+
 
 @dataclass(frozen=True)
 class RenderJob:
@@ -32,13 +48,24 @@ class RenderJob:
     spec: RenderSpec
     focus: Box | None = None
 
+    def cost_bytes(self) -> int:
+        """`job_cost_bytes(self)`."""
+        return job_cost_bytes(self)
+
+    def run(self) -> Rendered:
+        """`render_in_process(self)`."""
+        return render_in_process(self)
+
 
 @dataclass(frozen=True)
 class Rendered:
-    """A job's outputs: every rendition in `render`'s order, and the source's preview."""
+    """A job's outputs: every rendition in `render`'s order, and the source's preview; with
+    the size of the source's colour profile when the engine ignored it as too large (0: not
+    ignored; `crop.colour.MAX_PROFILE_BYTES`)."""
 
     renditions: list[Rendition]
     preview: Thumbnail
+    ignored_profile_bytes: int = 0
 
 
 class RenderStopped(Exception):
@@ -76,7 +103,7 @@ def render_in_process(
     stopped mid-decode). The preview comes from the render's own decode when it can."""
     taker = PreviewTaker(job.data)
     renditions = render(job.data, job.spec, focus=job.focus, budget=budget, on_decode=taker)
-    return Rendered(renditions, taker.preview(job.data, budget=budget))
+    return Rendered(renditions, taker.preview(job.data, budget=budget), taker.ignored_profile_bytes)
 
 
 def job_cost_bytes(job: RenderJob, *, max_pixels: int = MAX_SOURCE_PIXELS) -> int:

@@ -26,23 +26,29 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
+from typing import TypeVar
 
-from batchcrop.crop.budget import MIB, MemoryBudget, reserved
+from batchcrop.crop.budget import MIB, BudgetBusy, MemoryBudget, reserved
+from batchcrop.crop.errors import ImageTooLarge
 from batchcrop.errors import Category, PermanentItemError, TransientItemError
 from batchcrop.logs import log_event
-from batchcrop.renders.child import Answer, Ready
+from batchcrop.renders.child import OVER_MEMORY_EXIT_CODE, Answer, Ready
 from batchcrop.renders.defaults import (
     MAX_RENDERS_PER_CHILD,
     MAX_RSS_BYTES_PER_CHILD,
     RENDER_DEADLINE_SECONDS,
 )
-from batchcrop.renders.job import Rendered, RenderJob, RenderStopped, job_cost_bytes
+from batchcrop.renders.job import Job, Rendered, RenderJob, RenderStopped
+
+T = TypeVar("T")
 
 CHILD_START_SECONDS = 120.0
 """How long a starting child may take to import the engine and warm up."""
 STOP_POLL_SECONDS = 0.1
 """How often a running job asks its caller's `should_stop` (and notices its deadline)."""
 CHILD_EXIT_SECONDS = 5.0
+MALLOC_ARENAS_PER_CHILD = 2
+"""glibc malloc arenas of a child with a memory limit (`MALLOC_ARENA_MAX`)."""
 _START_RETRY_SECONDS = 1.0
 
 
@@ -75,7 +81,11 @@ class RenderPool:
         deadline_seconds: float = RENDER_DEADLINE_SECONDS,
         max_renders: int = MAX_RENDERS_PER_CHILD,
         max_rss_bytes: int = MAX_RSS_BYTES_PER_CHILD,
+        memory_limit_bytes: int | None = None,
     ) -> None:
+        """`memory_limit_bytes`: the most memory a child may map beyond what it holds once
+        warm (its address-space limit, `RLIMIT_AS`, is set to that sum); a job that needs more
+        fails `image_too_large`. None: no limit."""
         if processes < 1:
             raise ValueError("a render pool needs at least one process")
         if deadline_seconds <= 0:
@@ -84,6 +94,7 @@ class RenderPool:
         self.deadline_seconds = deadline_seconds
         self.max_renders = max_renders
         self.max_rss_bytes = max_rss_bytes
+        self.memory_limit_bytes = memory_limit_bytes
         self._idle: queue.SimpleQueue[_Child] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._children: dict[int, _Child] = {}
@@ -134,22 +145,39 @@ class RenderPool:
         budget: MemoryBudget | None = None,
         should_stop: Callable[[], bool] = lambda: False,
     ) -> Rendered:
-        """Render `job` in a child (see `job.Renderer`). Raises `RenderStopped`, `RenderTimeout`,
-        the engine's errors as their family and category, and `TransientItemError`
-        (`internal_error`) when the child died under the job."""
+        """Render `job` in a child (see `job.Renderer` and `run`)."""
+        return self.run(job, budget=budget, should_stop=should_stop)
+
+    def run(
+        self,
+        job: Job[T],
+        *,
+        budget: MemoryBudget | None = None,
+        should_stop: Callable[[], bool] = lambda: False,
+        timeout: float | None = None,
+    ) -> T:
+        """Run `job` in a child and return what its `run` returned. Its `cost_bytes` is
+        reserved from `budget` first. With a `timeout`, waiting for the memory and then for an
+        idle child takes at most that many seconds in all (`BudgetBusy`); None: as long as it
+        takes. Raises `RenderStopped`, `RenderTimeout`, the engine's errors as their family and
+        category (`image_too_large` when the child went over its memory limit), and
+        `TransientItemError` (`internal_error`) when the child died under the job."""
         if self._closed.is_set():
             raise RuntimeError("the render pool is closed")
         self.start()
+        waits_until = None if timeout is None else time.monotonic() + timeout
         # Header errors (and the CPU-bomb checks) are found here, before any child is used.
-        with reserved(budget, job_cost_bytes(job)):
-            answer = self._run(self._take(should_stop), job, should_stop)
-        if answer.rendered is None:
+        with reserved(budget, job.cost_bytes(), timeout=timeout):
+            answer = self._run(self._take(should_stop, waits_until), job, should_stop)
+        if answer.failed:
             family = PermanentItemError if answer.permanent else TransientItemError
             raise family(answer.detail, category=Category(answer.category))
-        return answer.rendered
+        result: T = answer.result  # type: ignore[assignment]  # what this job's `run` returns
+        return result
 
-    def _take(self, should_stop: Callable[[], bool]) -> _Child:
-        """The next idle child, once one is warm (`RenderStopped` if told to stop first)."""
+    def _take(self, should_stop: Callable[[], bool], waits_until: float | None) -> _Child:
+        """The next idle child, once one is warm (`RenderStopped` if told to stop first,
+        `BudgetBusy` when none is idle by `waits_until`)."""
         while True:
             try:
                 return self._idle.get(timeout=STOP_POLL_SECONDS)
@@ -158,8 +186,10 @@ class RenderPool:
                     raise RenderStopped from None
                 if self._closed.is_set():
                     raise RuntimeError("the render pool is closed") from None
+                if waits_until is not None and time.monotonic() > waits_until:
+                    raise BudgetBusy("no render process was free in time") from None
 
-    def _run(self, child: _Child, job: RenderJob, should_stop: Callable[[], bool]) -> Answer:
+    def _run(self, child: _Child, job: Job[object], should_stop: Callable[[], bool]) -> Answer:
         deadline = time.monotonic() + self.deadline_seconds
         try:
             child.conn.send(job)
@@ -177,12 +207,18 @@ class RenderPool:
         except (EOFError, OSError) as exc:
             self._replace(child, "died")
             code = child.process.returncode
+            if code == OVER_MEMORY_EXIT_CODE:
+                raise self._over_memory() from exc
             raise TransientItemError(
                 f"the render process ended during the render (exit {code})",
                 category=Category.INTERNAL_ERROR,
             ) from exc
         assert isinstance(answer, Answer), "a render child answers with an Answer"
         child.renders += 1
+        if answer.over_memory:
+            # Its allocator may hold the failed job's pages or a half-built library state.
+            self._replace(child, "memory", rss_mib=answer.rss_bytes // MIB)
+            raise self._over_memory()
         if child.renders >= self.max_renders:
             self._replace(child, "renders")
         elif answer.rss_bytes > self.max_rss_bytes:
@@ -191,6 +227,13 @@ class RenderPool:
             self._idle.put(child)
         return answer
 
+    def _over_memory(self) -> ImageTooLarge:
+        limit = self.memory_limit_bytes or 0
+        return ImageTooLarge(
+            f"rendering needed more than the render process's memory limit "
+            f"({limit // MIB} MiB beyond its start-up): stopped"
+        )
+
     # -- children --------------------------------------------------------------------------
 
     def _spawn(self) -> _Child:
@@ -198,12 +241,26 @@ class RenderPool:
         life_read, life_write = os.pipe()
         # The child finds the engine where this process does (a test's or a bench's path too).
         path = os.pathsep.join(entry for entry in sys.path if entry)
+        limit = str(self.memory_limit_bytes or 0)
+        env = {**os.environ, "PYTHONPATH": path}
+        if self.memory_limit_bytes:
+            # glibc reserves 64 MiB of address space per malloc arena, up to 8 per core, as
+            # threads first allocate: counted against the child's limit, they could refuse a
+            # job on a machine of many cores that its pixels would fit. A child runs one job.
+            env.setdefault("MALLOC_ARENA_MAX", str(MALLOC_ARENAS_PER_CHILD))
         try:
             process = subprocess.Popen(
-                [sys.executable, "-m", "batchcrop.renders", str(theirs.fileno()), str(life_read)],
+                [
+                    sys.executable,
+                    "-m",
+                    "batchcrop.renders",
+                    str(theirs.fileno()),
+                    str(life_read),
+                    limit,
+                ],
                 pass_fds=(theirs.fileno(), life_read),
                 stdin=subprocess.DEVNULL,
-                env={**os.environ, "PYTHONPATH": path},
+                env=env,
             )
         finally:
             # The child's ends are the child's alone: each side sees EOF when the other ends.

@@ -29,6 +29,7 @@ from batchcrop.crop import (
     preview_variant,
     variant_of,
 )
+from batchcrop.crop.budget import MIB
 from batchcrop.errors import Category, PermanentItemError, TransientItemError
 from batchcrop.logs import log_event
 from batchcrop.renders import Renderer, RenderJob, RenderStopped, render_in_process
@@ -333,6 +334,18 @@ class Attempt:
                 raise GiveBack from None  # a lease only thought lost: the item goes back unharmed
             span.set("batchcrop.renditions", len(rendered.renditions))
         renditions, preview = rendered.renditions, rendered.preview
+        if rendered.ignored_profile_bytes:
+            # docs/design.md §6, colour: the pixels were taken as sRGB.
+            log_event(
+                "colour_profile_ignored",
+                level=logging.WARNING,
+                item=claim.item_id,
+                batch=claim.group_id,
+                attempt=claim.attempt,
+                corr=claim.correlation_id,
+                profile_mib=round(rendered.ignored_profile_bytes / MIB, 1),
+                assumed="sRGB",
+            )
         del data, rendered
         log_event(
             "crop",

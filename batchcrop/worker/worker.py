@@ -32,6 +32,7 @@ from batchcrop.errors import (
 from batchcrop.logs import OutageLog, figure, log_event
 from batchcrop.metrics import OUTAGE_DEPENDENCIES, Metrics
 from batchcrop.renders import RENDER_DEADLINE_SECONDS, Renderer, RenderPool, render_in_process
+from batchcrop.renders.defaults import child_memory_limit_bytes
 from batchcrop.settings import (
     CONCURRENCY,
     FALLBACK_POLL_SECONDS,
@@ -194,7 +195,15 @@ class Worker:
         self._heartbeats = Heartbeats(leases)
         self._writes = write_pool(options.concurrency)
         self._pool = (
-            RenderPool(options.render_processes, deadline_seconds=options.render_deadline_seconds)
+            RenderPool(
+                options.render_processes,
+                deadline_seconds=options.render_deadline_seconds,
+                memory_limit_bytes=None
+                if decode_budget is None
+                else child_memory_limit_bytes(
+                    decode_budget.capacity_bytes, options.max_source_bytes
+                ),
+            )
             if options.render_processes > 0
             else None
         )
@@ -279,9 +288,11 @@ class Worker:
             self._deliverer.stop()
 
     def give_back_now(self) -> None:
-        """Stop claiming and give every held item back at its next checkpoint."""
+        """Stop claiming and give every held item back at its next checkpoint; a caller in
+        `wait_for_progress` returns at once."""
         self.stop()
         self._give_back_now.set()
+        self._progressed.set()
 
     @property
     def stopping(self) -> bool:
@@ -354,8 +365,9 @@ class Worker:
         return {group_id for group_id in group_ids if self._group_kinds[group_id]}
 
     def wait_for_progress(self, timeout_seconds: float) -> None:
-        """Return once an attempt has ended since the last call, or after `timeout_seconds`: a
-        caller following its batch reads the status when something changed, not on a clock."""
+        """Return once an attempt has ended since the last call, `give_back_now` was called, or
+        after `timeout_seconds`: a caller following its batch reads the status when something
+        changed, not on a clock."""
         self._progressed.wait(timeout_seconds)
         self._progressed.clear()
 

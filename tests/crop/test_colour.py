@@ -183,3 +183,44 @@ def test_cached_transforms_do_not_keep_their_profiles_bytes() -> None:
 
     assert held < padding_bytes
     assert all(len(key) == 32 for key in colour._transform_to_srgb.digests())
+
+
+def _tagged_jpeg(profile: bytes) -> bytes:
+    """A small JPEG of Adobe RGB-looking patches carrying `profile`."""
+    buffer = io.BytesIO()
+    _patches("RGB").save(buffer, format="JPEG", quality=90, icc_profile=profile)
+    return buffer.getvalue()
+
+
+def test_a_profile_over_the_size_limit_is_ignored_and_the_pixels_taken_as_srgb() -> None:
+    """A source whose embedded profile is larger than `MAX_PROFILE_BYTES` renders exactly as
+    the same pixels untagged would (sRGB assumed), and the render says the profile's size;
+    a real-sized profile of the same pixels still converts them."""
+    from batchcrop.crop import colour  # noqa: PLC0415
+    from batchcrop.renders.job import RenderJob, render_in_process  # noqa: PLC0415
+
+    junk = adobe_rgb_profile() + b"\x01" * colour.MAX_PROFILE_BYTES
+    spec = RenderSpec((Ratio(1, 1),), max_side=64)
+    huge = render_in_process(RenderJob(_tagged_jpeg(junk), spec))
+    untagged = render_in_process(RenderJob(_tagged_jpeg(b""), spec))
+    honoured = render_in_process(RenderJob(_tagged_jpeg(adobe_rgb_profile()), spec))
+
+    assert huge.renditions[0].data == untagged.renditions[0].data
+    assert honoured.renditions[0].data != untagged.renditions[0].data
+    assert (huge.ignored_profile_bytes, untagged.ignored_profile_bytes) == (len(junk), 0)
+    assert honoured.ignored_profile_bytes == 0
+
+
+def test_the_transform_cache_is_bounded_in_profile_bytes() -> None:
+    """Distinct profiles under the size limit fill the transform cache only up to
+    `TRANSFORM_CACHE_BYTES` of profiles; the least recently used are dropped."""
+    from batchcrop.crop import colour  # noqa: PLC0415
+
+    cache = colour._TransformCache(64, 8 << 20)
+    profiles = [adobe_rgb_profile() + bytes([n + 1]) * (3 << 20) for n in range(5)]
+    for profile in profiles:
+        assert cache(profile) is not None
+
+    assert cache.held_bytes <= 8 << 20
+    assert len(cache.digests()) == 2
+    assert cache.held_bytes == sum(len(profile) for profile in profiles[-2:])

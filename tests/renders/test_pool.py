@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from batchcrop.crop import ImageTooLarge, MemoryBudget, Ratio, RenderSpec
+from batchcrop.crop import BudgetBusy, ImageTooLarge, MemoryBudget, Ratio, RenderSpec
 from batchcrop.errors import Category, ItemError, PermanentItemError, TransientItemError
 from batchcrop.renders import RenderJob, RenderPool, RenderStopped, RenderTimeout
+from batchcrop.renders.decodes import ThumbnailJob, WindowsJob
 from batchcrop.renders.job import render_in_process
 from tests.renders.zoo import ZOO
 from tests.scans import slow_jpeg
@@ -266,3 +267,66 @@ def test_children_never_run_the_parents_main_script() -> None:
     )
 
     assert (done.returncode, done.stdout) == (0, "1\n"), done.stderr
+
+
+def _large_flat_jpeg() -> bytes:
+    """A 48 MP JPEG of one colour: a few hundred KB that decode to about 140 MB of pixels."""
+    buffer = io.BytesIO()
+    Image.new("RGB", (8000, 6000), (90, 140, 200)).save(buffer, format="JPEG", quality=70)
+    return buffer.getvalue()
+
+
+def test_a_child_over_its_memory_limit_fails_image_too_large_and_is_replaced() -> None:
+    """A job whose decode maps more than the child's memory limit fails permanently as
+    `image_too_large`, with a message naming the limit; the child is replaced, the next job
+    renders, and without a limit the same job renders."""
+    limited = RenderPool(1, memory_limit_bytes=64 * 1024 * 1024)
+    job = RenderJob(_large_flat_jpeg(), RenderSpec(ratios=(Ratio(1, 1),), max_side=4000))
+    try:
+        limited.start()
+        child = _one_child(limited)
+
+        with pytest.raises(ImageTooLarge) as caught:
+            limited(job)
+
+        assert caught.value.category is Category.IMAGE_TOO_LARGE
+        assert "memory limit (64 MiB" in caught.value.detail
+        assert len(limited(_small()).renditions) == 1
+        assert _one_child(limited) != child
+    finally:
+        limited.close()
+    assert len(render_in_process(job).renditions) == 1
+
+
+def test_the_api_decodes_answer_in_a_child_as_in_the_calling_thread(pool: RenderPool) -> None:
+    """A thumbnail and a focus box's windows come back from a child identical to the calling
+    thread's; a focus box outside the picture is refused in the parent as `invalid_focus`."""
+    data = ZOO["jpeg"]()
+    thumbnail_job = ThumbnailJob(data, 48)
+    windows_job = WindowsJob(data, SPEC, (10, 10, 60, 60))
+
+    assert thumbnail_job.run() == pool.run(thumbnail_job)
+    assert windows_job.run() == pool.run(windows_job)
+    child, replaced = _one_child(pool), pool.replaced
+    with pytest.raises(PermanentItemError) as caught:
+        pool.run(WindowsJob(data, SPEC, (90000, 90000, 90001, 90001)))
+    assert caught.value.category is Category.INVALID_FOCUS
+    assert (pool.pids, pool.replaced) == ([child], replaced)
+
+
+def test_a_job_waiting_past_its_timeout_for_a_child_is_busy(pool: RenderPool) -> None:
+    """While the one child renders, a job with a timeout waits that long, then `BudgetBusy`;
+    the busy job is untouched."""
+    busy = threading.Thread(target=pool, args=(RenderJob(slow_jpeg(), SPEC),))
+    _one_child(pool)
+    busy.start()
+    time.sleep(0.2)
+    started = time.monotonic()
+
+    with pytest.raises(BudgetBusy):
+        pool.run(ThumbnailJob(ZOO["jpeg"](), 48), timeout=0.3)
+
+    assert 0.3 <= time.monotonic() - started < 1.5
+    replaced = pool.replaced
+    busy.join()
+    assert pool.replaced == replaced

@@ -1,0 +1,67 @@
+"""The API's decodes as render-child jobs: a source thumbnail and the windows of a focus box.
+
+They run in a `RenderPool` of the server's own (docs/design.md §5, previews; ADR 0037), so
+that a decode that takes too long is killed at its deadline and one whose client has gone is
+killed at once, instead of holding one of the server's few decode slots for minutes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from batchcrop.crop.crop_boxes import Preview, preview_windows
+from batchcrop.crop.decode import decode_cost, open_image
+from batchcrop.crop.faces import DETECTION_BYTES
+from batchcrop.crop.geometry import Box
+from batchcrop.crop.limits import MAX_SOURCE_PIXELS
+from batchcrop.crop.planning import clipped_focus, plan
+from batchcrop.crop.spec import RenderSpec
+from batchcrop.crop.thumbnails import Thumbnail, thumbnail, thumbnail_reduction
+
+
+@dataclass(frozen=True)
+class ThumbnailJob:
+    """`crop.thumbnail(data, max_side)` in a child."""
+
+    data: bytes
+    max_side: int
+
+    def cost_bytes(self) -> int:
+        """The thumbnail decode's estimated peak (as `thumbnail` reserves it)."""
+        opened = open_image(self.data, MAX_SOURCE_PIXELS)
+        try:
+            return decode_cost(opened, thumbnail_reduction(opened, self.max_side))
+        finally:
+            opened.image.close()
+
+    def run(self) -> Thumbnail:
+        """The thumbnail."""
+        return thumbnail(self.data, self.max_side)
+
+
+@dataclass(frozen=True)
+class WindowsJob:
+    """`crop.crop_boxes.preview_windows(data, spec, focus=focus)` in a child."""
+
+    data: bytes
+    spec: RenderSpec
+    focus: Box | None = None
+
+    def cost_bytes(self) -> int:
+        """The saliency decode and the face search, when any ratio needs a window placed (as
+        `preview_windows` reserves them); raises `InvalidFocus` for a box outside the picture
+        before any child is used."""
+        opened = open_image(self.data, MAX_SOURCE_PIXELS)
+        try:
+            if self.focus is not None:
+                clipped_focus(self.focus, opened.size)
+            decodes = plan(opened, self.spec)
+            if all(window == opened.size for window in decodes.windows):
+                return 0
+            return decode_cost(opened, decodes.saliency_factor) + DETECTION_BYTES
+        finally:
+            opened.image.close()
+
+    def run(self) -> Preview:
+        """Each ratio's crop box."""
+        return preview_windows(self.data, self.spec, focus=self.focus)
