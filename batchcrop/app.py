@@ -40,8 +40,8 @@ if TYPE_CHECKING:
     from batchcrop.callbacks.deliverer import Deliverer
     from batchcrop.db.revisions import History
     from batchcrop.metrics import Metrics
-    from batchcrop.traces import Traces
     from batchcrop.renders.pool import RenderPool
+    from batchcrop.traces import Traces
     from batchcrop.worker.worker import Worker, WorkerOptions
 
 # The migrations (Alembic), the worker (the crop engine: NumPy, Pillow, OpenCV), the callback
