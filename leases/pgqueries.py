@@ -157,8 +157,7 @@ def claim(*, limit: int, lease_ms: int, filtered: bool, aging_ms: int) -> Update
     lease_expires_at + payload + from_state.
     """
     now = db_now_ms()
-    # Aliases kept short, and no due-time test on queued items (an item is queued due now, by
-    # every move into the state): the claim's text should stay within psycopg's parse cache.
+    # Aliases kept short: the claim's text should stay within psycopg's parse cache.
     g = (
         sa.select(groups.c.id, groups.c.priority, aged_priority(aging_ms).label("aged"))
         .where(*claimable_group(filtered=filtered))
@@ -175,7 +174,11 @@ def claim(*, limit: int, lease_ms: int, filtered: bool, aging_ms: int) -> Update
     )
     head = (
         sa.select(items.c.id, items.c.seq)
-        .where(items.c.group_id == g.c.id, state_is(State.QUEUED))
+        .where(
+            items.c.group_id == g.c.id,
+            state_is(State.QUEUED),
+            items.c.next_attempt_at <= now,
+        )
         .order_by(items.c.seq)
         .limit(literal_limit(limit))
         .with_for_update(skip_locked=True)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 
+import sqlalchemy as sa
+
 from leases import group_queries
 from leases.errors import NoSuchGroup
 from leases.executor import Executor
@@ -31,29 +33,37 @@ class Sharing:
 
     _db: Executor
 
-    def set_priority(self, group_id: str, priority: int) -> None:
+    def set_priority(
+        self, group_id: str, priority: int, *, conn: sa.Connection | None = None
+    ) -> bool:
         """Set the group's priority (`PRIORITY_MIN`..`PRIORITY_MAX`; ValueError outside): the
-        next claims rank it so. Raises `NoSuchGroup`."""
+        next claims rank it so. Returns False when it had that priority. Raises `NoSuchGroup`.
+        With `conn`, in the caller's transaction (as every change here)."""
         check_priority(priority)
-        self._set_flags(group_id, priority=priority)
+        return self._set_flags(group_id, conn, priority=priority)
 
-    def pause(self, group_id: str) -> bool:
+    def pause(self, group_id: str, *, conn: sa.Connection | None = None) -> bool:
         """Pause the group: from the commit on no claim takes its items; attempts already held
         run to their end as usual (a held item is neither stopped nor given back), and its
         deadline runs on (past it, the reaper abandons its items as for any group). Idempotent:
         returns False when it was already paused. Raises `NoSuchGroup`."""
-        return self._set_flags(group_id, paused=True)
+        return self._set_flags(group_id, conn, paused=True)
 
-    def resume(self, group_id: str) -> bool:
+    def resume(self, group_id: str, *, conn: sa.Connection | None = None) -> bool:
         """Resume a paused group, and wake the claimers (docs/design.md §3, wake-ups). Returns
         False when it was not paused. Raises `NoSuchGroup`."""
-        return self._set_flags(group_id, paused=False)
+        return self._set_flags(group_id, conn, paused=False)
 
     def _set_flags(
-        self, group_id: str, *, priority: int | None = None, paused: bool | None = None
+        self,
+        group_id: str,
+        conn: sa.Connection | None,
+        *,
+        priority: int | None = None,
+        paused: bool | None = None,
     ) -> bool:
         db = self._db
-        with db.write() as c:
+        with db.write(conn) as c:
             if db.one(c, group_queries.group_row(group_id, lock=True)) is None:
                 raise NoSuchGroup(group_id)
             changed = db.rowcount(c, group_queries.set_sharing(group_id, priority, paused)) > 0
