@@ -148,6 +148,12 @@ class Reader:
         with self._db.read() as c:
             return [str(row.id) for row in self._db.rows(c, queries.open_groups_with_work())]
 
+    def lane_in_progress(self, name: str) -> int:
+        """How many items claimed under lane `name` are in progress now (one index range)."""
+        with self._db.read() as c:
+            row = self._db.one(c, queries.lane_in_progress(), {"p_lane": name})
+        return 0 if row is None else int(row[0])
+
     def queue(self) -> QueueStats:
         """The whole queue: unfinished items by state and the head of the line's waiting time
         (what an autoscaler scales on). Two cheap reads: the counters and one index probe."""
