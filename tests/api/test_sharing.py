@@ -47,7 +47,7 @@ def test_pause_and_resume(api: LiveServer, sources: list[str]) -> None:
     assert (paused.status_code, paused.json()["paused"]) == (202, True)
     polled = api.client.get(f"/v1/batches/{batch['id']}", headers={"If-None-Match": etag})
     assert (polled.status_code, polled.json()["paused"]) == (200, True)
-    assert [] == api.app.leases.claim("test-worker", 5, group_ids=[batch["id"]])
+    assert api.app.leases.claim("test-worker", 5, group_ids=[batch["id"]]) == []
     resumed = api.client.post(f"/v1/batches/{batch['id']}/resume")
     assert (resumed.status_code, resumed.json()["paused"]) == (202, False)
     claims = api.app.leases.claim("test-worker", 100, group_ids=[batch["id"]])

@@ -251,7 +251,7 @@ def test_0008_adds_priority_pause_and_lanes_and_downgrades(database_url: str) ->
         with engine.connect() as conn:
             group = conn.execute(sa.text("SELECT priority, paused FROM lease_groups")).one()
             lane = conn.execute(sa.text("SELECT lane FROM lease_items")).scalar_one()
-        assert (0, False, None) == (group.priority, bool(group.paused), lane)
+        assert (group.priority, bool(group.paused), lane) == (0, False, None)
         indexes = {i["name"] for i in sa.inspect(engine).get_indexes("lease_items")}
         assert "ix_lease_items_in_progress_lane" in indexes
         with engine.begin() as connection:

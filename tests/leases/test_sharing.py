@@ -84,7 +84,7 @@ def test_changed_priority_applies_to_the_next_claim(manager: LeaseManager) -> No
     before = manager.version([second])
     manager.set_priority(second, 5)
     assert before != manager.version([second])
-    assert 5 == manager.group(second).priority
+    assert manager.group(second).priority == 5
     assert [second] * 3 == _claimed_groups(manager, 3)
     assert [first] * 3 == _claimed_groups(manager, 3)
 
@@ -110,7 +110,7 @@ def test_nothing_is_claimed_while_paused(manager: LeaseManager) -> None:
     assert manager.group(group).paused is True
     assert version != manager.version([group])
     assert [other] == _claimed_groups(manager, 5)
-    assert [] == manager.claim("w", 5, group_ids=[group])
+    assert manager.claim("w", 5, group_ids=[group]) == []
     assert group not in manager.open_groups()
     assert manager.resume(group) is True
     assert manager.resume(group) is False
@@ -126,8 +126,8 @@ def test_held_items_of_a_paused_group_finish(manager: LeaseManager) -> None:
     assert reply.stop_reason is None
     manager.complete(held)
     summary = manager.group(group)
-    assert (1, 1) == (summary.counts[State.SUCCEEDED], summary.counts[State.QUEUED])
-    assert 1 == manager.item(held.item_id).attempt  # type: ignore[union-attr]
+    assert (summary.counts[State.SUCCEEDED], summary.counts[State.QUEUED]) == (1, 1)
+    assert manager.item(held.item_id).attempt == 1  # type: ignore[union-attr]
 
 
 def test_a_paused_group_past_its_deadline_is_abandoned(
@@ -139,8 +139,8 @@ def test_a_paused_group_past_its_deadline_is_abandoned(
     expire_deadline(engine, group)
     manager.reap()
     summary = manager.group(group)
-    assert 3 == summary.counts[State.ABANDONED]
-    assert {"deadline_exceeded": 3} == summary.failures
+    assert summary.counts[State.ABANDONED] == 3
+    assert summary.failures == {"deadline_exceeded": 3}
 
 
 def test_a_lane_caps_the_attempts_in_progress(manager: LeaseManager) -> None:
@@ -149,12 +149,12 @@ def test_a_lane_caps_the_attempts_in_progress(manager: LeaseManager) -> None:
     _group(manager, 10)
     lane = Lane("bucket-a", 2)
     first = manager.claim("w", 5, lane=lane)
-    assert 2 == len(first)
-    assert [] == manager.claim("w", 5, lane=lane)
-    assert 1 == len(manager.claim("w", 1, lane=Lane("bucket-b", 1)))
-    assert 1 == len(manager.claim("w", 1))
+    assert len(first) == 2
+    assert manager.claim("w", 5, lane=lane) == []
+    assert len(manager.claim("w", 1, lane=Lane("bucket-b", 1))) == 1
+    assert len(manager.claim("w", 1)) == 1
     manager.complete(first[0])
-    assert 1 == len(manager.claim("w", 5, lane=lane))
+    assert len(manager.claim("w", 5, lane=lane)) == 1
 
 
 def test_concurrent_claimers_never_exceed_a_lane(manager: LeaseManager, engine: sa.Engine) -> None:
@@ -174,8 +174,8 @@ def test_concurrent_claimers_never_exceed_a_lane(manager: LeaseManager, engine: 
         t.start()
     for t in threads:
         t.join()
-    assert 3 == sum(claimed)
-    assert 3 == manager.group(_only_group(engine)).counts[State.IN_PROGRESS]
+    assert sum(claimed) == 3
+    assert manager.group(_only_group(engine)).counts[State.IN_PROGRESS] == 3
     assert duplicate_claims(engine) == []
 
 
