@@ -153,5 +153,7 @@ def test_the_store_limit_holds_across_workers(make_app: Callable[..., App], tmp_
         sampler.join()
         for worker in workers:
             worker.stop()
+            worker.join()
+            worker.retire(forget=True)
     assert max(seen) <= 2
     assert max(seen) >= 1
