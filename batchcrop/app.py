@@ -336,6 +336,7 @@ class App:
             force_render=work.force_render,
             render_processes=work.render_processes,
             render_deadline_seconds=work.render_deadline_seconds,
+            store_max_concurrent=self.settings.store_max_concurrent,
             database=self.database_label(),
         )
         return self.worker(

@@ -203,6 +203,15 @@ class Metrics:
         """Export the worker registry and the callback deliveries, read at scrape time."""
         self.registry.register(FleetCollector(read))
 
+    def watch(self, collector: Collector) -> None:
+        """Export `collector`'s families from this registry too. A second collector of the
+        same families (another worker built on these metrics) is left out: the first one's
+        series stand for both."""
+        try:
+            self.registry.register(collector)
+        except ValueError:  # the registry refuses duplicated series names
+            logging.getLogger("batchcrop").debug("collector already registered", exc_info=True)
+
     def render(self) -> bytes:
         """The Prometheus text exposition of this registry."""
         return generate_latest(self.registry)

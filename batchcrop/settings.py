@@ -119,6 +119,10 @@ class Settings:
     traces: bool = TRACES
     """Spans of every attempt and delivery, exported as the `OTEL_*` variables say
     (`batchcrop.traces`); set by its variable only, as those are."""
+    store_max_concurrent: int | None = None
+    """The most attempts in progress at once, across the whole fleet, that write to this
+    process's store (an S3 bucket's request budget); None: no limit. Every worker of one store
+    should set the same value (docs/operations.md, sharing the fleet)."""
     renamed_env: tuple[str, ...] = field(default=(), compare=False)
     """The former variable names (`RENAMED_ENV`) this was read from: not a setting, but what
     the composition root logs once, naming each new name."""
@@ -138,6 +142,8 @@ class Settings:
                 raise SettingsError(f"{name} must be a positive, finite number of seconds")
         if self.max_source_bytes <= 0:
             raise SettingsError("max_source_bytes must be positive")
+        if self.store_max_concurrent is not None and self.store_max_concurrent < 1:
+            raise SettingsError("store_max_concurrent must be at least 1 (unset: no limit)")
         if self.decode_memory_mib < DECODE_MEMORY_MIB_MIN:
             raise SettingsError(
                 f"decode_memory_mib must be at least {DECODE_MEMORY_MIB_MIN} MiB of decoded pixels"
@@ -250,8 +256,8 @@ def _convert(name: str, raw: str) -> Any:
             raise SettingsError(f"{name} must be a number of seconds, got {raw!r}") from None
     if name == "prune_finished_before":
         return parse_duration(raw)
-    if name in ("max_source_bytes", "decode_memory_mib"):
-        unit = "bytes" if name == "max_source_bytes" else "MiB"
+    if name in ("max_source_bytes", "decode_memory_mib", "store_max_concurrent"):
+        unit = {"max_source_bytes": "bytes", "decode_memory_mib": "MiB"}.get(name, "attempts")
         try:
             return int(raw)
         except ValueError:

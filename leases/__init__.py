@@ -14,7 +14,12 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from leases.defaults import LEASE_SECONDS, MAX_ATTEMPT_SECONDS, WORKER_TIMEOUT_SECONDS
+    from leases.defaults import (
+        LEASE_SECONDS,
+        MAX_ATTEMPT_SECONDS,
+        PRIORITY_AGING_SECONDS,
+        WORKER_TIMEOUT_SECONDS,
+    )
     from leases.engine import configure_sqlite, make_engine
     from leases.errors import (
         ConstraintViolation,
@@ -35,6 +40,8 @@ if TYPE_CHECKING:
     from leases.migrate import upgrade
     from leases.models import (
         MESSAGE_MAX_CHARS,
+        PRIORITY_MAX,
+        PRIORITY_MIN,
         REDOABLE,
         REQUEUEABLE,
         TERMINAL,
@@ -47,6 +54,7 @@ if TYPE_CHECKING:
         HeldItem,
         ItemPair,
         ItemRow,
+        Lane,
         NewItem,
         QueueStats,
         ReapResult,
@@ -79,6 +87,7 @@ _HOMES = {
     "LEASE_SECONDS": "leases.defaults",
     "MAX_ATTEMPT_SECONDS": "leases.defaults",
     "WORKER_TIMEOUT_SECONDS": "leases.defaults",
+    "PRIORITY_AGING_SECONDS": "leases.defaults",
     "LeaseManager": "leases.manager",
     "upgrade": "leases.migrate",
     "REDOABLE": "leases.models",
@@ -94,6 +103,9 @@ _HOMES = {
     "HeldItem": "leases.models",
     "ItemPair": "leases.models",
     "ItemRow": "leases.models",
+    "Lane": "leases.models",
+    "PRIORITY_MAX": "leases.models",
+    "PRIORITY_MIN": "leases.models",
     "NewItem": "leases.models",
     "QueueStats": "leases.models",
     "ReapResult": "leases.models",
@@ -113,6 +125,9 @@ __all__ = [
     "MAX_ATTEMPT_SECONDS",
     "MESSAGE_MAX_CHARS",
     "NOT_IN_FLIGHT",
+    "PRIORITY_AGING_SECONDS",
+    "PRIORITY_MAX",
+    "PRIORITY_MIN",
     "REDOABLE",
     "RELEASED",
     "REQUEUEABLE",
@@ -136,6 +151,7 @@ __all__ = [
     "HeldLease",
     "ItemPair",
     "ItemRow",
+    "Lane",
     "LeaseError",
     "LeaseLost",
     "LeaseManager",

@@ -125,6 +125,26 @@ def reopen_group(group_id: str, deadline_ms: int | None) -> Update:
     return sa.update(groups).where(groups.c.id == group_id).values(**values)
 
 
+def set_sharing(group_id: str, priority: int | None, paused: bool | None) -> Update:
+    """Set the group's priority and/or pause flag (None: left as it is): a compare-and-set
+    whose row count is 0 when nothing changes (or no such group)."""
+    values: dict[str, Any] = {}
+    changes = []
+    if priority is not None:
+        values["priority"] = priority
+        changes.append(groups.c.priority != priority)
+    if paused is not None:
+        values["paused"] = paused
+        changes.append(groups.c.paused != paused)
+    if not values:
+        raise ValueError("nothing to set")
+    return (
+        sa.update(groups)
+        .where(groups.c.id == group_id, groups.c.sealed, sa.or_(*changes))
+        .values(**values)
+    )
+
+
 def set_deadline(group_id: str, deadline_at_ms: int) -> Update:
     """Set the group's deadline to `deadline_at_ms` (epoch milliseconds, database time)."""
     return sa.update(groups).where(groups.c.id == group_id).values(deadline_at=deadline_at_ms)
@@ -147,7 +167,8 @@ def counter_totals(group_id: str) -> sa.Select[Any]:
 @cache
 def versions() -> sa.Select[Any]:
     """Each sealed group among the expanding parameter `p_group_ids` with what its summary is
-    made of beside its counters: (id, cancel_requested, deadline_at, version, changed_at), the
+    made of beside its counters: (id, cancel_requested, deadline_at, priority, paused, version,
+    changed_at), the
     version being the sum of its counter rows' versions, which every transition of its items
     raises, and `changed_at` their newest `updated_at` (which moves with the transitions of
     processes older than versions too, unless within the same millisecond). One range of the
@@ -157,12 +178,20 @@ def versions() -> sa.Select[Any]:
             groups.c.id,
             groups.c.cancel_requested,
             groups.c.deadline_at,
+            groups.c.priority,
+            groups.c.paused,
             sa.func.coalesce(sa.func.sum(counters.c.version), 0).label("version"),
             sa.func.max(counters.c.updated_at).label("changed_at"),
         )
         .select_from(groups.outerjoin(counters, counters.c.group_id == groups.c.id))
         .where(groups.c.id.in_(sa.bindparam("p_group_ids", expanding=True)), groups.c.sealed)
-        .group_by(groups.c.id, groups.c.cancel_requested, groups.c.deadline_at)
+        .group_by(
+            groups.c.id,
+            groups.c.cancel_requested,
+            groups.c.deadline_at,
+            groups.c.priority,
+            groups.c.paused,
+        )
     )
 
 

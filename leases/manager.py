@@ -30,7 +30,12 @@ from leases import (
     schema,
     transitions,
 )
-from leases.defaults import LEASE_SECONDS, MAX_ATTEMPT_SECONDS, WORKER_TIMEOUT_SECONDS
+from leases.defaults import (
+    LEASE_SECONDS,
+    MAX_ATTEMPT_SECONDS,
+    PRIORITY_AGING_SECONDS,
+    WORKER_TIMEOUT_SECONDS,
+)
 from leases.engine import creation_turn
 from leases.errors import (
     DatabaseUnavailable,
@@ -53,14 +58,17 @@ from leases.models import (
     HeartbeatReply,
     HeldItem,
     ItemPair,
+    Lane,
     ReapResult,
     State,
     StopReason,
     WorkerRow,
+    check_priority,
     from_ms,
     to_ms,
 )
 from leases.reads import Reader
+from leases.sharing import Sharing, lane_lock_key
 from leases.transitions import Source
 from leases.wakeups import announce
 
@@ -102,7 +110,7 @@ _T = TypeVar("_T")
 transaction that ended the last unfinished item of a group created with `notify_finish`."""
 
 
-class LeaseManager(Reader):
+class LeaseManager(Sharing, Reader):
     """Claims, heartbeats, fenced transitions, reaper, cancel, requeue and reads on one engine."""
 
     def __init__(
@@ -116,7 +124,11 @@ class LeaseManager(Reader):
         counter_shards: int = COUNTER_SHARDS,
         worker_timeout_seconds: float = WORKER_TIMEOUT_SECONDS,
         on_group_finished: GroupFinished | None = None,
+        priority_aging_seconds: float = PRIORITY_AGING_SECONDS,
     ) -> None:
+        if priority_aging_seconds <= 0:
+            raise ValueError("priority_aging_seconds must be > 0")
+        self._aging_ms = max(1, to_ms(priority_aging_seconds))
         if lease_seconds <= 0 or max_attempt_seconds <= 0 or counter_shards < 1:
             raise ValueError("lease_seconds, max_attempt_seconds and counter_shards must be > 0")
         if worker_timeout_seconds <= 0:
@@ -151,6 +163,7 @@ class LeaseManager(Reader):
         items: Iterable[ItemPair],
         on_seal: Callable[[sa.Connection], object] | None = None,
         notify_finish: bool = False,
+        priority: int = 0,
     ) -> int:
         """Create a group and its items (`NewItem`s or (id, payload) pairs, all `queued`, in
         iteration order); returns the count.
@@ -164,10 +177,12 @@ class LeaseManager(Reader):
         part-way its rows are deleted, here or, after a crash, by the reaper once nothing has been
         written for `UNSEALED_EXPIRY_SECONDS`. Raises `GroupExists` if the id is taken.
         `notify_finish`: the finish hook (`on_group_finished`) runs in the transaction that ends
-        the group's last unfinished item, every time it does (after a requeue too).
+        the group's last unfinished item, every time it does (after a requeue too). `priority`
+        ranks its claims (`set_priority`; ValueError outside the bounds).
         """
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
+        check_priority(priority)
         with creation_turn(self._engine):
             return self._create(
                 group_id,
@@ -176,6 +191,7 @@ class LeaseManager(Reader):
                 items,
                 on_seal=on_seal,
                 notify_finish=notify_finish,
+                priority=priority,
             )
 
     def add_group(
@@ -209,6 +225,7 @@ class LeaseManager(Reader):
         *,
         on_seal: Callable[[sa.Connection], object] | None,
         notify_finish: bool,
+        priority: int,
     ) -> int:
         db = self._db
         with db.session() as session:
@@ -220,6 +237,7 @@ class LeaseManager(Reader):
                     max_attempts,
                     sealed=False,
                     notify_finish=notify_finish,
+                    priority=priority,
                 )
             pacer = creation.Pacer(CREATE_PAUSE_SECONDS if db.dialect_name == "sqlite" else 0.0)
             try:
@@ -292,6 +310,7 @@ class LeaseManager(Reader):
         *,
         sealed: bool,
         notify_finish: bool,
+        priority: int = 0,
     ) -> int:
         """Write the group's row (GroupExists if the id is taken); returns its creation time."""
         db = self._db
@@ -306,6 +325,8 @@ class LeaseManager(Reader):
             "cancel_requested": False,
             "sealed": sealed,
             "notify_finish": notify_finish,
+            "priority": priority,
+            "paused": False,
         }
         db.execute_many(c, group_queries.insert_group(), [group])
         return now
@@ -426,24 +447,38 @@ class LeaseManager(Reader):
     # --- worker side: claim, heartbeat, fenced transitions -----------------------------------
 
     def claim(
-        self, worker_id: str, limit: int, *, group_ids: Sequence[str] | None = None
+        self,
+        worker_id: str,
+        limit: int,
+        *,
+        group_ids: Sequence[str] | None = None,
+        lane: Lane | None = None,
     ) -> list[Claim]:
-        """A: claim up to `limit` items of open groups (due retryable first, then queued by seq).
+        """A: claim up to `limit` items of open groups: due retryable first, then queued ones by
+        their group's effective priority (docs/design.md §3, sharing), then by seq.
 
-        Never claims in a group past its deadline or with cancel requested. Safe from any number
-        of threads and processes at once: an attempt is given to exactly one claimer.
+        Never claims in a group past its deadline, paused or with cancel requested. Safe from
+        any number of threads and processes at once: an attempt is given to exactly one
+        claimer. With `lane`, claims only while fewer than `lane.max_in_progress` items claimed
+        under that lane are in progress, counted in the claim's transaction under a lock of the
+        lane (PostgreSQL: a transaction-level advisory lock; SQLite: the write lock), so
+        claimers of one lane at once never exceed it.
         """
         if limit < 1 or (group_ids is not None and not group_ids):
             return []
-        lease_ms = to_ms(self.lease_seconds)
-        params: dict[str, Any] = {"p_worker_id": worker_id}
+        params: dict[str, Any] = {"p_worker_id": worker_id, "p_lane": None}
         if group_ids is not None:
             params["p_group_ids"] = list(group_ids)
-        if self._db.dialect_name == "postgresql":
-            stmt = pgqueries.claim(limit=limit, lease_ms=lease_ms, filtered=group_ids is not None)
-            claimed = list(self._move(stmt, params, Source(None), None))
+        if lane is None:
+            claimed = self._claim(None, params, limit)
         else:
-            claimed = self._claim_sqlite(params, limit, lease_ms)
+            params["p_lane"] = lane.name
+            with self._db.write() as c:
+                if self._db.dialect_name == "postgresql":
+                    self._db.execute(c, pgqueries.lock_lane(), {"p_key": lane_lock_key(lane.name)})
+                counted = self._db.one(c, queries.lane_in_progress(), {"p_lane": lane.name})
+                room = lane.max_in_progress - (0 if counted is None else int(counted[0]))
+                claimed = self._claim(c, params, min(limit, room)) if room > 0 else []
         return [
             Claim(
                 item_id=row.id,
@@ -457,17 +492,31 @@ class LeaseManager(Reader):
             for row in claimed
         ]
 
-    def _claim_sqlite(self, params: dict[str, Any], limit: int, lease_ms: int) -> list[sa.Row[Any]]:
+    def _claim(
+        self, conn: sa.Connection | None, params: dict[str, Any], limit: int
+    ) -> list[sa.Row[Any]]:
+        lease_ms = to_ms(self.lease_seconds)
+        filtered = "p_group_ids" in params
+        if self._db.dialect_name == "postgresql":
+            stmt = pgqueries.claim(
+                limit=limit, lease_ms=lease_ms, filtered=filtered, aging_ms=self._aging_ms
+            )
+            return list(self._move(stmt, params, Source(None), conn))
         # One writer at a time (BEGIN IMMEDIATE): due retryable items, then queued ones.
         claimed: list[sa.Row[Any]] = []
         moves: list[tuple[Sequence[sa.Row[Any]], Source]] = []
-        with self._db.write() as c:
+        with self._db.write(conn) as c:
             for from_state in (State.RETRYABLE, State.QUEUED):
                 want = limit - len(claimed)
                 if want <= 0:
                     break
-                filtered = "p_group_ids" in params
-                stmt = queries.claim(from_state, limit=want, lease_ms=lease_ms, filtered=filtered)
+                stmt = queries.claim(
+                    from_state,
+                    limit=want,
+                    lease_ms=lease_ms,
+                    filtered=filtered,
+                    aging_ms=self._aging_ms,
+                )
                 rows = self._db.rows(c, stmt, params)
                 moves.append((rows, Source(from_state)))
                 claimed.extend(rows)

@@ -84,6 +84,37 @@ ItemPair = tuple[str, Mapping[str, Any] | str]
 """An item to create as a plain (id, payload) pair, which is what a `NewItem` is."""
 
 
+PRIORITY_MIN = -10
+PRIORITY_MAX = 10
+"""A group's priority is an integer in [PRIORITY_MIN, PRIORITY_MAX]; 0 by default, higher is
+claimed first (docs/design.md §3, sharing)."""
+
+
+def check_priority(priority: int) -> int:
+    """`priority` if it is within the bounds, else ValueError naming them."""
+    if isinstance(priority, bool) or not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+        raise ValueError(f"priority must be an integer from {PRIORITY_MIN} to {PRIORITY_MAX}")
+    return priority
+
+
+@dataclass(frozen=True)
+class Lane:
+    """A shared resource the claimer's attempts use, with a cap on how many of them may be in
+    progress at once across every claimer (say, a bucket's request budget).
+
+    `name` (at most 64 characters) is the application's; every claimer naming the same lane must
+    give it the same `max_in_progress` (each enforces its own value against the shared count)."""
+
+    name: str
+    max_in_progress: int
+
+    def __post_init__(self) -> None:
+        if not 1 <= len(self.name) <= 64:
+            raise ValueError("a lane's name has 1 to 64 characters")
+        if self.max_in_progress < 1:
+            raise ValueError("a lane's max_in_progress must be at least 1")
+
+
 @dataclass(frozen=True)
 class Claim:
     """One claimed attempt. `lease_token` fences every later write about it."""
@@ -207,6 +238,8 @@ class GroupSummary:
     failures: dict[str, int]
     updated_at: datetime
     oldest_updated_at: datetime | None
+    priority: int = 0
+    paused: bool = False
 
 
 @dataclass(frozen=True)

@@ -20,14 +20,16 @@ from leases.group_queries import NEW_ITEM_COLUMNS
 from leases.models import CATEGORISED, State
 from leases.queries import (
     MOVED,
-    claimable,
+    aged_priority,
+    claimable_group,
     claimed_values,
+    effective_priority,
     inline,
     literal_limit,
     state_in,
     state_is,
 )
-from leases.schema import counters, events, items
+from leases.schema import counters, events, groups, items
 from leases.sqlfuncs import db_now_ms
 
 
@@ -141,21 +143,59 @@ def logged(move: Update, spec: LogSpec) -> sa.Select[tuple[object, ...]]:
 
 
 @cache
-def claim(*, limit: int, lease_ms: int, filtered: bool) -> Update:
-    """Claim up to `limit` items, due retryable ones first, then queued ones in `seq` order.
+def claim(*, limit: int, lease_ms: int, filtered: bool, aging_ms: int) -> Update:
+    """Claim up to `limit` items: due retryable ones first (by due time), then queued ones by
+    the effective priority of their group (`leases.queries.effective_priority`), then `seq`.
 
-    Both candidates lists are picked with FOR UPDATE SKIP LOCKED inside one MATERIALIZED CTE;
-    the LIMIT over their UNION ALL stops reading (and locking) queued rows once enough due
-    retryable rows were found. Returns MOVED + lease_expires_at + payload + from_state.
+    The claimable groups are read once (CTE `g`, which also computes their aged priority).
+    Queued candidates come from each group's own (group_id, state, seq) index, at most `limit`
+    per group (a LATERAL subquery), picked with FOR UPDATE SKIP LOCKED: concurrent claimers
+    pass over each other's rows to the next of the same group, never pick the same row, and
+    never walk the whole queue. Both candidate lists are in one MATERIALIZED CTE; the LIMIT
+    over their UNION ALL stops before the queued ones once enough due retryable rows were
+    found. `p_lane` (or NULL) is recorded on each claimed item. Returns MOVED +
+    lease_expires_at + payload + from_state.
     """
     now = db_now_ms()
-
-    def candidates(state: State, name: str) -> sa.Subquery:
-        columns = (items.c.id, items.c.state)
-        return claimable(state, limit=limit, filtered=filtered, columns=columns).subquery(name)
-
-    due = candidates(State.RETRYABLE, "due")
-    fresh = candidates(State.QUEUED, "fresh")
+    # Aliases kept short: the claim's text should stay within psycopg's parse cache.
+    g = (
+        sa.select(groups.c.id, groups.c.priority, aged_priority(aging_ms).label("aged"))
+        .where(*claimable_group(filtered=filtered))
+        .cte("g")
+    )
+    due = (
+        sa.select(items.c.id, items.c.state)
+        .join(g, g.c.id == items.c.group_id)
+        .where(state_is(State.RETRYABLE), items.c.next_attempt_at <= now)
+        .order_by(items.c.next_attempt_at)
+        .limit(literal_limit(limit))
+        .with_for_update(skip_locked=True, of=items)
+        .subquery("due")
+    )
+    head = (
+        sa.select(items.c.id, items.c.seq)
+        .where(
+            items.c.group_id == g.c.id,
+            state_is(State.QUEUED),
+            items.c.next_attempt_at <= now,
+        )
+        .order_by(items.c.seq)
+        .limit(literal_limit(limit))
+        .with_for_update(skip_locked=True)
+        .lateral("h")
+    )
+    top = sa.func.max(g.c.priority).over().label("top")
+    c = (
+        sa.select(head.c.id, head.c.seq, g.c.aged, top)
+        .select_from(g.join(head, sa.true()))
+        .subquery("c")
+    )
+    fresh = (
+        sa.select(c.c.id, inline(State.QUEUED.value).label("state"))
+        .order_by(effective_priority(c.c.aged, c.c.top).desc(), c.c.seq)
+        .limit(literal_limit(limit))
+        .subquery("fresh")
+    )
     picked = (
         sa.union_all(sa.select(due.c.id, due.c.state), sa.select(fresh.c.id, fresh.c.state))
         .limit(literal_limit(limit))
@@ -170,6 +210,14 @@ def claim(*, limit: int, lease_ms: int, filtered: bool) -> Update:
             *MOVED, items.c.lease_expires_at, items.c.payload, picked.c.state.label("from_state")
         )
     )
+
+
+@cache
+def lock_lane() -> sa.Select[tuple[object]]:
+    """Take the transaction-level advisory lock `p_key` (a lane's, `leases.sharing`): claimers
+    of one lane count its in-progress items and claim one after another, each after the last
+    one's commit (READ COMMITTED: the count, a later statement, sees it)."""
+    return sa.select(sa.func.pg_advisory_xact_lock(sa.bindparam("p_key", type_=sa.BigInteger)))
 
 
 def copy_new_items() -> str:

@@ -140,7 +140,8 @@ def select_now() -> sa.Select[tuple[int]]:
 def claimed_values(now: ColumnElement[int], lease_ms: int) -> dict[str, Any]:
     """The columns a claim (A) sets: a new attempt under a fresh token, leased from `now`.
 
-    `p_worker_id` is bound at execution; the correlation id is drawn per row.
+    `p_worker_id` and `p_lane` (None: no lane) are bound at execution; the correlation id is
+    drawn per row.
     """
     return {
         "state": inline(State.IN_PROGRESS.value),
@@ -152,6 +153,7 @@ def claimed_values(now: ColumnElement[int], lease_ms: int) -> dict[str, Any]:
         "error_category": sa.null(),
         "error_message": sa.null(),
         "correlation_id": random_short_id(),
+        "lane": sa.bindparam("p_lane", type_=sa.String),
         "updated_at": now,
     }
 
@@ -165,23 +167,17 @@ def claimable(
 ) -> sa.Select[Any]:
     """Up to `limit` items in `state` that may be claimed now, locked and skipping locked rows.
 
-    Claimable: due (`next_attempt_at <= now`), of a sealed group neither cancelled nor past its
-    deadline; when `filtered`, only of the groups in the expanding parameter `p_group_ids` (a
-    bound list, so one cached statement serves every list). Queued items come in `seq` order
-    (which interleaves groups), retryable ones by due time.
+    Claimable: due (`next_attempt_at <= now`), of a sealed group neither cancelled, paused nor
+    past its deadline; when `filtered`, only of the groups in the expanding parameter
+    `p_group_ids` (a bound list, so one cached statement serves every list). Queued items come
+    in `seq` order (which interleaves groups), retryable ones by due time.
     """
     now = db_now_ms()
     order = items.c.seq if state is State.QUEUED else items.c.next_attempt_at
     query = (
         sa.select(*columns)
         .select_from(items.join(groups, groups.c.id == items.c.group_id))
-        .where(
-            state_is(state),
-            items.c.next_attempt_at <= now,
-            groups.c.sealed,
-            sa.not_(groups.c.cancel_requested),
-            groups.c.deadline_at > now,
-        )
+        .where(state_is(state), items.c.next_attempt_at <= now, *claimable_group(filtered=False))
         .order_by(order)
         .limit(literal_limit(limit))
         .with_for_update(skip_locked=True, of=items)
@@ -191,6 +187,92 @@ def claimable(
     return query
 
 
+def claimable_group(*, filtered: bool) -> tuple[ColumnElement[bool], ...]:
+    """A group a claim may take from: sealed, neither cancelled, paused nor past its deadline;
+    when `filtered`, among the expanding parameter `p_group_ids`."""
+    where: tuple[ColumnElement[bool], ...] = (
+        groups.c.sealed,
+        sa.not_(groups.c.cancel_requested),
+        sa.not_(groups.c.paused),
+        groups.c.deadline_at > db_now_ms(),
+    )
+    if filtered:
+        where += (groups.c.id.in_(sa.bindparam("p_group_ids", expanding=True)),)
+    return where
+
+
+def aged_priority(aging_ms: int) -> ColumnElement[int]:
+    """A group's priority plus one per `aging_ms` since it was created (`lease_groups` row)."""
+    return groups.c.priority + (db_now_ms() - groups.c.created_at) // inline(aging_ms)
+
+
+def effective_priority(aged: ColumnElement[int], top: ColumnElement[int]) -> ColumnElement[int]:
+    """The priority a claim ranks a group by: its `aged_priority`, at most `top` (the highest
+    priority among the groups with queued work), so that groups of one priority stay level with
+    each other and a waiting group is never starved (docs/design.md §3, sharing)."""
+    return sa.case((aged < top, aged), else_=top)
+
+
+def queued_heads(*, limit: int, filtered: bool, aging_ms: int) -> sa.Subquery:
+    """SQLite: each claimable group with its first and its `limit`-th queued seq (NULL when it
+    holds fewer), its `aged_priority` and the highest priority among them (`top`). Two probes
+    of the group's (group_id, state, seq) index per group; groups without queued work are left
+    out."""
+    now = db_now_ms()
+
+    def nth_seq(offset: int) -> sa.ScalarSelect[int]:
+        return (
+            sa.select(items.c.seq)
+            .where(
+                items.c.group_id == groups.c.id,
+                state_is(State.QUEUED),
+                items.c.next_attempt_at <= now,
+            )
+            .order_by(items.c.seq)
+            .limit(inline(1))
+            .offset(inline(offset))
+            .scalar_subquery()
+        )
+
+    heads = (
+        sa.select(
+            groups.c.id,
+            groups.c.priority,
+            aged_priority(aging_ms).label("aged"),
+            nth_seq(0).label("first_seq"),
+            nth_seq(limit - 1).label("last_seq"),
+        )
+        .where(*claimable_group(filtered=filtered))
+        .subquery("heads")
+    )
+    return (
+        sa.select(heads, sa.func.max(heads.c.priority).over().label("top"))
+        .where(heads.c.first_seq.is_not(None))
+        .subquery("ranked")
+    )
+
+
+def queued_by_priority(*, limit: int, filtered: bool, aging_ms: int) -> sa.Select[Any]:
+    """SQLite: the ids of up to `limit` queued items to claim, by effective priority, then `seq`
+    (which interleaves the groups of one rank). Each group offers at most its first `limit`
+    queued items, found by a range of its own index: no walk of the whole queue, no sort of
+    more than `limit` rows per group. Runs inside BEGIN IMMEDIATE (one writer at a time)."""
+    ranked = queued_heads(limit=limit, filtered=filtered, aging_ms=aging_ms)
+    rank = effective_priority(ranked.c.aged, ranked.c.top)
+    return (
+        sa.select(items.c.id)
+        .select_from(ranked.join(items, items.c.group_id == ranked.c.id))
+        .where(
+            state_is(State.QUEUED),
+            items.c.next_attempt_at <= db_now_ms(),
+            items.c.seq >= ranked.c.first_seq,
+            items.c.seq <= sa.func.coalesce(ranked.c.last_seq, items.c.seq),
+        )
+        .order_by(rank.desc(), items.c.seq)
+        .limit(literal_limit(limit))
+    )
+
+
 @cache
 def claim(
     from_state: State,
@@ -198,26 +280,37 @@ def claim(
     limit: int,
     lease_ms: int,
     filtered: bool,
+    aging_ms: int,
 ) -> Update:
-    """Claim up to `limit` items now in `from_state` (queued or due retryable) of open groups.
+    """SQLite: claim up to `limit` items now in `from_state` (queued or due retryable) of
+    claimable groups, inside BEGIN IMMEDIATE (one writer at a time).
 
-    Concurrency: PostgreSQL picks rows in a MATERIALIZED CTE with FOR UPDATE SKIP LOCKED, so two
-    claimers never pick the same row and the LIMIT is evaluated once; SQLite runs it inside
-    BEGIN IMMEDIATE (one writer at a time). Queued items are taken in `seq` order across all
-    groups, which interleaves groups: every group's first items come before anyone's later ones.
-    Due retryable items are taken by due time. Returns MOVED + lease_expires_at + payload.
+    Due retryable items are taken by due time; queued ones by the effective priority of their
+    group (`effective_priority`), then in `seq` order, which interleaves the groups of one
+    rank: each such group's first items come before anyone's later ones. `p_lane` (or NULL) is
+    recorded on each claimed item. Returns MOVED + lease_expires_at + payload. PostgreSQL runs
+    `leases.pgqueries.claim` instead.
     """
     now = db_now_ms()
-    picked = (
-        claimable(from_state, limit=limit, filtered=filtered, columns=(items.c.id,))
-        .cte("picked")
-        .prefix_with("MATERIALIZED")
-    )
+    if from_state is State.QUEUED:
+        chosen = queued_by_priority(limit=limit, filtered=filtered, aging_ms=aging_ms)
+    else:
+        chosen = claimable(from_state, limit=limit, filtered=filtered, columns=(items.c.id,))
+    picked = chosen.cte("picked").prefix_with("MATERIALIZED")
     return (
         sa.update(items)
         .where(in_picked(items.c.id, picked), state_is(from_state))
         .values(claimed_values(now, lease_ms))
         .returning(*MOVED, items.c.lease_expires_at, items.c.payload)
+    )
+
+
+@cache
+def lane_in_progress() -> sa.Select[Any]:
+    """How many items are in progress under lane `p_lane`: a range of the partial index of the
+    in-progress items' lanes (at most the leases held at once)."""
+    return sa.select(sa.func.count()).where(
+        state_is(State.IN_PROGRESS), items.c.lane == sa.bindparam("p_lane", type_=sa.String)
     )
 
 
@@ -374,15 +467,11 @@ def closed_groups_with_work() -> sa.Select[Any]:
 
 
 def open_groups_with_work() -> sa.Select[tuple[str]]:
-    """Sealed groups neither cancelled nor past their deadline that still hold unfinished items:
-    the groups a claim may take from. One probe of the unfinished-items index per open group."""
+    """Sealed groups neither cancelled, paused nor past their deadline that still hold unfinished
+    items: the groups a claim may take from. One probe of the unfinished-items index per open
+    group."""
     unfinished = sa.exists().where(items.c.group_id == groups.c.id, state_in(UNFINISHED))
-    return sa.select(groups.c.id).where(
-        groups.c.sealed,
-        sa.not_(groups.c.cancel_requested),
-        groups.c.deadline_at > db_now_ms(),
-        unfinished,
-    )
+    return sa.select(groups.c.id).where(*claimable_group(filtered=False), unfinished)
 
 
 def _pick(where: Sequence[ColumnElement[bool]], limit: int) -> sa.CTE:

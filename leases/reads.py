@@ -48,6 +48,8 @@ def summary(
         failures=dict(failures),
         updated_at=from_ms(updated_at),
         oldest_updated_at=None if oldest_unfinished is None else from_ms(oldest_unfinished),
+        priority=int(group.priority),
+        paused=bool(group.paused),
     )
 
 
@@ -112,7 +114,8 @@ class Reader:
 
     def version(self, group_ids: Sequence[str], *, conn: sa.Connection | None = None) -> str | None:
         """A token that changes whenever the summary of any of `group_ids` may have changed:
-        every transition of their items, a cancel, a new deadline, a group among them appearing
+        every transition of their items, a cancel, a new deadline, a new priority, a pause or a
+        resume, a group among them appearing
         or going (docs/design.md §3, group versions). None when the first group does not exist.
 
         One statement returning a row per group, whatever their size: compare it with the token
@@ -126,7 +129,7 @@ class Reader:
             return None
         return ";".join(
             f"{r.id}:{int(r.version)}:{r.changed_at}:{int(bool(r.cancel_requested))}"
-            f":{int(r.deadline_at)}"
+            f":{int(r.deadline_at)}:{int(r.priority)}:{int(bool(r.paused))}"
             for r in (rows[g] for g in group_ids if g in rows)
         )
 
@@ -139,11 +142,17 @@ class Reader:
         return summary(group, totals, oldest)
 
     def open_groups(self) -> list[str]:
-        """Ids of the groups a claim may take from now: sealed, neither cancelled nor past their
-        deadline, with unfinished items (a claimer that filters groups by its own rules, and
+        """Ids of the groups a claim may take from now: sealed, neither cancelled, paused nor past
+        their deadline, with unfinished items (a claimer that filters groups by its own rules, and
         passes them as `claim(group_ids=...)`, starts from these)."""
         with self._db.read() as c:
             return [str(row.id) for row in self._db.rows(c, queries.open_groups_with_work())]
+
+    def lane_in_progress(self, name: str) -> int:
+        """How many items claimed under lane `name` are in progress now (one index range)."""
+        with self._db.read() as c:
+            row = self._db.one(c, queries.lane_in_progress(), {"p_lane": name})
+        return 0 if row is None else int(row[0])
 
     def queue(self) -> QueueStats:
         """The whole queue: unfinished items by state and the head of the line's waiting time

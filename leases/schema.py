@@ -28,6 +28,10 @@ groups = sa.Table(
     # True: the owner's `on_group_finished` hook runs in the transaction that ends the group's
     # last unfinished item (docs/design.md §3, finish hook; ADR 0013).
     sa.Column("notify_finish", sa.Boolean, nullable=False, server_default=sa.false()),
+    # Claims prefer groups of higher priority, with aging (docs/design.md §3, sharing; ADR 0041).
+    sa.Column("priority", sa.Integer, nullable=False, server_default=sa.text("0")),
+    # True: no item of the group is claimed; its deadline runs on (docs/design.md §3, sharing).
+    sa.Column("paused", sa.Boolean, nullable=False, server_default=sa.false()),
 )
 
 items = sa.Table(
@@ -53,6 +57,9 @@ items = sa.Table(
     sa.Column("created_at", sa.BigInteger, nullable=False),
     sa.Column("updated_at", sa.BigInteger, nullable=False),
     sa.Column("payload", sa.JSON, nullable=False),
+    # The lane the last claim counted against (`Lane`: a resource with a cap on the attempts
+    # in progress at once), or NULL; counted through a partial index of in-progress items.
+    sa.Column("lane", sa.String(64)),
 )
 
 events = sa.Table(

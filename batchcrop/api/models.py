@@ -40,7 +40,7 @@ from batchcrop.settings import (
     MAX_ATTEMPTS,
     MAX_ATTEMPTS_MAX,
 )
-from leases import REQUEUEABLE, State, state_names
+from leases import PRIORITY_MAX, PRIORITY_MIN, REQUEUEABLE, State, state_names
 
 ITEMS_PER_BATCH_MAX = 100_000
 RATIO_CHARS_MAX = 16
@@ -116,6 +116,18 @@ AllowFailures = Annotated[
                 {"type": "string", "pattern": r"^[0-9]{1,3}(\.[0-9]{1,2})?%$"},
             ]
         }
+    ),
+]
+
+
+Priority = Annotated[
+    int,
+    Field(
+        ge=PRIORITY_MIN,
+        le=PRIORITY_MAX,
+        strict=True,
+        description="how the batch's claims rank against other batches': higher first, a "
+        "waiting batch rising one level per aging step up to the highest (docs/design.md §3)",
     ),
 ]
 
@@ -197,6 +209,7 @@ class BatchBody(_Strict):
     background: str = _render_field("background")
     deadline_seconds: Seconds = DEADLINE_SECONDS
     max_attempts: Annotated[int, Field(ge=1, le=MAX_ATTEMPTS_MAX)] = MAX_ATTEMPTS
+    priority: Priority = 0
     label: Annotated[
         LabelText | None, Field(description="a human label, shown in listings and filterable")
     ] = None
@@ -287,6 +300,12 @@ def _requeueable_states() -> list[str]:
     return list(REQUEUEABLE_NAMES)
 
 
+class PriorityBody(_Strict):
+    """`POST /v1/batches/{id}/priority`: the batch's new priority."""
+
+    priority: Priority
+
+
 class RequeueBody(_Strict):
     """`POST /v1/batches/{id}/requeue`: which items get a fresh attempt budget.
 
@@ -322,6 +341,14 @@ class StatusDocument(BaseModel):
     id: str
     state: StateName
     cancel_requested: bool
+    paused: Annotated[
+        bool,
+        Field(
+            description="no item is claimed while true (`pause`, `resume`); attempts under way "
+            "finish, the deadline runs on"
+        ),
+    ]
+    priority: Annotated[int, Field(description="higher is claimed first, with aging")]
     ratios: list[str]
     max_side: int
     quality: int

@@ -80,6 +80,7 @@ def batch_request(
         spec=spec,
         deadline_seconds=body.deadline_seconds,
         max_attempts=body.max_attempts,
+        priority=body.priority,
         label=body.label,
         callback_url=body.given_callback_url,
         idempotency_key=idempotency_key,

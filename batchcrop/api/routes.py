@@ -190,6 +190,8 @@ def batch_router(app: App) -> APIRouter:
         """Request cancellation; unclaimed items are abandoned now, held ones soon after."""
         return json_response(app.batches.cancel(path_id(batch_id, what="batch")), 202)
 
+    _sharing_routes(router, app)
+
     @router.post(
         "/{batch_id}/requeue",
         status_code=202,
@@ -250,3 +252,38 @@ def batch_router(app: App) -> APIRouter:
         return json_response(app.batches.redeliver(path_id(batch_id, what="batch")), 202)
 
     return router
+
+
+def _sharing_routes(router: APIRouter, app: App) -> None:
+    """Pause, resume and priority of a batch (docs/design.md §3, sharing)."""
+
+    @router.post(
+        "/{batch_id}/pause",
+        status_code=202,
+        response_model=None,
+        responses={202: {"model": models.StatusDocument}},
+    )
+    def pause_batch(batch_id: str) -> Response:
+        """Stop claiming the batch's items; attempts under way finish, the deadline runs on."""
+        return json_response(app.batches.pause(path_id(batch_id, what="batch")), 202)
+
+    @router.post(
+        "/{batch_id}/resume",
+        status_code=202,
+        response_model=None,
+        responses={202: {"model": models.StatusDocument}},
+    )
+    def resume_batch(batch_id: str) -> Response:
+        """Claim the batch's items again (workers are woken)."""
+        return json_response(app.batches.resume(path_id(batch_id, what="batch")), 202)
+
+    @router.post(
+        "/{batch_id}/priority",
+        status_code=202,
+        response_model=None,
+        responses={202: {"model": models.StatusDocument}},
+    )
+    def prioritise_batch(batch_id: str, body: models.PriorityBody) -> Response:
+        """Give the batch a new priority, which the next claims rank it by."""
+        document = app.batches.set_priority(path_id(batch_id, what="batch"), body.priority)
+        return json_response(document, 202)

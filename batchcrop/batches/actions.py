@@ -1,12 +1,12 @@
-"""Operator actions on a batch: cancel, requeue (with a new deadline when it is needed) and
-redeliver its latest callback. Each acts through the lease engine under the batch group's lock
-and returns the batch's status document as it stands afterwards. (An item's re-crop is
-`batchcrop.batches.recrop`.)
+"""Operator actions on a batch: cancel, pause, resume, a new priority, requeue (with a new
+deadline when it is needed) and redeliver its latest callback. Each acts through the lease
+engine under the batch group's lock and returns the batch's status document as it stands
+afterwards. (An item's re-crop is `batchcrop.batches.recrop`.)
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 from batchcrop.batches.errors import NeedsNewDeadline, NoSuchBatch, NothingToRedeliver, as_batch
@@ -15,6 +15,7 @@ from batchcrop.batches.reads import Reads
 from batchcrop.batches.submission import check_deadline
 from batchcrop.db import queries
 from leases import REQUEUEABLE, UNFINISHED, LeaseManager, RequeueNeedsDeadline, State
+from leases.models import check_priority
 
 
 class Actions:
@@ -31,6 +32,33 @@ class Actions:
         self.reads.batch(batch_id)
         with as_batch(batch_id):
             self.leases.cancel(batch_id)
+        return self.reads.status(batch_id)
+
+    def pause(self, batch_id: str) -> dict[str, Any]:
+        """Pause the batch: nothing more is claimed from it; attempts under way finish (each
+        ends as it would have, counted as usual); its deadline runs on (docs/design.md §3,
+        sharing). Idempotent."""
+        return self._share(batch_id, lambda conn: self.leases.pause(batch_id, conn=conn))
+
+    def resume(self, batch_id: str) -> dict[str, Any]:
+        """Resume a paused batch: its items are claimed again, and idle workers are woken."""
+        return self._share(batch_id, lambda conn: self.leases.resume(batch_id, conn=conn))
+
+    def set_priority(self, batch_id: str, priority: int) -> dict[str, Any]:
+        """Give the batch a new priority (`PRIORITY_MIN`..`PRIORITY_MAX`, ValueError outside),
+        which the next claims rank it by."""
+        check_priority(priority)
+        return self._share(
+            batch_id, lambda conn: self.leases.set_priority(batch_id, priority, conn=conn)
+        )
+
+    def _share(self, batch_id: str, change: Callable[[Any], object]) -> dict[str, Any]:
+        """Run `change` in a transaction holding the batch group's row lock, refused when the
+        batch row is gone (a prune deletes it under the same lock): then it rolls back."""
+        self.reads.batch(batch_id)
+        with as_batch(batch_id), self.leases.transaction() as conn:
+            change(conn)
+            require_batch_row(conn, batch_id)
         return self.reads.status(batch_id)
 
     def requeue(

@@ -111,6 +111,8 @@ def status_document(
         "id": batch.id,
         "state": state.value,
         "cancel_requested": summary.cancel_requested,
+        "paused": summary.paused,
+        "priority": summary.priority,
         **batch.spec.to_record(),
         "total": summary.total,
         "counts": {s.value: summary.counts[s] for s in State},

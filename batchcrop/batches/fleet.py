@@ -27,6 +27,7 @@ def worker_document(row: WorkerRow) -> dict[str, Any]:
         "concurrency": info.get("concurrency"),
         "batch_ids": info.get("batch_ids"),
         "store": info.get("store"),
+        "store_max_concurrent": info.get("store_max_concurrent"),
         "leases_held": row.leases_held,
         "oldest_lease_at": iso(row.oldest_lease_started_at),
         "in_flight": row.in_flight,

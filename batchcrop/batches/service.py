@@ -1,7 +1,8 @@
 """`BatchService`: the batch operations the CLI and the HTTP API share, under one name.
 
 It composes the parts, each a module of its own with its contract in its docstring:
-`submission` (create a batch), `actions` (cancel, requeue, redeliver), `reads` (status, items,
+`submission` (create a batch), `actions` (cancel, pause, resume, priority, requeue,
+redeliver), `reads` (status, items,
 events, listings, id prefixes), `retention` (prune) and `outbox` (the completion callbacks'
 deliveries, written by the lease engine's finish hook). Every operation is one part's method,
 named here as an attribute, so a caller says `batches.cancel(batch_id)` whichever part answers
@@ -41,6 +42,9 @@ class BatchService:
         self.submit = self.submissions.submit
 
         self.cancel = self.actions.cancel
+        self.pause = self.actions.pause
+        self.resume = self.actions.resume
+        self.set_priority = self.actions.set_priority
         self.requeue = self.actions.requeue
         self.requeue_counted = self.actions.requeue_counted
         self.redeliver = self.actions.redeliver

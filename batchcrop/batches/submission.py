@@ -23,6 +23,7 @@ from batchcrop.crop.spec import RenderSpec
 from batchcrop.db import queries
 from batchcrop.settings import DEADLINE_SECONDS_MAX, MAX_ATTEMPTS_MAX
 from leases import ConstraintViolation, LeaseManager
+from leases.models import check_priority
 from storage import canonical_store_url
 
 IDEMPOTENCY_KEY_CHARS_MAX = 200
@@ -53,6 +54,10 @@ class BatchRequest:
     idempotency_key: str | None = None
     resumable: bool = False
     forced: bool = False
+    priority: int = 0
+    """How its claims rank against other batches' (docs/design.md §3, sharing). Not part of
+    the fingerprint: it can be changed later, so a repeat with another priority is the same
+    batch."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "items", ItemList.of(self.items))
@@ -62,6 +67,7 @@ class BatchRequest:
             raise ValueError("a resumable request derives its idempotency key: give no key")
         if self.forced and not self.resumable:
             raise ValueError("only a resumable request can be forced")
+        check_priority(self.priority)
 
     @property
     def item_list(self) -> ItemList:
@@ -181,6 +187,7 @@ class Submissions:
                 items=items,
                 on_seal=lambda conn: conn.execute(row),
                 notify_finish=request.callback_url is not None,
+                priority=request.priority,
             )
         except ConstraintViolation:
             # Two submissions raced on one idempotency key: the loser returns the winner's batch.

@@ -103,6 +103,7 @@ SETTING_FLAGS = (
     "s3_request_checksum",
     "max_source_bytes",
     "decode_memory_mib",
+    "store_max_concurrent",
     "api_token_file",
     "source_roots",
     "allowed_hosts",
@@ -264,6 +265,7 @@ def _request(
         spec=spec,
         deadline_seconds=deadline_seconds,
         max_attempts=args.max_attempts,
+        priority=args.priority,
         label=args.label,
         callback_url=getattr(args, "callback_url", None),
         idempotency_key=getattr(args, "idempotency_key", None),
@@ -626,6 +628,36 @@ def cancel(args: argparse.Namespace) -> int:
     """`batchcrop cancel`: request cancellation of a batch."""
     with opened(args) as app:
         document = app.batches.cancel(app.batches.resolve_id(args.batch))
+    if args.json:
+        _print_json(document)
+    else:
+        print_status(document)
+    return 0
+
+
+def pause(args: argparse.Namespace) -> int:
+    """`batchcrop pause`: claim nothing more from a batch (attempts under way finish)."""
+    with opened(args) as app:
+        document = app.batches.pause(app.batches.resolve_id(args.batch))
+    return _print_document(args, document)
+
+
+def resume(args: argparse.Namespace) -> int:
+    """`batchcrop resume`: claim a paused batch's items again."""
+    with opened(args) as app:
+        document = app.batches.resume(app.batches.resolve_id(args.batch))
+    return _print_document(args, document)
+
+
+def priority(args: argparse.Namespace) -> int:
+    """`batchcrop priority`: give a batch a new priority."""
+    with opened(args) as app:
+        batch_id = app.batches.resolve_id(args.batch)
+        document = app.batches.set_priority(batch_id, args.priority)
+    return _print_document(args, document)
+
+
+def _print_document(args: argparse.Namespace, document: dict[str, Any]) -> int:
     if args.json:
         _print_json(document)
     else:

@@ -36,7 +36,7 @@ from batchcrop.settings import (
     SHUTDOWN_GRACE_SECONDS,
 )
 from leases.defaults import LEASE_SECONDS, MAX_ATTEMPT_SECONDS, WORKER_TIMEOUT_SECONDS
-from leases.models import REQUEUEABLE, state_names
+from leases.models import PRIORITY_MAX, PRIORITY_MIN, REQUEUEABLE, state_names
 
 STATE_NAMES = state_names()
 LOG_LEVEL_DEFAULT = "WARNING"
@@ -138,6 +138,14 @@ def _store_flags(p: argparse.ArgumentParser, *, with_store: bool = True) -> None
         help=f"BATCHCROP_MAX_SOURCE_BYTES (default {MAX_SOURCE_BYTES // 2**20} MiB)",
     )
     g.add_argument(
+        "--store-max-concurrent",
+        type=int,
+        metavar="N",
+        help="BATCHCROP_STORE_MAX_CONCURRENT: the most attempts in progress at once across the "
+        "fleet that write to this store (an S3 bucket's request budget; give every worker of "
+        "the store the same value; default no limit)",
+    )
+    g.add_argument(
         "--decode-memory-mib",
         type=int,
         metavar="N",
@@ -191,6 +199,14 @@ def _render_flags(p: argparse.ArgumentParser) -> None:
         help=f"attempts per item before it fails (default {MAX_ATTEMPTS})",
     )
     g.add_argument("--label", help="a human label for the batch (listings, `batches --label`)")
+    g.add_argument(
+        "--priority",
+        type=_priority,
+        default=0,
+        metavar="P",
+        help=f"how its claims rank against other batches', {PRIORITY_MIN} to {PRIORITY_MAX}: "
+        "higher first, a waiting batch rising one level per aging step (default 0)",
+    )
     g.add_argument(
         "--allow-failures",
         type=_allow_failures,
@@ -291,6 +307,19 @@ def _states(text: str) -> list[str]:
             f"states are {', '.join(STATE_NAMES)}, comma-separated; not {text!r}"
         )
     return names
+
+
+def _priority(text: str) -> int:
+    """A batch priority, as a flag's type: a whole number within the bounds."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = PRIORITY_MAX + 1
+    if not PRIORITY_MIN <= value <= PRIORITY_MAX:
+        raise argparse.ArgumentTypeError(
+            f"a priority is a whole number from {PRIORITY_MIN} to {PRIORITY_MAX}, not {text!r}"
+        )
+    return value
 
 
 def _allow_failures(text: str) -> str:
@@ -497,6 +526,30 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table
     _json_flag(p, "status document")
     _database_flags(p)
     p.set_defaults(handler=commands.cancel)
+
+    p = sub.add_parser("pause", help="claim nothing more from a batch; held items finish")
+    p.add_argument("batch")
+    _json_flag(p, "status document")
+    _database_flags(p)
+    p.set_defaults(handler=commands.pause)
+
+    p = sub.add_parser("resume", help="claim a paused batch's items again")
+    p.add_argument("batch")
+    _json_flag(p, "status document")
+    _database_flags(p)
+    p.set_defaults(handler=commands.resume)
+
+    p = sub.add_parser("priority", help="give a batch a new priority")
+    p.add_argument("batch")
+    p.add_argument(
+        "priority",
+        type=_priority,
+        metavar="P",
+        help=f"{PRIORITY_MIN} to {PRIORITY_MAX}, higher claimed first",
+    )
+    _json_flag(p, "status document")
+    _database_flags(p)
+    p.set_defaults(handler=commands.priority)
 
     p = sub.add_parser("requeue", help="give failed/abandoned items a fresh attempt budget")
     p.add_argument("batch")

@@ -176,9 +176,13 @@ def status_table(document: dict[str, Any]) -> Table:
     table.add_row(
         "state",
         literal(
-            document["state"] + (" (cancel requested)" if document["cancel_requested"] else "")
+            document["state"]
+            + (" (cancel requested)" if document["cancel_requested"] else "")
+            + (" (paused)" if document.get("paused") else "")
         ),
     )
+    if document.get("priority"):
+        table.add_row("priority", literal(document["priority"]))
     table.add_row("items", f"{_done(document)}/{document['total']} done")
     for name, n in document["counts"].items():
         if n:
@@ -285,13 +289,14 @@ def print_workers(documents: Sequence[dict[str, Any]]) -> None:
         cells = (
             d["id"], d["status"], d["host"], d["pid"], d["version"], seen, d["concurrency"],
             ",".join(batches) if isinstance(batches, list) else batches, d["store"],
-            d["leases_held"], d["held_not_in_flight"], d["oldest_lease_at"],
+            d.get("store_max_concurrent"), d["leases_held"], d["held_not_in_flight"],
+            d["oldest_lease_at"],
         )  # fmt: skip
         rows.append([literal(c) for c in cells])
     _show(
         (
-            "id", "status", "host", "pid", "version", "seen", "slots", "batches", "store", "held",
-            "not in flight", "oldest lease",
+            "id", "status", "host", "pid", "version", "seen", "slots", "batches", "store",
+            "store limit", "held", "not in flight", "oldest lease",
         ),
         rows,
     )  # fmt: skip

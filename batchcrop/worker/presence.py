@@ -28,7 +28,13 @@ from leases import NOT_IN_FLIGHT, DatabaseUnavailable, HeldItem, LeaseManager, R
 REFRESHES_PER_TIMEOUT = 6
 
 
-def worker_info(*, concurrency: int, batch_ids: Sequence[str] | None, store: str) -> dict[str, Any]:
+def worker_info(
+    *,
+    concurrency: int,
+    batch_ids: Sequence[str] | None,
+    store: str,
+    store_max_concurrent: int | None = None,
+) -> dict[str, Any]:
     """What the registry shows about this process."""
     return {
         "host": socket.gethostname(),
@@ -37,6 +43,7 @@ def worker_info(*, concurrency: int, batch_ids: Sequence[str] | None, store: str
         "concurrency": concurrency,
         "batch_ids": None if batch_ids is None else list(batch_ids),
         "store": store,
+        "store_max_concurrent": store_max_concurrent,
     }
 
 

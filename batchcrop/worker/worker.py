@@ -43,6 +43,7 @@ from batchcrop.settings import (
 from batchcrop.traces import COMMIT, NO_TRACES, Traces
 from batchcrop.worker.attempts import Attempts, Outcome
 from batchcrop.worker.breakers import Breakers
+from batchcrop.worker.lanes import StoreLimitCollector, store_lane
 from batchcrop.worker.presence import Presence, worker_info
 from batchcrop.worker.processing import Attempt, GiveBack, Interruption, Output, write_pool
 from leases import (
@@ -124,6 +125,9 @@ class WorkerOptions:
     threads, as the library does. The CLI's default is one per slot."""
     render_deadline_seconds: float = RENDER_DEADLINE_SECONDS
     """A render in a child past this is killed and fails `render_timeout` (not in threads)."""
+    store_max_concurrent: int | None = None
+    """The fleet's limit on attempts in progress at once that write to this store
+    (`batchcrop.worker.lanes`); None: no limit."""
 
 
 class Worker:
@@ -160,6 +164,10 @@ class Worker:
         self.metrics = metrics
         self.options = options
         self.worker_id = options.worker_id or default_worker_id()
+        # Every slot claims in the store's lane: the fleet's attempts on one store are capped.
+        self._lane = store_lane(store.url, options.store_max_concurrent)
+        if self._lane is not None:
+            metrics.watch(StoreLimitCollector(store.url, self._lane, leases.lane_in_progress))
         self._stopping = threading.Event()
         self._reaper_outage = OutageLog("reaper")
         self._give_back_now = threading.Event()
@@ -256,6 +264,7 @@ class Worker:
             concurrency=self.options.concurrency,
             batch_ids=self.options.batch_ids,
             store=self.store.url,
+            store_max_concurrent=self.options.store_max_concurrent,
         )
         presence = Presence(
             self.leases,
@@ -391,7 +400,9 @@ class Worker:
             # The attempt span's start (`batchcrop.traces`): its claim, the batch list included.
             claim_started = time.time_ns()
             try:
-                claims = self.leases.claim(self.worker_id, 1, group_ids=self.claimable_batches())
+                claims = self.leases.claim(
+                    self.worker_id, 1, group_ids=self.claimable_batches(), lane=self._lane
+                )
             except DatabaseUnavailable as exc:
                 self._outage.failed("database", str(exc))
                 continue

@@ -167,7 +167,7 @@ BAD_BODIES: list[tuple[str, dict[str, Any], str]] = [
     ("deadline over 30 days", {"deadline_seconds": 31 * 86400}, "deadline_seconds"),
     ("max_attempts zero", {"max_attempts": 0}, "max_attempts"),
     ("max_attempts huge", {"max_attempts": 10**9}, "max_attempts"),
-    ("unknown field", {"priority": 1}, "priority"),
+    ("unknown field", {"urgency": 1}, "urgency"),
     ("label with a bidi override", {"label": "invoice \u202egpj.exe"}, "label"),
     ("label with a bidi isolate", {"label": "a\u2067b\u2069"}, "label"),
     ("label with a control character", {"label": "bad\u001b[31m"}, "label"),

@@ -41,8 +41,8 @@ def test_workers_lists_alive_absent_and_unregistered(api: LiveServer) -> None:
         assert mine["leases_held"] == 0
         assert list(mine) == [
             "id", "status", "host", "pid", "version", "started_at", "last_seen_at",
-            "seen_seconds_ago", "concurrency", "batch_ids", "store", "leases_held",
-            "oldest_lease_at", "in_flight", "held_not_in_flight",
+            "seen_seconds_ago", "concurrency", "batch_ids", "store", "store_max_concurrent",
+            "leases_held", "oldest_lease_at", "in_flight", "held_not_in_flight",
         ]  # fmt: skip
         assert documents["gone"]["status"] == "absent"
         assert documents["gone"]["seen_seconds_ago"] >= 60

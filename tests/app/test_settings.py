@@ -69,12 +69,22 @@ def test_source_roots_split_on_the_path_separator() -> None:
         ({"BATCHCROP_S3_REQUEST_CHECKSUM": "always"}, "s3_request_checksum"),
         ({"BATCHCROP_IDLE_POLL_SECONDS": "0"}, "idle_poll_seconds"),
         ({"BATCHCROP_FALLBACK_POLL_SECONDS": "often"}, "fallback_poll_seconds"),
+        ({"BATCHCROP_STORE_MAX_CONCURRENT": "0"}, "store_max_concurrent"),
+        ({"BATCHCROP_STORE_MAX_CONCURRENT": "many"}, "store_max_concurrent"),
     ],
 )
 def test_bad_values_raise_an_error_naming_the_setting(env: dict[str, str], needle: str) -> None:
     """A setting that cannot be used is refused with its name in the message."""
     with pytest.raises(SettingsError, match=needle):
         Settings.load(env=env)
+
+
+def test_the_store_limit_is_read_from_its_variable_and_flag() -> None:
+    """BATCHCROP_STORE_MAX_CONCURRENT sets the store's limit; its flag wins; unset: none."""
+    assert Settings.load(env={}).store_max_concurrent is None
+    env = {"BATCHCROP_STORE_MAX_CONCURRENT": "8"}
+    assert Settings.load(env=env).store_max_concurrent == 8
+    assert Settings.load({"store_max_concurrent": 3}, env=env).store_max_concurrent == 3
 
 
 def test_repr_never_shows_the_token_or_database_password() -> None:

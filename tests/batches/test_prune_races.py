@@ -49,12 +49,13 @@ def _lease_rows(app: App, batch_id: str) -> int:
 
 @pytest.mark.parametrize(
     ("operation", "reads"),
-    [("requeue", 1), ("recrop", 2)],
+    [("requeue", 1), ("recrop", 2), ("pause", 1), ("resume", 1), ("priority", 1)],
 )
 def test_a_requeue_or_recrop_between_prunes_batch_delete_and_purge_is_refused(
     app: App, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, operation: str, reads: int
 ) -> None:
-    """The operation reads the batch row (its last read, before its write), then `prune`
+    """The operation (or a pause, resume or new priority) reads the batch row (its last read,
+    before its write), then `prune`
     deletes that row, then the operation writes, then `prune` purges the group: the operation
     is refused (no such batch) and the prune removes every lease row, rather than leaving the
     item queued in a group without its batch."""
@@ -79,8 +80,12 @@ def test_a_requeue_or_recrop_between_prunes_batch_delete_and_purge_is_refused(
         try:
             if operation == "requeue":
                 app_batches.requeue(batch_id)
-            else:
+            elif operation == "recrop":
                 recrop(app_batches, batch_id, item_id, [0, 0, 50, 50])
+            elif operation == "priority":
+                app_batches.set_priority(batch_id, 3)
+            else:
+                getattr(app_batches, operation)(batch_id)
         except BaseException as exc:  # handed to the test's thread
             outcome.append(exc)
         else:

@@ -423,6 +423,24 @@ def test_sigterm_gives_the_item_back_without_counting_the_attempt(
     assert all(e.to_state != "failed" for e in events)
 
 
+def test_priority_pause_and_resume_through_the_cli(cli: Cli, tmp_path: Path) -> None:
+    """submit --priority sets it, `priority` changes it, pause and resume flip `paused`; an
+    out-of-range priority is a usage error naming it."""
+    write_photos(tmp_path / "src", 2)
+    batch = _submit(cli, tmp_path / "src", "--priority", "4")
+    assert cli.json("status", batch)["priority"] == 4
+    assert cli.json("priority", batch, "-3")["priority"] == -3
+    paused = cli("pause", batch)
+    assert paused.returncode == 0, paused.stderr
+    assert "(paused)" in paused.stdout
+    assert cli.json("status", batch)["paused"] is True
+    assert cli.json("resume", batch)["paused"] is False
+    refused = cli("priority", batch, "11")
+    assert (refused.returncode, "-10 to 10" in refused.stderr) == (2, True), refused.stderr
+    refused = cli("submit", str(tmp_path / "src"), "--priority", "high")
+    assert (refused.returncode, "--priority" in refused.stderr) == (2, True), refused.stderr
+
+
 def test_cancel_and_requeue_through_the_cli(cli: Cli, tmp_path: Path) -> None:
     """cancel abandons unclaimed items; requeue with a new deadline makes the batch succeed."""
     write_photos(tmp_path / "src", 3)

@@ -125,6 +125,8 @@ EXAMPLES: dict[str, Run | InBlock] = {
     "batchcrop items BATCH [--state S,...] [--limit N] [--cursor C]": Run(
         "items {BATCH} --state failed,succeeded --limit 1000", out=r"succeeded"
     ),
+    "batchcrop pause BATCH": Run("pause {BATCH}", out=r"state .*\(paused\)"),
+    "batchcrop priority BATCH P": Run("priority {BATCH} 5", out=r"priority .*5"),
     "batchcrop prune": PRUNE,
     "batchcrop prune --finished-before 30d": PRUNE,
     "batchcrop prune --finished-before 30d [--dry-run] [--json]": Run(
@@ -146,6 +148,7 @@ EXAMPLES: dict[str, Run | InBlock] = {
         out=r"queued +│ 1 ",
         err=r"^requeued 1 item$",
     ),
+    "batchcrop resume BATCH": Run("resume {BATCH}", out=r"state "),
     "batchcrop run": RUN_SAMPLES,
     "batchcrop run --workers 2": Run("run samples --out out --workers 2", out=r"succeeded"),
     "batchcrop run SRC... [--out DIR | --store URL] [--allow-failures N|P%]": Run(

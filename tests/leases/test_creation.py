@@ -345,6 +345,7 @@ def test_new_rows_hold_exactly_the_queued_item(engine: sa.Engine, manager: Lease
         "correlation_id": None,
         "created_at": created_at,
         "updated_at": created_at,
+        "lane": None,
     }
     assert [dict(r._mapping) for r in rows] == [
         {**expected, "id": "a", "seq": 0, "payload": {"ref": "x"}},

@@ -26,7 +26,7 @@ def test_upgrade_twice_is_a_no_op(database_url: str) -> None:
                 {"f": False},
             )
         upgrade(engine)
-        assert current(engine) == revision == "0007"
+        assert current(engine) == revision == "0008"
         inspector = sa.inspect(engine)
         tables = set(inspector.get_table_names())
         assert LEASE_TABLES | {VERSION_TABLE} <= tables
@@ -230,6 +230,36 @@ def test_0007_drops_the_items_foreign_key_on_postgresql_and_downgrades(database_
             command.downgrade(alembic_config(connection), "0006")
         foreign = sa.inspect(engine).get_foreign_keys("lease_items")
         assert [key["referred_table"] for key in foreign] == ["lease_groups"]
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT count(*) FROM lease_items")).scalar_one() == 1
+    finally:
+        engine.dispose()
+
+
+def test_0008_adds_priority_pause_and_lanes_and_downgrades(database_url: str) -> None:
+    """0008 gives existing groups priority 0, unpaused, and existing items no lane, with the
+    in-progress lane index; its downgrade drops them, over the rows already there."""
+    from alembic import command  # noqa: PLC0415
+
+    from leases.migrate import alembic_config  # noqa: PLC0415
+
+    engine = make_engine(database_url)
+    try:
+        upgrade(engine, "0007")
+        _a_group_with_an_item(engine, deadline_at=2)
+        upgrade(engine, "0008")
+        with engine.connect() as conn:
+            group = conn.execute(sa.text("SELECT priority, paused FROM lease_groups")).one()
+            lane = conn.execute(sa.text("SELECT lane FROM lease_items")).scalar_one()
+        assert (group.priority, bool(group.paused), lane) == (0, False, None)
+        indexes = {i["name"] for i in sa.inspect(engine).get_indexes("lease_items")}
+        assert "ix_lease_items_in_progress_lane" in indexes
+        with engine.begin() as connection:
+            command.downgrade(alembic_config(connection), "0007")
+        inspector = sa.inspect(engine)
+        assert "lane" not in {c["name"] for c in inspector.get_columns("lease_items")}
+        group_columns = {c["name"] for c in inspector.get_columns("lease_groups")}
+        assert not {"priority", "paused"} & group_columns
         with engine.connect() as conn:
             assert conn.execute(sa.text("SELECT count(*) FROM lease_items")).scalar_one() == 1
     finally:

@@ -79,19 +79,24 @@ def _assert_uses(plan: str, *indexes: str) -> None:
 
 
 def test_claim_uses_the_queue_indexes(loaded: tuple[sa.Engine, str, str]) -> None:
-    """The claim statement (with its log) walks the retryable-by-due and queued-by-seq indexes."""
+    """The claim statement (with its log) walks the retryable-by-due index and, per claimable
+    group, an ordered index of its queued items: it ranks groups, never sorts the queue."""
     engine, big, _ = loaded
-    claim = pgqueries.claim(limit=10, lease_ms=1000, filtered=False)
-    plan = _plan(engine, _logged(claim, Source(None)))
-    _assert_uses(plan, "ix_lease_items_queued_seq")
-    _assert_uses(plan, "ix_lease_items_retryable_due")
-    one_group = pgqueries.claim(limit=10, lease_ms=1000, filtered=True)
-    # The planner may walk the group's own index or the global queue index filtered by group
-    # (when the group holds most queued rows); either way an ordered index walk.
+    for filtered, params in ((False, {}), (True, {"p_group_ids": [big]})):
+        claim = pgqueries.claim(limit=10, lease_ms=1000, filtered=filtered, aging_ms=1000)
+        plan = _plan(engine, _logged(claim, Source(None)), p_lane=None, **params)
+        _assert_uses(plan, "ix_lease_items_retryable_due")
+        # The planner may walk the group's own index or the global queue index filtered by
+        # group (when the group holds most queued rows); either way an ordered index walk.
+        _assert_uses(plan, "ix_lease_items_group_state_seq", "ix_lease_items_queued_seq")
+
+
+def test_lane_count_reads_the_lane_index(loaded: tuple[sa.Engine, str, str]) -> None:
+    """A lane's in-progress count is a range of the partial index of in-progress lanes."""
+    engine, _, _ = loaded
     _assert_uses(
-        _plan(engine, _logged(one_group, Source(None)), p_group_ids=[big]),
-        "ix_lease_items_group_state_seq",
-        "ix_lease_items_queued_seq",
+        _plan(engine, queries.lane_in_progress(), p_lane="store"),
+        "ix_lease_items_in_progress_lane",
     )
 
 

@@ -71,6 +71,25 @@ def test_a_requeue_and_a_give_back_wake_a_waiting_signal(
 
 @pytest.mark.postgres
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+def test_a_resume_wakes_the_waiters_and_a_pause_does_not(
+    wakeups: Wakeups, make_manager: ManagerFactory
+) -> None:
+    """Resuming a paused group announces its work; pausing it, or resuming it twice, does not."""
+    manager = make_manager()
+    group_id, _ = new_group(manager, 1)
+    signal = wakeups.signal()
+    mark = _settled(signal)
+    manager.pause(group_id)
+    assert not signal.wait(mark, 0.3)
+    assert manager.resume(group_id)
+    assert signal.wait(mark, WAKE_TIMEOUT_SECONDS)
+    mark = _settled(signal)
+    assert not manager.resume(group_id)
+    assert not signal.wait(mark, 0.3)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
 def test_a_retry_wakes_the_waiters_when_it_is_due(
     wakeups: Wakeups, make_manager: ManagerFactory
 ) -> None:

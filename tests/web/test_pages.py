@@ -260,6 +260,28 @@ def test_cancel_asks_first_then_cancels(page: Any, live: Any, sources: list[str]
     assert page.get_by_role("button", name="Cancel batch").is_disabled()
 
 
+def test_pause_resume_and_priority_from_the_page(page: Any, live: Any, sources: list[str]) -> None:
+    """Pause asks first, then the batch is paused and the button offers Resume; a new priority
+    set from its field reaches the batch."""
+    batch = submit(live, sources[:2])
+    open_with_token(page, f"{live.url}/batches/{batch['id']}")
+    page.locator("#sheet li.card").first.wait_for()
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Pause batch").click()
+    page.get_by_text("Paused.").wait_for()
+    page.get_by_role("button", name="Resume batch").wait_for()
+    assert live.client.get(f"/v1/batches/{batch['id']}").json()["paused"] is True
+    page.locator("#priority").fill("4")
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Set priority").click()
+    page.get_by_text("Priority set to 4.").wait_for()
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Resume batch").click()
+    page.get_by_text("Resumed.").wait_for()
+    status = live.client.get(f"/v1/batches/{batch['id']}").json()
+    assert (status["paused"], status["priority"]) == (False, 4)
+
+
 def test_keyboard_reaches_every_action(page: Any, processed: ProcessedBatch) -> None:
     """Tabbing from the top of the batch page reaches the deadline field, both action buttons,
     a per-item requeue and the pager, each with a visible focus outline; Enter on the focused

@@ -91,7 +91,9 @@ function showStatus(fresh) {
       "State",
       stateBadge(status.state),
       status.cancel_requested ? h("span", { class: "flag" }, " cancel requested") : null,
+      status.paused ? h("span", { class: "flag" }, " paused") : null,
     ),
+    ...term("Priority", String(status.priority)),
     ...term("Items", String(status.total)),
     ...term(
       "Counts",
@@ -126,6 +128,10 @@ function showStatus(fresh) {
   fillSheetFilters(status);
   byId("requeue").disabled = [...REQUEUEABLE_STATES].every((state) => c[state] === 0);
   byId("cancel").disabled = TERMINAL_STATES.has(status.state) || status.cancel_requested;
+  byId("pause").textContent = status.paused ? "Resume batch" : "Pause batch";
+  if (!previous || previous.priority !== status.priority) {
+    byId("priority").value = String(status.priority);
+  }
   // Items moved: refresh the lists that show them (not on every poll of an unchanged batch).
   if (previous && JSON.stringify(previous.counts) !== JSON.stringify(status.counts)) {
     refreshLists().catch(onError);
@@ -347,12 +353,15 @@ async function act(question, action, body = {}) {
   try {
     const response = await apiFetch(`/v1/batches/${batchId}/${action}`, {
       method: "POST",
-      body: action === "requeue" ? payload : undefined,
+      body: action === "requeue" || action === "priority" ? payload : undefined,
     });
     const fresh = await response.json();
     const done = {
       requeue: `Requeued. The batch is now ${fresh.state.replace("_", " ")}.`,
       cancel: "Cancel requested. Unclaimed items are abandoned now, held ones shortly.",
+      pause: "Paused. Nothing more is claimed; items under way finish.",
+      resume: "Resumed. Its items are claimed again.",
+      priority: `Priority set to ${fresh.priority}.`,
       redeliver: "A new delivery of the latest callback is on its way.",
     };
     result.textContent = done[action];
@@ -384,6 +393,15 @@ byId("requeue").addEventListener("click", () => {
 byId("cancel").addEventListener("click", () =>
   act("Cancel this batch? Items not yet finished will be abandoned.", "cancel"),
 );
+byId("pause").addEventListener("click", () =>
+  status.paused
+    ? act("Resume this batch?", "resume")
+    : act("Pause this batch? Items under way finish; its deadline runs on.", "pause"),
+);
+byId("set-priority").addEventListener("click", () => {
+  const priority = Number(byId("priority").value);
+  act(`Give this batch priority ${priority}?`, "priority", { priority });
+});
 byId("redeliver").addEventListener("click", () =>
   act("Deliver this batch's latest completion callback again?", "redeliver"),
 );
