@@ -13,13 +13,21 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from batchcrop.crop.budget import MemoryBudget, reserved
-from batchcrop.crop.decode import DCT_FACTORS, decode_cost, decode_rgb, decoded_size, open_image
+from batchcrop.crop.decode import (
+    DCT_FACTORS,
+    OpenedImage,
+    decode_cost,
+    decode_rgb,
+    decoded_size,
+    open_image,
+)
 from batchcrop.crop.faces import DETECTION_BYTES
 from batchcrop.crop.framing import frame
 from batchcrop.crop.geometry import Box
 from batchcrop.crop.limits import MAX_SOURCE_PIXELS
 from batchcrop.crop.people import PEOPLE_DETECTION_BYTES
 from batchcrop.crop.planning import (
+    Plan,
     clipped_focus,
     cut_for,
     factors,
@@ -60,6 +68,14 @@ class Preview:
         return tuple((window.ratio, window.crop_box) for window in self.windows)
 
 
+def look_cost(opened: OpenedImage, decodes: Plan) -> int:
+    """What a preview reserves when framing needs the look: its decode, the face search and
+    the person search (0 when no ratio needs it)."""
+    if not decodes.look:
+        return 0
+    return decode_cost(opened, decodes.saliency_factor) + DETECTION_BYTES + PEOPLE_DETECTION_BYTES
+
+
 def preview_windows(
     data: bytes,
     spec: RenderSpec,
@@ -88,10 +104,7 @@ def preview_windows(
     decoded = {factor: decoded_size(opened, factor) for factor in DCT_FACTORS}
     stored = opened.image.size
     if decodes.look:
-        cost = (
-            decode_cost(opened, decodes.saliency_factor) + DETECTION_BYTES + PEOPLE_DETECTION_BYTES
-        )
-        with reserved(budget, cost, timeout=timeout):
+        with reserved(budget, look_cost(opened, decodes), timeout=timeout):
             picture = decode_rgb(opened, decodes.saliency_factor)
             framed = frame(picture, size, spec, focus)
             del picture

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from batchcrop.crop.crop_boxes import Preview, preview_windows
+from batchcrop.crop.crop_boxes import Preview, look_cost, preview_windows
 from batchcrop.crop.decode import decode_cost, open_image
-from batchcrop.crop.faces import DETECTION_BYTES
 from batchcrop.crop.geometry import Box
 from batchcrop.crop.limits import MAX_SOURCE_PIXELS
 from batchcrop.crop.planning import clipped_focus, plan
@@ -48,17 +47,14 @@ class WindowsJob:
     focus: Box | None = None
 
     def cost_bytes(self) -> int:
-        """The saliency decode and the face search, when any ratio needs a window placed (as
-        `preview_windows` reserves them); raises `InvalidFocus` for a box outside the picture
+        """The look decode, the face search and the person search, when framing needs the look
+        (as `preview_windows` reserves them); raises `InvalidFocus` for a box outside the picture
         before any child is used."""
         opened = open_image(self.data, MAX_SOURCE_PIXELS)
         try:
             if self.focus is not None:
                 clipped_focus(self.focus, opened.size)
-            decodes = plan(opened, self.spec)
-            if all(window == opened.size for window in decodes.windows):
-                return 0
-            return decode_cost(opened, decodes.saliency_factor) + DETECTION_BYTES
+            return look_cost(opened, plan(opened, self.spec))
         finally:
             opened.image.close()
 
