@@ -340,13 +340,22 @@ def _being_created(group_id: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
     return sa.exists().where(groups.c.id == group_id, sa.not_(groups.c.sealed))
 
 
+def paused_group(group_id: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
+    """Whether `group_id` names a paused group: its items are work nobody may claim until it
+    resumes, so the queue an autoscaler reads leaves them out (one probe of the groups' primary
+    key per row)."""
+    return sa.exists().where(groups.c.id == group_id, groups.c.paused)
+
+
 def queue_depth() -> sa.Select[Any]:
-    """Unfinished items by state over every sealed group, from the counters: (state, n)."""
+    """Unfinished items by state over every sealed group not paused, from the counters:
+    (state, n)."""
     return (
         sa.select(counters.c.state, sa.func.sum(counters.c.n).label("n"))
         .where(
             state_in_column(counters.c.state, UNFINISHED),
             sa.not_(_being_created(counters.c.group_id)),
+            sa.not_(paused_group(counters.c.group_id)),
         )
         .group_by(counters.c.state)
     )
@@ -362,10 +371,12 @@ def head_queued_age_ms() -> sa.Select[Any]:
     probe of the queued-seq partial index. Items of a group still being created are not left
     out here (unlike `queue_depth`): `seq` restarts in every group, so skipping them could walk
     a crashed submission's whole chunk on every read; the reaper discards those within
-    `UNSEALED_EXPIRY_SECONDS`."""
+    `UNSEALED_EXPIRY_SECONDS`. Nor are a paused group's, which a probe of the groups' primary key
+    per row skips: a paused batch's queued items at the head of the line are walked past, which
+    costs one probe each (pausing is for the few batches an operator holds)."""
     return (
         sa.select(db_now_ms() - items.c.updated_at)
-        .where(items.c.state == State.QUEUED.value)
+        .where(items.c.state == State.QUEUED.value, sa.not_(paused_group(items.c.group_id)))
         .order_by(items.c.seq)
         .limit(1)
     )

@@ -12,6 +12,7 @@ from sqlalchemy.sql.expression import ColumnElement
 
 from batchcrop.db.tables import batches, deliveries, derivatives, previews, pruned, recrops
 from leases import UNFINISHED, State
+from leases.group_queries import paused_group
 from leases.schema import counters as lease_counters
 from leases.schema import items as lease_items
 
@@ -111,13 +112,16 @@ def batch_stores(batch_ids: Collection[str]) -> sa.Select[Any]:
 def queue_by_store() -> sa.Select[Any]:
     """(store, state, n): the unfinished items of every batch by its store, from the lease
     counters (a group still being created has no batch row yet, and a callback delivery's group
-    is no batch: neither is counted)."""
+    is no batch: neither is counted); a paused batch's items count 0 (nobody may claim them
+    until it resumes, so an autoscaler must not add workers for them; its store stays listed)."""
     unfinished = [s.value for s in State if s in UNFINISHED]
     return (
         sa.select(
             batches.c.store,
             lease_counters.c.state,
-            sa.func.sum(lease_counters.c.n).label("n"),
+            sa.func.sum(
+                sa.case((paused_group(lease_counters.c.group_id), 0), else_=lease_counters.c.n)
+            ).label("n"),
         )
         .join(batches, batches.c.id == lease_counters.c.group_id)
         .where(lease_counters.c.state.in_(unfinished))

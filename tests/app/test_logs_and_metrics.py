@@ -6,6 +6,7 @@ import json
 import logging
 import platform
 import re
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,7 +21,7 @@ from batchcrop.batches.items import ItemRequest
 from batchcrop.batches.submission import BatchRequest
 from batchcrop.crop import RenderSpec
 from batchcrop.logs import LogSettingError, OutageLog, configure, figure, log_event
-from batchcrop.metrics import Metrics
+from batchcrop.metrics import QUEUE_CACHE_SECONDS, Metrics
 from batchcrop.worker.worker import WorkerOptions
 from leases import DatabaseUnavailable, QueueStats, State
 from storage import LocalStore
@@ -198,6 +199,33 @@ def test_the_queue_gauges_read_the_database(make_app: Callable[..., App], tmp_pa
         samples["batchcrop_queue_items"][(("state", "queued"), ("store", status["store"]))] == 3.0
     )
     assert 0.0 <= samples["batchcrop_queue_oldest_queued_age_seconds"][()] < 60.0
+
+
+def test_a_paused_batch_is_no_work_for_the_autoscaler(
+    make_app: Callable[..., App], tmp_path: str
+) -> None:
+    """A paused batch's queued items leave the items gauge and the head's age (nobody may claim
+    them, so a fleet must not grow for them); resumed, they are counted again."""
+    app = make_app()
+    request = BatchRequest(
+        items=tuple(ItemRequest(source=f"/nowhere/{n}.jpg") for n in range(3)),
+        spec=RenderSpec.from_input({}),
+        deadline_seconds=3600.0,
+        max_attempts=3,
+    )
+    status, _ = app.batches.submit(request)
+    app.leases.worker_seen("w-1", {"store": status["store"], "batch_ids": None})
+    queued = (("state", "queued"), ("store", status["store"]))
+    app.batches.pause(status["id"])
+    samples = scrape(app.metrics)
+    assert samples["batchcrop_queue_items"][queued] == 0.0
+    assert samples["batchcrop_queue_oldest_queued_age_seconds"][()] == 0.0
+    assert app.leases.queue().counts.get(State.QUEUED, 0) == 0
+    app.batches.resume(status["id"])
+    time.sleep(QUEUE_CACHE_SECONDS)  # past the gauges' cache
+    samples = scrape(app.metrics)
+    assert samples["batchcrop_queue_items"][queued] == 3.0
+    assert app.leases.queue().counts[State.QUEUED] == 3
 
 
 def test_python_warnings_are_one_strict_log_line(stderr: Stderr) -> None:
