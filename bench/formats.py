@@ -37,7 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from batchcrop.crop import RenderSpec, render
 from batchcrop.crop.decode import decode_rgb, open_image
-from batchcrop.crop.encode import FORMATS, encode, encoder_quality
+from batchcrop.crop.encode import FORMATS, encoder_quality
+from batchcrop.crop.matching import encode
 from batchcrop.crop.limits import MAX_SOURCE_PIXELS
 from bench.crop import SPEC, generate
 

@@ -1,18 +1,18 @@
 """`render`: one source's bytes in, one encoded image per ratio and output format out.
 
-Each output is a function of the source bytes, its own ratio and the render settings only, never
-of the other ratios asked for with it (docs/design.md §6, determinism). Saliency comes from the
-decode a whole-picture output would use (source and `max_side` alone); each ratio is resampled
-with Lanczos from a decode whose DCT reduction depends on that ratio alone, decoding once per
-distinct reduction, and cut from a canvas that depends on its scale alone (`resample`); every
-output is encoded once per format asked for (`encode`): baseline JPEG, WebP, AVIF, 1-channel
-for grey sources. The resampled pixels are shared by the formats, except that a source with
-transparency is resampled a second time with its alpha for the formats that keep it (WebP, AVIF),
-so that its JPEG is the same pixels whether or not other formats were asked for. Deterministic:
-same bytes + ratio + format + spec + libraries ⇒ same output bytes and crop box. Thread-safe: no
-shared mutable state; the heavy steps run inside libraries that release the GIL: decoding and
-encoding in Pillow, resampling a canvas in libvips (Pillow for a cut resampled alone or a picture
-with transparency; ADR 0024).
+Each output is a function of the source bytes, its own ratio and the render settings only, never of
+the other ratios asked for with it (docs/design.md §6, determinism). Saliency comes from the decode
+a whole-picture output would use (source and `max_side` alone); each ratio is resampled with Lanczos
+from a decode whose DCT reduction depends on that ratio alone, decoding once per distinct reduction,
+and cut from a canvas that depends on its scale alone (`resample`); every output is encoded once per
+format asked for (`matching.encode_formats`): baseline JPEG, and WebP and AVIF at the setting that
+matches the JPEG's SSIMULACRA2 score; 1-channel for grey sources. The resampled pixels are shared by
+the formats, except that a source with transparency is resampled a second time with its alpha for
+the formats that keep it (WebP, AVIF), so that its JPEG is the same pixels whether or not other
+formats were asked for. Deterministic: same bytes + ratio + format + spec + libraries ⇒ same output
+bytes and crop box. Thread-safe: no shared mutable state; the heavy steps run inside libraries that
+release the GIL: decoding and encoding in Pillow, resampling a canvas in libvips (Pillow for a cut
+resampled alone or a picture with transparency; ADR 0024).
 """
 
 from __future__ import annotations
@@ -25,9 +25,10 @@ from PIL import Image
 from batchcrop.crop.budget import MemoryBudget, reserved
 from batchcrop.crop.colour import GREY_MODES, has_alpha
 from batchcrop.crop.decode import OpenedImage, decode_rgb, open_image
-from batchcrop.crop.encode import FORMATS, encode
+from batchcrop.crop.encode import FORMATS
 from batchcrop.crop.geometry import Box
 from batchcrop.crop.limits import MAX_SOURCE_PIXELS
+from batchcrop.crop.matching import encode_formats
 from batchcrop.crop.planning import Plan, clipped_focus, cut_for, placed_windows, plan
 from batchcrop.crop.resample import resample_all
 from batchcrop.crop.spec import Ratio, RenderSpec, Rendition
@@ -133,18 +134,24 @@ def _render(
             for index, (image, box) in zip(members, pictures, strict=True):
                 # A grey source's three channels are equal: L keeps every value.
                 output = image.convert("L") if grey and image.mode == "RGB" else image
+                encoded = encode_formats(output, formats, spec.quality)
                 for name in formats:
-                    renditions[index, name] = _encoded(
-                        spec.ratios[index], output, box, spec.quality, name, source=size
+                    renditions[index, name] = _rendition(
+                        spec.ratios[index], output, box, encoded[name], name, source=size
                     )
             del pictures
     return [renditions[index, name] for index in range(len(spec.ratios)) for name in spec.formats]
 
 
-def _encoded(
-    ratio: Ratio, image: Image.Image, box: Box, quality: int, name: str, *, source: tuple[int, int]
+def _rendition(
+    ratio: Ratio,
+    image: Image.Image,
+    box: Box,
+    encoded: bytes,
+    name: str,
+    *,
+    source: tuple[int, int],
 ) -> Rendition:
-    encoded = encode(image, name, quality)
     return Rendition(
         ratio=ratio,
         data=encoded,

@@ -17,9 +17,9 @@ import numpy as np
 import PIL
 from PIL import features
 
-from batchcrop.crop.encode import encoder_settings
 from batchcrop.crop.faces import face_detector
 from batchcrop.crop.geometry import Box
+from batchcrop.crop.matching import encoder_settings
 from batchcrop.crop.resample import vips_version
 from batchcrop.crop.spec import RenderSpec
 from batchcrop.crop.thumbnails import PREVIEW_MAX_SIDE_PX, THUMBNAIL_QUALITY

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from batchcrop.crop import ALGORITHM_VERSION, Ratio, RenderSpec, variant_of
-from batchcrop.crop.encode import encoder_settings
+from batchcrop.crop.matching import encoder_settings
 from batchcrop.crop.fields import KeyPart, list_field, whole_field
 from batchcrop.crop.spec import FORMAT_NAMES
 from batchcrop.crop.variant import _library_versions, variant_text
