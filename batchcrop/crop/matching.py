@@ -18,8 +18,10 @@ at least the JPEG's but in the two bounded ones (docs/design.md §6, ADR 0039). 
 encoded whether or not it was asked for: the other formats' bytes depend on the pixels and the
 quality only, never on the formats listed with them.
 
-A picture with transparency is matched as it is seen on white, as its JPEG shows it: the
-reference, the JPEG and each candidate's decode are flattened onto white before scoring.
+A picture with transparency is matched as it is seen on white, as its JPEG shows it, and on
+black: its JPEG's score is taken on white, and a candidate's score is the lower of its score on
+white and on black (each against the picture flattened onto the same), so that the alpha plane
+is held to the same look as the colours (a page may be dark).
 
 Deterministic: every step is a pure function of the pixels, the settings and the libraries, and
 the search visits settings in a fixed order; the scores are float32 sums whose last bits could
@@ -57,6 +59,7 @@ MATCH_VERSION = "1"
 MATCH_TEXT = f"match{MATCH_VERSION}-ssimulacra2-ge-jpeg-le-jpeg-bytes"
 """The search as the variant names it (`encoder_settings`)."""
 SETTING_MIN = 1
+BLACK_RGB = (0, 0, 0)
 SETTING_MAX = {"webp": 100, "avif": AVIF_MAX_SETTING}
 
 
@@ -113,20 +116,23 @@ def matched_formats(image: Image.Image, names: Iterable[str], quality: int) -> d
     names = tuple(names)
     if "jpeg" in names and image.mode == "RGBA":
         raise ValueError("a JPEG has no transparency: flatten the picture first")
-    seen = _seen(image)
+    seen = _seen(image, BACKGROUND_RGB)
     jpeg = encode_jpeg(seen, quality)
     found: dict[str, Matched] = {}
     jpeg_score = float("nan")  # scored only when another format is matched to it
     if any(name != "jpeg" for name in names):
-        reference = Reference(np.asarray(seen))
-        jpeg_score = reference.score(np.asarray(Image.open(io.BytesIO(jpeg)).convert("RGB")))
+        references = [(BACKGROUND_RGB, Reference(np.asarray(seen)))]
+        if image.mode == "RGBA":
+            references.append((BLACK_RGB, Reference(np.asarray(_seen(image, BLACK_RGB)))))
+        decoded = np.asarray(Image.open(io.BytesIO(jpeg)).convert("RGB"))
+        jpeg_score = references[0][1].score(decoded)
         for name in names:
             if name != "jpeg":
                 found[name] = _matched(
                     image,
                     name,
                     quality,
-                    reference=reference,
+                    references=references,
                     jpeg_score=jpeg_score,
                     jpeg_bytes=len(jpeg),
                 )
@@ -134,11 +140,11 @@ def matched_formats(image: Image.Image, names: Iterable[str], quality: int) -> d
     return {name: found[name] for name in names}
 
 
-def _seen(image: Image.Image) -> Image.Image:
-    """The picture as shown on white: RGBA flattened, other modes as they are."""
+def _seen(image: Image.Image, background: tuple[int, int, int]) -> Image.Image:
+    """The picture as shown on `background`: RGBA flattened, other modes as they are."""
     if image.mode != "RGBA":
         return image
-    flat = Image.new("RGB", image.size, BACKGROUND_RGB)
+    flat = Image.new("RGB", image.size, background)
     flat.paste(image.convert("RGB"), (0, 0), image.getchannel("A"))
     return flat
 
@@ -148,7 +154,7 @@ def _matched(
     name: str,
     quality: int,
     *,
-    reference: Reference,
+    references: list[tuple[tuple[int, int, int], Reference]],
     jpeg_score: float,
     jpeg_bytes: int,
 ) -> Matched:
@@ -159,9 +165,12 @@ def _matched(
             data = encode_at(image, name, setting)
             decoded: Image.Image = Image.open(io.BytesIO(data))
             if image.mode == "RGBA":
-                decoded = _seen(decoded.convert("RGBA"))
-            decoded = decoded.convert("RGB")
-            probes[setting] = (data, reference.score(np.asarray(decoded)))
+                decoded = decoded.convert("RGBA")
+            score = min(
+                reference.score(np.asarray(_seen(decoded, background).convert("RGB")))
+                for background, reference in references
+            )
+            probes[setting] = (data, score)
         return probes[setting]
 
     low, high = SETTING_MIN, SETTING_MAX[name]

@@ -8,10 +8,11 @@ from dataclasses import make_dataclass
 from typing import Any
 
 import pytest
+from PIL import features
 
 from batchcrop.crop import ALGORITHM_VERSION, Ratio, RenderSpec, variant_of
-from batchcrop.crop.matching import encoder_settings
 from batchcrop.crop.fields import KeyPart, list_field, whole_field
+from batchcrop.crop.matching import encoder_settings
 from batchcrop.crop.spec import FORMAT_NAMES
 from batchcrop.crop.variant import _library_versions, variant_text
 
@@ -120,3 +121,21 @@ def test_todays_byte_changing_fields_are_max_side_and_quality() -> None:
         "quality": KeyPart.VARIANT,
         "formats": KeyPart.NAMED,
     }
+
+
+def test_a_webp_or_avif_variant_names_the_search_that_matches_it_to_the_jpeg() -> None:
+    """WebP's and AVIF's settings text names the matching search, its starts and the encoder's
+    effort per size class, so their keys changed when the search replaced the calibrated
+    settings (whose text is gone from it); a JPEG's text names none of it."""
+    spec = RenderSpec(ratios=SQUARE, max_side=1200, quality=85)
+    search = "match1-ssimulacra2-ge-jpeg-le-jpeg-bytes"
+    webp = f"webp-lossy-{search}-start81/86/91-m6/6/4-alpha;webp={features.version('webp')}"
+    assert encoder_settings("webp", 85) == webp
+    assert encoder_settings("avif", 85).startswith(
+        f"avif-aom-{search}-start63/72/78-s6/6/8-t1-4:2:0-alpha;libavif="
+    )
+    calibrated = f"output=webp-lossy-q85/85/95-m1-alpha;webp={features.version('webp')}"
+    assert calibrated not in variant_text(spec, None, "webp")
+    assert webp in variant_text(spec, None, "webp")
+    assert search not in variant_text(spec)
+    assert variant_of(spec, None, "webp") != variant_of(spec, None, "avif") != variant_of(spec)
