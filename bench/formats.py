@@ -78,7 +78,7 @@ def upright(data: bytes, side: int) -> Image.Image:
 
 def score(reference: bytes, encoded: bytes) -> float:
     """SSIMULACRA2 of `encoded` against the lossless `reference` (100 = identical)."""
-    from ssimulacra2 import compute_ssimulacra2  # noqa: PLC0415 - the bench extra, calibration only
+    from ssimulacra2 import compute_ssimulacra2  # noqa: PLC0415 - the bench extra, --classes only
 
     return float(compute_ssimulacra2(io.BytesIO(reference), io.BytesIO(encoded)))
 

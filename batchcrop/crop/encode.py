@@ -80,7 +80,7 @@ the bytes only where a score is not monotonic in the setting."""
 
 
 def size_class(long_side: int) -> int:
-    """The calibration class of an output whose longer side is `long_side` pixels."""
+    """The size class of an output whose longer side is `long_side` pixels."""
     return sum(long_side > bound for bound in SIZE_CLASSES_PX)
 
 
