@@ -41,6 +41,11 @@ encode time of 9; the small classes take 6, the largest 8 (docs/benchmarks.md)."
 AVIF_THREADS = 1
 """libaom's bytes depend on its thread count at speeds below 9: one thread keeps them fixed."""
 AVIF_SUBSAMPLING = "4:2:0"
+AVIF_ALPHA_OPTIONS = {"a:end-usage": "q", "a:cq-level": "0"}
+"""libaom's options for the alpha plane alone: quantizer 0, so a transparent output's alpha is
+exact, as WebP's is (its alpha quality is 100 by default). Otherwise the alpha plane follows the
+colour setting, which a flat logo matches to its JPEG's score at AVIF's lowest settings, and its
+edges then moved by up to half of full opacity."""
 AVIF_MAX_SETTING = 99
 """libavif's 100 is lossless, which the search never needs (and its tuning refuses)."""
 
@@ -125,6 +130,7 @@ def encode_at(image: Image.Image, name: str, setting: int) -> bytes:
             codec=AVIF_CODEC,
             max_threads=AVIF_THREADS,
             subsampling=AVIF_SUBSAMPLING,
+            advanced=AVIF_ALPHA_OPTIONS if image.mode == "RGBA" else None,
         )
     else:
         raise ValueError(f"no encoder setting for {name!r}: JPEG takes the quality as it is")

@@ -95,7 +95,7 @@ def encoder_settings(name: str, quality: int) -> str:
         speeds = "/".join(map(str, AVIF_SPEEDS))
         return (
             f"avif-{AVIF_CODEC}-{MATCH_TEXT}-start{start}-s{speeds}-t{AVIF_THREADS}-"
-            f"{AVIF_SUBSAMPLING}-alpha;{avif_versions()}"
+            f"{AVIF_SUBSAMPLING}-alpha-cq0;{avif_versions()}"
         )
     raise ValueError(f"no encoder settings text for {name!r}: JPEG's is the variant's own")
 

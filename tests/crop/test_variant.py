@@ -132,7 +132,7 @@ def test_a_webp_or_avif_variant_names_the_search_that_matches_it_to_the_jpeg() -
     webp = f"webp-lossy-{search}-start81/86/91-m6/6/4-alpha;webp={features.version('webp')}"
     assert encoder_settings("webp", 85) == webp
     assert encoder_settings("avif", 85).startswith(
-        f"avif-aom-{search}-start63/72/78-s6/6/8-t1-4:2:0-alpha;libavif="
+        f"avif-aom-{search}-start63/72/78-s6/6/8-t1-4:2:0-alpha-cq0;libavif="
     )
     calibrated = f"output=webp-lossy-q85/85/95-m1-alpha;webp={features.version('webp')}"
     assert calibrated not in variant_text(spec, None, "webp")
