@@ -145,12 +145,16 @@ FocusBox = Annotated[
 
 FormatName = Literal["jpeg", "webp", "avif"]
 """An output format (`batchcrop.crop.spec.FORMAT_NAMES`)."""
+QualityMatchName = Literal["table", "jpeg"]
+"""How WebP's and AVIF's settings are found (`batchcrop.crop.spec.QUALITY_MATCHES`)."""
 
 
 def _render_field(name: str) -> Any:
     """The body field of the `RenderSpec` field `name`: its default, limits and description are
     the field's declaration (`RenderSpec.declared`), so they cannot drift from its checks."""
     declared = RenderSpec.declared(name)
+    if declared.is_choice:  # its choices are the body field's `Literal` type
+        return Field(default=declared.default_record, description=declared.help)
     if declared.is_list:
         return Field(
             default=declared.default_record,
@@ -186,6 +190,7 @@ class BatchBody(_Strict):
     max_side: int = _render_field("max_side")
     quality: int = _render_field("quality")
     formats: list[FormatName] = _render_field("formats")
+    quality_match: QualityMatchName = _render_field("quality_match")
     deadline_seconds: Seconds = DEADLINE_SECONDS
     max_attempts: Annotated[int, Field(ge=1, le=MAX_ATTEMPTS_MAX)] = MAX_ATTEMPTS
     label: Annotated[
@@ -305,6 +310,7 @@ class StatusDocument(BaseModel):
     max_side: int
     quality: int
     formats: list[FormatName]
+    quality_match: QualityMatchName
     total: int
     counts: Annotated[
         dict[StateName, int],

@@ -172,8 +172,8 @@ def _render_flags(p: argparse.ArgumentParser) -> None:
     for declared in RenderSpec.declarations():
         g.add_argument(
             declared.flag,
-            type=str if declared.is_list else int,
-            metavar=f"{declared.noun.upper()},..." if declared.is_list else "N",
+            type=str if declared.is_list or declared.is_choice else int,
+            metavar=_render_flag_metavar(declared),
             help=_render_flag_help(declared),
         )
     g.add_argument(
@@ -200,10 +200,19 @@ def _render_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _render_flag_metavar(declared: RenderField) -> str:
+    """A render flag's value as help shows it: `N`, `RATIO,...` or `table|jpeg`."""
+    if declared.is_choice:
+        return "|".join(declared.choices)
+    return f"{declared.noun.upper()},..." if declared.is_list else "N"
+
+
 def _render_flag_help(declared: RenderField) -> str:
     """A render flag's help: the declaration's help, limits and default (`%` escaped: argparse
     formats help texts)."""
-    if not declared.is_list:
+    if declared.is_choice:
+        limits = f"one of {', '.join(declared.choices)}"
+    elif not declared.is_list:
         limits = f"{declared.low} to {declared.high}"
     elif declared.choices:
         limits = f"comma-separated among {', '.join(declared.choices)}"

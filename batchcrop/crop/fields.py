@@ -1,8 +1,8 @@
 """How a render request field is declared (docs/design.md §6): once, with everything about it.
 
-`RenderSpec` (`batchcrop/crop/spec.py`) makes each of its fields with `whole_field` or
-`list_field`; its checks, record, input reading, the variant, the CLI flags and the API body
-fields are built from the `RenderField` each carries (ADR 0026).
+`RenderSpec` (`batchcrop/crop/spec.py`) makes each of its fields with `whole_field`,
+`list_field` or `choice_field`; its checks, record, input reading, the variant, the CLI flags
+and the API body fields are built from the `RenderField` each carries (ADR 0026).
 """
 
 from __future__ import annotations
@@ -37,13 +37,15 @@ class KeyPart(enum.Enum):
 
 @dataclass(frozen=True, kw_only=True)
 class RenderField:
-    """Everything about one render request field: made once by `whole_field` or `list_field`,
-    read back (with the dataclass field's `name` and `default`) from `RenderSpec.declarations`.
+    """Everything about one render request field: made once by `whole_field`, `list_field` or
+    `choice_field`, read back (with the dataclass field's `name` and `default`) from
+    `RenderSpec.declarations`.
 
     Its checks, its record, its reading of user input, its part in the variant, its CLI flag
     and its API body field are all built from this. A whole number lies in `low..high`; a list
     holds `low..high` distinct items of `item_type`, given as texts (`"16:9"`, `"webp"`) that
-    `parse_item` reads, each among `choices` when there are any. `original`: one of the first
+    `parse_item` reads, each among `choices` when there are any; a choice is one text among
+    `choices` (`"table"`), read by `parse_item`. `original`: one of the first
     release's fields, which the idempotency fingerprint and the variant always hash; a field
     added later is hashed only when it is not at its default, so fingerprints and keys made
     before it existed stay what they were.
@@ -68,6 +70,11 @@ class RenderField:
         return self.item_type is not None
 
     @property
+    def is_choice(self) -> bool:
+        """One text among `choices` (`quality_match`) rather than a number or a list."""
+        return self.item_type is None and bool(self.choices)
+
+    @property
     def flag(self) -> str:
         """The CLI flag of the same name: `--max-side`."""
         return "--" + self.name.replace("_", "-")
@@ -86,6 +93,9 @@ class RenderField:
         comma-separated text); raise `SpecError` naming the field or item when it cannot."""
         if self.parse_item is None:
             return raw  # a whole number: `check` refuses anything else
+        if self.is_choice:
+            # Anything but a text is left as it is, for `check` to refuse naming the field.
+            return self.parse_item(raw) if isinstance(raw, str) else raw
         if isinstance(raw, str):
             raw = [text for text in raw.split(",") if text.strip()]
         if not isinstance(raw, Sequence):
@@ -108,6 +118,12 @@ class RenderField:
     def check(self, value: Any) -> None:
         """Raise `SpecError` naming the field unless `value` is one of its values."""
         name = self.name
+        if self.is_choice:
+            if value not in self.choices:
+                raise SpecError(
+                    name, f"{name} must be one of {', '.join(self.choices)}, got {value!r}"
+                )
+            return
         if self.item_type is None:
             if isinstance(value, bool) or not isinstance(value, int):
                 raise SpecError(name, f"{name} must be a whole number, got {value!r}")
@@ -163,3 +179,31 @@ def list_field(
         choices=choices,
     )
     return field(default=declared.read(default), metadata={DECLARATION: declared})
+
+
+def choice_field(
+    default: str,
+    choices: tuple[str, ...],
+    *,
+    help: str,
+    key: KeyPart,
+    original: bool = False,
+) -> Any:
+    """A `RenderSpec` field holding one text among `choices`, read trimmed and in lower case
+    (see `RenderField`)."""
+    declared = RenderField(
+        help=help,
+        key=key,
+        low=1,
+        high=1,
+        original=original,
+        parse_item=_choice_text,
+        noun="choice",
+        example=choices[0],
+        choices=choices,
+    )
+    return field(default=default, metadata={DECLARATION: declared})
+
+
+def _choice_text(text: str) -> str:
+    return text.strip().lower()

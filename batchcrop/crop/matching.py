@@ -1,4 +1,10 @@
-"""Each WebP and AVIF output matched to its JPEG: the JPEG's SSIMULACRA2 score in fewer bytes.
+"""WebP and AVIF quality by the request's `quality_match`: calibrated, or matched to the JPEG.
+
+Under the default `table`, `encode_formats` encodes each output once per format, WebP and AVIF
+at the calibrated setting (`encode.encode`, `CALIBRATION`). Under `jpeg` (opt-in: a 12 MP source
+with four 1200 px ratios renders in 38 s with all three formats against 0.8 s for JPEG alone,
+docs/benchmarks.md, ADR 0039), each WebP and AVIF output is matched to its JPEG: the JPEG's
+SSIMULACRA2 score in fewer bytes, as follows.
 
 For one output's pixels and the request's quality (the JPEG scale), `encode_formats` encodes the
 JPEG at that quality and scores it against the pixels (`ssimulacra2`); then, per other format,
@@ -45,13 +51,17 @@ from batchcrop.crop.encode import (
     AVIF_SPEEDS,
     AVIF_SUBSAMPLING,
     AVIF_THREADS,
+    MATCH_STARTS,
     SIZE_CLASSES_PX,
     WEBP_METHODS,
     avif_versions,
+    encode,
     encode_at,
     encode_jpeg,
     encoder_quality,
 )
+from batchcrop.crop.encode import encoder_settings as calibrated_settings
+from batchcrop.crop.spec import QUALITY_MATCH_DEFAULT
 from batchcrop.crop.ssimulacra2 import Reference
 
 MATCH_VERSION = "1"
@@ -79,12 +89,17 @@ class Matched:
     bound: str
 
 
-def encoder_settings(name: str, quality: int) -> str:
-    """Everything besides the pixels that decides the bytes of `name` at `quality`, as text for
-    the variant (`variant_of`): the search (`MATCH_TEXT`), its starting settings per
-    size class (`start85/88/90`), the encoder's effort per class and its libraries' versions."""
+def encoder_settings(name: str, quality: int, match: str = QUALITY_MATCH_DEFAULT) -> str:
+    """Everything besides the pixels that decides the bytes of `name` at `quality` under the
+    `quality_match` `match`, as text for the variant (`variant_of`): under `table` the
+    calibrated settings (`encode.encoder_settings`); under `jpeg` the search (`MATCH_TEXT`), its
+    starting settings per size class (`start85/88/90`), the encoder's effort per class and its
+    libraries' versions."""
+    if match == QUALITY_MATCH_DEFAULT:
+        return calibrated_settings(name, quality)
     start = "/".join(
-        str(encoder_quality(name, quality, bound + 1)) for bound in (0, *SIZE_CLASSES_PX)
+        str(encoder_quality(name, quality, bound + 1, MATCH_STARTS))
+        for bound in (0, *SIZE_CLASSES_PX)
     )
     if name == "webp":
         methods = "/".join(map(str, WEBP_METHODS))
@@ -100,15 +115,16 @@ def encoder_settings(name: str, quality: int) -> str:
     raise ValueError(f"no encoder settings text for {name!r}: JPEG's is the variant's own")
 
 
-def encode_formats(image: Image.Image, names: Iterable[str], quality: int) -> dict[str, bytes]:
+def encode_formats(
+    image: Image.Image, names: Iterable[str], quality: int, match: str = QUALITY_MATCH_DEFAULT
+) -> dict[str, bytes]:
     """`image` (L, RGB, or RGBA for WebP and AVIF) encoded in each format of `names` at
-    `quality` on the JPEG scale; each WebP and AVIF output matched to the JPEG (module doc)."""
+    `quality` on the JPEG scale: under the `quality_match` `table`, once per format at the
+    calibrated setting; under `jpeg`, each WebP and AVIF output matched to the JPEG (module
+    doc)."""
+    if match == QUALITY_MATCH_DEFAULT:
+        return {name: encode(image, name, quality) for name in names}
     return {name: output.data for name, output in matched_formats(image, names, quality).items()}
-
-
-def encode(image: Image.Image, name: str, quality: int) -> bytes:
-    """`image` encoded as `name` at `quality` on the JPEG scale (see `encode_formats`)."""
-    return encode_formats(image, (name,), quality)[name]
 
 
 def matched_formats(image: Image.Image, names: Iterable[str], quality: int) -> dict[str, Matched]:
@@ -174,7 +190,7 @@ def _matched(
         return probes[setting]
 
     low, high = SETTING_MIN, SETTING_MAX[name]
-    start = min(max(encoder_quality(name, quality, max(image.size)), low), high)
+    start = min(max(encoder_quality(name, quality, max(image.size), MATCH_STARTS), low), high)
     setting = _first_true(lambda q: probe(q)[1] >= jpeg_score, start, low, high)
     bound = ""
     if setting is None:

@@ -27,9 +27,9 @@ AVIF_ENCODER_BYTES_PER_PIXEL = 24
 per output pixel: its peak measured 13 bytes per pixel on a 1200x900 noise picture at speed 9."""
 
 MATCHING_BYTES_PER_PIXEL = 160
-"""The search that matches a WebP or AVIF output to its JPEG (`matching`), per output pixel at
-its peak: the reference's float32 planes at every scale (64 bytes) and a candidate's while it is
-scored (96), measured with tracemalloc on a 1200x900 picture."""
+"""The search that matches a WebP or AVIF output to its JPEG (`matching`, `quality_match`
+`jpeg`), per output pixel at its peak: the reference's float32 planes at every scale (64 bytes)
+and a candidate's while it is scored (96), measured with tracemalloc on a 1200x900 picture."""
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ def plan(opened: OpenedImage, spec: RenderSpec) -> Plan:
     )
     if "avif" in spec.formats:
         cost += AVIF_ENCODER_BYTES_PER_PIXEL * largest
-    if any(name != "jpeg" for name in spec.formats):
+    if spec.quality_match == "jpeg" and any(name != "jpeg" for name in spec.formats):
         # One output is matched at a time, its WebP and AVIF against one reference.
         cost += MATCHING_BYTES_PER_PIXEL * largest
     if any(window != (width, height) for window in windows):

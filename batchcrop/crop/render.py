@@ -5,8 +5,9 @@ the other ratios asked for with it (docs/design.md §6, determinism). Saliency c
 a whole-picture output would use (source and `max_side` alone); each ratio is resampled with Lanczos
 from a decode whose DCT reduction depends on that ratio alone, decoding once per distinct reduction,
 and cut from a canvas that depends on its scale alone (`resample`); every output is encoded once per
-format asked for (`matching.encode_formats`): baseline JPEG, and WebP and AVIF at the setting that
-matches the JPEG's SSIMULACRA2 score; 1-channel for grey sources. The resampled pixels are shared by
+format asked for (`matching.encode_formats`): baseline JPEG, and WebP and AVIF at the calibrated
+setting or, under `quality_match` `jpeg`, at the one matching the JPEG's SSIMULACRA2 score;
+1-channel for grey sources. The resampled pixels are shared by
 the formats, except that a source with transparency is resampled a second time with its alpha for
 the formats that keep it (WebP, AVIF), so that its JPEG is the same pixels whether or not other
 formats were asked for. Deterministic: same bytes + ratio + format + spec + libraries ⇒ same output
@@ -134,7 +135,7 @@ def _render(
             for index, (image, box) in zip(members, pictures, strict=True):
                 # A grey source's three channels are equal: L keeps every value.
                 output = image.convert("L") if grey and image.mode == "RGB" else image
-                encoded = encode_formats(output, formats, spec.quality)
+                encoded = encode_formats(output, formats, spec.quality, spec.quality_match)
                 for name in formats:
                     renditions[index, name] = _rendition(
                         spec.ratios[index], output, box, encoded[name], name, source=size

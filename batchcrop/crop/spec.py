@@ -19,6 +19,7 @@ from batchcrop.crop.fields import (
     DECLARATION,
     KeyPart,
     RenderField,
+    choice_field,
     list_field,
     whole_field,
 )
@@ -35,6 +36,11 @@ RATIOS_DEFAULT = ("1:1", "4:3", "16:9", "3:4")
 FORMAT_NAMES = ("jpeg", "webp", "avif")
 """The output formats a request may ask for (`batchcrop/crop/encode.py` encodes them)."""
 FORMATS_DEFAULT = ("jpeg",)
+QUALITY_MATCHES = ("table", "jpeg")
+"""How WebP's and AVIF's settings are found (`batchcrop/crop/matching.py`, ADR 0039): `table`,
+the calibrated setting, one encode per output; `jpeg`, a search per output for the JPEG's
+SSIMULACRA2 score within its bytes, several encodes and scores per output."""
+QUALITY_MATCH_DEFAULT = "table"
 
 _RATIO_PATTERN = re.compile(r"\s*([0-9]+)\s*[:xX]\s*([0-9]+)\s*")
 _DECLARED: dict[type[RenderSpec], tuple[RenderField, ...]] = {}
@@ -84,13 +90,14 @@ def _format_name(text: str) -> str:
 @dataclass(frozen=True)
 class RenderSpec:
     """The derivatives wanted per source: ratios (in output order), longest side, quality (on
-    the JPEG scale, the same visual quality in every format) and output formats (in output order).
+    the JPEG scale, the same visual quality in every format), output formats (in output order)
+    and how WebP's and AVIF's settings meet the quality (`quality_match`).
 
-    Each field is declared once with `whole_field` or `list_field` (docs/design.md §6). Its
-    record (`to_record`) is what a batch stores, what the status document shows and what the
-    idempotency fingerprint hashes; a field added here reaches those, the variant (by its
-    `KeyPart`) and the CLI flags by itself, and the API body by one typed line that
-    `tests/api/test_render_fields.py` asks for.
+    Each field is declared once with `whole_field`, `list_field` or `choice_field`
+    (docs/design.md §6). Its record (`to_record`) is what a batch stores, what the status
+    document shows and what the idempotency fingerprint hashes; a field added here reaches
+    those, the variant (by its `KeyPart`) and the CLI flags by itself, and the API body by one
+    typed line that `tests/api/test_render_fields.py` asks for.
     """
 
     ratios: tuple[Ratio, ...] = list_field(
@@ -131,6 +138,13 @@ class RenderSpec:
         key=KeyPart.NAMED,
         choices=FORMAT_NAMES,
     )
+    quality_match: str = choice_field(
+        QUALITY_MATCH_DEFAULT,
+        QUALITY_MATCHES,
+        help="how WebP and AVIF meet the quality: table (calibrated, one encode per output) or "
+        "jpeg (each output searched for its JPEG's SSIMULACRA2 score, many times slower)",
+        key=KeyPart.VARIANT,
+    )
 
     def __post_init__(self) -> None:
         for declared in self.declarations():
@@ -139,7 +153,8 @@ class RenderSpec:
     @classmethod
     def declarations(cls) -> tuple[RenderField, ...]:
         """The fields' declarations in record order, each with its name and default; raise
-        TypeError if a field was not made by `whole_field` or `list_field`."""
+        TypeError if a field was not made by `whole_field`, `list_field` or
+        `choice_field`."""
         declared = _DECLARED.get(cls)
         if declared is None:  # two threads may both read them: the same tuple either way
             declared = _DECLARED[cls] = _declarations(cls)
@@ -215,7 +230,7 @@ def _declarations(cls: type[RenderSpec]) -> tuple[RenderField, ...]:
         if not isinstance(declaration, RenderField):
             raise TypeError(
                 f"{cls.__name__}.{spec_field.name} is not declared: render fields are made by "
-                "whole_field or list_field (docs/design.md §6)"
+                "whole_field, list_field or choice_field (docs/design.md §6)"
             )
         declared.append(replace(declaration, name=spec_field.name, default=spec_field.default))
     return tuple(declared)

@@ -73,7 +73,7 @@ def variant_text(spec: RenderSpec, focus: Box | None = None, output: str = "jpeg
     )
     text = f"{settings};format={OUTPUT_FORMAT};algorithm={ALGORITHM_VERSION};{_library_versions()}"
     if output != "jpeg":
-        text += f";output={encoder_settings(output, spec.quality)}"
+        text += f";output={encoder_settings(output, spec.quality, spec.quality_match)}"
     if focus is not None:
         text += ";focus={},{},{},{}".format(*focus)
     return text

@@ -28,7 +28,9 @@ def test_every_render_field_is_a_body_field_as_declared(declared: RenderField) -
     `RenderSpec` without its body field, or a body field that drifts from it, fails here."""
     schema = _property(declared.name)
     assert (schema["default"], schema["description"]) == (declared.default_record, declared.help)
-    if declared.is_list:
+    if declared.is_choice:
+        assert (schema["type"], schema["enum"]) == ("string", list(declared.choices))
+    elif declared.is_list:
         limits = (schema["type"], schema["minItems"], schema["maxItems"])
         assert limits == ("array", declared.low, declared.high)
         items = schema["items"]
@@ -53,10 +55,17 @@ def test_every_render_field_reaches_the_spec() -> None:
             "max_side": 640,
             "quality": 70,
             "formats": ["webp", "jpeg"],
+            "quality_match": "jpeg",
         }
     )
     expected = RenderSpec.from_input(
-        {"ratios": "16:9,1:1", "max_side": 640, "quality": 70, "formats": "webp,jpeg"}
+        {
+            "ratios": "16:9,1:1",
+            "max_side": 640,
+            "quality": 70,
+            "formats": "webp,jpeg",
+            "quality_match": "jpeg",
+        }
     )
     assert expected == render_spec(body)
     # Every field off its default, so a field not handed over would show.

@@ -33,6 +33,8 @@ def _flag(command: str, declared: RenderField) -> argparse.Action:
 
 
 def _limits(declared: RenderField) -> str:
+    if declared.is_choice:
+        return "one of " + ", ".join(declared.choices)
     if declared.choices:
         return ", ".join(declared.choices)
     return f"{declared.low} to {declared.high}"
@@ -41,13 +43,13 @@ def _limits(declared: RenderField) -> str:
 @pytest.mark.parametrize("command", COMMANDS)
 @pytest.mark.parametrize("declared", DECLARED, ids=[d.name for d in DECLARED])
 def test_every_render_field_has_its_flag_as_declared(command: str, declared: RenderField) -> None:
-    """The flag is `--max-side` for `max_side`, reads a whole number or a comma-separated text,
-    and its help holds the declared help, limits and default; unset, it leaves the default to
-    the spec."""
+    """The flag is `--max-side` for `max_side`, reads a whole number, a comma-separated text or
+    one choice, and its help holds the declared help, limits and default; unset, it leaves the
+    default to the spec."""
     action = _flag(command, declared)
     assert (action.dest, action.type, action.default) == (
         declared.name,
-        str if declared.is_list else int,
+        str if declared.is_list or declared.is_choice else int,
         None,
     )
     default = declared.default_record
@@ -68,9 +70,16 @@ def test_unset_render_flags_give_the_declared_defaults(command: str) -> None:
 def test_every_render_flag_reaches_the_spec(command: str) -> None:
     """Each flag's value is handed to the spec by the field's name."""
     flags = ["--ratios", "16:9,1:1", "--max-side", "640", "--quality", "70", "--formats", "webp"]
+    flags += ["--quality-match", "jpeg"]
     spec = RenderSpec.from_input(vars(build_parser().parse_args([command, "photos", *flags])))
     expected = RenderSpec.from_input(
-        {"ratios": ["16:9", "1:1"], "max_side": 640, "quality": 70, "formats": ["webp"]}
+        {
+            "ratios": ["16:9", "1:1"],
+            "max_side": 640,
+            "quality": 70,
+            "formats": ["webp"],
+            "quality_match": "jpeg",
+        }
     )
     assert expected == spec
     # Every field off its default, so a flag not handed over would show.
@@ -85,6 +94,7 @@ def test_help_shows_every_render_flag_with_its_argument(capsys: pytest.CaptureFi
     shown = " ".join(capsys.readouterr().out.split())
     for declared in DECLARED:
         value = f"{declared.noun.upper()},..." if declared.is_list else "N"
+        value = "|".join(declared.choices) if declared.is_choice else value
         assert f"{declared.flag} {value} {declared.help}" in shown
 
 
@@ -96,6 +106,7 @@ def test_help_shows_every_render_flag_with_its_argument(capsys: pytest.CaptureFi
         (["--ratios", "1:1,16/9"], "ratio must look like 16:9 (two whole numbers), got '16/9'"),
         (["--ratios", "1:1,1:1"], "ratios must be distinct"),
         (["--formats", "jpeg,gif"], "formats: 'gif' is not one of jpeg, webp, avif"),
+        (["--quality-match", "ssim"], "quality_match must be one of table, jpeg, got 'ssim'"),
     ],
 )
 def test_a_bad_render_flag_is_a_usage_error_naming_the_field(

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from batchcrop.crop import Ratio, RenderSpec, render
 from batchcrop.crop.encode import encode_at, encode_jpeg
 from batchcrop.crop.matching import _first_true, matched_formats
 from batchcrop.crop.ssimulacra2 import Reference
@@ -163,3 +164,17 @@ def test_the_galloping_search_finds_the_first_true_testing_each_number_once(star
 
         assert _first_true(test, start, 1, 100) == threshold
         assert len(tested) == len(set(tested)) <= 14
+
+
+def test_a_render_asking_for_the_jpeg_match_gives_matched_outputs() -> None:
+    """With `quality_match` `jpeg` a render's WebP and AVIF are no larger than its JPEG and are
+    other bytes than the default render's, whose JPEG is the same."""
+    data = photos()[0].data
+    default = RenderSpec((Ratio(4, 3),), max_side=400, quality=85, formats=("jpeg", "webp", "avif"))
+    matched = RenderSpec.from_input({**default.to_record(), "quality_match": "jpeg"})
+    plain = {r.format: r.data for r in render(data, default)}
+    outputs = {r.format: r.data for r in render(data, matched)}
+    assert outputs["jpeg"] == plain["jpeg"]
+    for name in ("webp", "avif"):
+        assert len(outputs[name]) <= len(outputs["jpeg"])
+        assert outputs[name] != plain[name]
