@@ -3,7 +3,8 @@
 and the render's time with every format beside JPEG alone on the 12 MP and real-photo sets.
 
     .venv/bin/python bench/formats.py --classes     # bytes, scores and cost per size class
-    .venv/bin/python bench/formats.py [--set synthetic|real] [--images 6] [--rounds 2]
+    .venv/bin/python bench/formats.py [--set synthetic|real] [--images 6] [--rounds 2] \
+        [--quality-match table|jpeg]
 
 `--classes`, per output size class (encode.SIZE_CLASSES_PX; measured at 256, 512 and 1024 px):
 each real photograph (tests/crop/real_photos.py and the other photographs in `OTHER_PHOTOS`,
@@ -13,10 +14,11 @@ matched as WebP and AVIF. The `ssimulacra2` package (the engine's own score is c
 it in tests/crop/test_matching.py) scores each against the pixels encoded. It prints the median
 bytes against the JPEG's, the median score difference, how many outputs are no larger than the
 JPEG and score at least its score less 0.05, how many took a bound (module doc of matching), the
-median setting chosen (encode.CALIBRATION's 85 row is where the search starts), and the median
+median setting chosen (encode.MATCH_STARTS' 85 row is where the search starts), and the median
 milliseconds and encodes per output for each format's search. The timing run renders each
 source with the default request (1:1, 4:3, 16:9, 3:4 at 1200 px, quality 85) as JPEG only and
-as jpeg,webp,avif, and prints the median time of each, their ratio and the bytes per format.
+as jpeg,webp,avif (WebP and AVIF calibrated, or matched with `--quality-match jpeg`), and
+prints the median time of each, their ratio and the bytes per format.
 Needs the `bench` extra (ssimulacra2) for --classes.
 """
 
@@ -41,6 +43,7 @@ from batchcrop.crop.decode import decode_rgb, open_image
 from batchcrop.crop.encode import FORMATS
 from batchcrop.crop.limits import MAX_SOURCE_PIXELS
 from batchcrop.crop.matching import matched_formats
+from batchcrop.crop.spec import QUALITY_MATCH_DEFAULT, QUALITY_MATCHES
 from bench.crop import SPEC, generate
 
 CLASS_SIDES_PX = (256, 512, 1024)
@@ -175,11 +178,12 @@ def sources(kind: str, count: int) -> list[bytes]:
         return [path.read_bytes() for path in sorted(Path(temp).glob("*.jpg"))]
 
 
-def timing(kind: str, count: int, rounds: int) -> None:
-    """Median render time JPEG-only vs all formats, bytes per format, encode ms per output."""
+def timing(kind: str, count: int, rounds: int, match: str) -> None:
+    """Median render time JPEG-only vs all formats (WebP and AVIF by the `quality_match`
+    `match`), bytes per format, encode ms per output."""
     datas = sources(kind, count)
     jpeg_only: RenderSpec = SPEC
-    every = replace(SPEC, formats=ALL_FORMATS)
+    every = replace(SPEC, formats=ALL_FORMATS, quality_match=match)
     render(datas[0], every)  # warm-up
     times: dict[str, list[float]] = {"jpeg": [], "all": []}
     sizes = dict.fromkeys(ALL_FORMATS, 0)
@@ -191,7 +195,10 @@ def timing(kind: str, count: int, rounds: int) -> None:
             sizes[rendition.format] += len(rendition.data)
     outputs = len(datas) * len(SPEC.ratios)
     jpeg_ms, all_ms = statistics.median(times["jpeg"]), statistics.median(times["all"])
-    print(f"{kind} set: {len(datas)} sources, {outputs} outputs per format, quality {SPEC.quality}")
+    print(
+        f"{kind} set: {len(datas)} sources, {outputs} outputs per format, quality {SPEC.quality}, "
+        f"quality_match {match}"
+    )
     print(f"render, JPEG only:        {jpeg_ms:8.1f} ms median per source")
     print(
         f"render, jpeg,webp,avif:   {all_ms:8.1f} ms median per source  ({all_ms / jpeg_ms:.2f}x)"
@@ -214,11 +221,12 @@ def main() -> None:
     parser.add_argument("--set", choices=("synthetic", "real"), default="synthetic")
     parser.add_argument("--images", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--quality-match", choices=QUALITY_MATCHES, default=QUALITY_MATCH_DEFAULT)
     args = parser.parse_args()
     if args.classes:
         classes(SPEC.quality)
     else:
-        timing(args.set, args.images, args.rounds)
+        timing(args.set, args.images, args.rounds, args.quality_match)
 
 
 if __name__ == "__main__":

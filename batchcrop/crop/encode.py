@@ -7,9 +7,9 @@ default 85) that means the same visual quality in every format. How WebP's and A
 settings are found is the request's `quality_match` (docs/design.md §6, ADR 0039): by default
 (`table`) they are read from `CALIBRATION`, one table per output size class (`SIZE_CLASSES_PX`:
 the same setting looks different on a 256 px thumbnail and a 1200 px page image), measured with
-SSIMULACRA2 on real photographs (`bench/formats.py --calibrate`, docs/benchmarks.md, ADR 0031),
-one encode per output (`encode`); with `jpeg`, `matching` searches each output's setting from
-`MATCH_STARTS`, at a higher effort per size class (`encode_at`).
+SSIMULACRA2 on real photographs (the former `bench/formats.py --calibrate`, docs/benchmarks.md,
+ADR 0009), one encode per output (`encode`); with `jpeg`, `matching` searches each output's
+setting from `MATCH_STARTS`, at a higher effort per size class (`encode_at`).
 
 Every encoder is deterministic (same pixels, same settings, same libraries ⇒ same bytes) across
 runs and threads: AVIF is encoded with one encoder thread because libaom's multi-threaded encoder
@@ -92,9 +92,9 @@ CALIBRATION: tuple[tuple[tuple[int, int, int], ...], ...] = (
 """Per size class, rows of (JPEG quality, WebP quality, AVIF quality), the settings of the
 default `quality_match` (`table`): at 70, 85 and 95, the settings whose outputs were, on the
 most real photographs of that class, no larger than the JPEG and within 1 SSIMULACRA2 point of
-it or better; where none was, the nearest in score, then the fewest bytes (`bench/formats.py
---calibrate`, docs/benchmarks.md). The 50 row is the earlier single table's. Qualities between
-two rows are interpolated linearly (`encoder_quality`)."""
+it or better; where none was, the nearest in score, then the fewest bytes (the former
+`bench/formats.py --calibrate`, docs/benchmarks.md). The 50 row is the earlier single
+table's. Qualities between two rows are interpolated linearly (`encoder_quality`)."""
 
 MATCH_STARTS: tuple[tuple[tuple[int, int, int], ...], ...] = (
     ((1, 1, 1), (50, 49, 45), (70, 70, 55), (85, 81, 63), (95, 93, 80), (100, 100, 99)),

@@ -109,12 +109,13 @@ def test_record_round_trips_and_keeps_field_order() -> None:
     """`to_record` gives JSON values in declaration order; `from_record` reads them back."""
     spec = RenderSpec(ratios=(Ratio(16, 9), Ratio(1, 1)), max_side=640, quality=70)
     record = spec.to_record()
-    assert list(record) == ["ratios", "max_side", "quality", "formats"]
+    assert list(record) == ["ratios", "max_side", "quality", "formats", "quality_match"]
     assert record == {
         "ratios": ["16:9", "1:1"],
         "max_side": 640,
         "quality": 70,
         "formats": ["jpeg"],
+        "quality_match": "table",
     }
     assert spec == RenderSpec.from_record(record)
 
