@@ -159,6 +159,8 @@ FormatName = Literal["jpeg", "webp", "avif"]
 """An output format (`batchcrop.crop.spec.FORMAT_NAMES`)."""
 FitName = Literal["crop", "pad", "auto"]
 """A fit (`batchcrop.crop.spec.FIT_NAMES`)."""
+QualityMatchName = Literal["table", "jpeg"]
+"""How WebP's and AVIF's settings are found (`batchcrop.crop.spec.QUALITY_MATCHES`)."""
 
 
 def _render_field(name: str) -> Any:
@@ -207,6 +209,7 @@ class BatchBody(_Strict):
     pad_colour: str = _render_field("pad_colour")
     trim: int = _render_field("trim")
     background: str = _render_field("background")
+    quality_match: QualityMatchName = _render_field("quality_match")
     deadline_seconds: Seconds = DEADLINE_SECONDS
     max_attempts: Annotated[int, Field(ge=1, le=MAX_ATTEMPTS_MAX)] = MAX_ATTEMPTS
     priority: Priority = 0
@@ -353,6 +356,7 @@ class StatusDocument(BaseModel):
     max_side: int
     quality: int
     formats: list[FormatName]
+    quality_match: QualityMatchName
     total: int
     counts: Annotated[
         dict[StateName, int],

@@ -181,7 +181,7 @@ def _render_flags(p: argparse.ArgumentParser) -> None:
         g.add_argument(
             declared.flag,
             type=int if declared.kind == "whole" else str,
-            metavar=_RENDER_METAVARS[declared.kind].format(noun=declared.noun.upper()),
+            metavar=_render_flag_metavar(declared),
             help=_render_flag_help(declared),
         )
     g.add_argument(
@@ -214,6 +214,13 @@ def _render_flags(p: argparse.ArgumentParser) -> None:
         help="failed items the batch tolerates and still ends succeeded (exit 0), as a count "
         "or a percentage of its items, e.g. 5 or 2.5%% (default 0)",
     )
+
+
+def _render_flag_metavar(declared: RenderField) -> str:
+    """A render flag's value as help shows it: `N`, `TEXT`, `RATIO,...` or `crop|pad|auto`."""
+    if declared.text and declared.choices:
+        return "|".join(declared.choices)
+    return _RENDER_METAVARS[declared.kind].format(noun=declared.noun.upper())
 
 
 def _render_flag_help(declared: RenderField) -> str:

@@ -3,10 +3,13 @@
 A batch asks for one or more formats; each (ratio, format) is one derivative. The crop box and the
 resampled pixels are shared: the render resamples once and encodes once per format (a source with
 transparency is the exception, see `render`). `quality` is one number on the JPEG scale (1-100,
-default 85) that means the same visual quality in every format: WebP's and AVIF's own quality
-settings are read from `CALIBRATION`, one table per output size class (`SIZE_CLASSES_PX`: the
-same setting looks different on a 256 px thumbnail and a 1200 px page image), measured with
-SSIMULACRA2 on real photographs (`bench/formats.py --calibrate`, docs/benchmarks.md, ADR 0031).
+default 85) that means the same visual quality in every format. How WebP's and AVIF's own
+settings are found is the request's `quality_match` (docs/design.md §6, ADR 0039): by default
+(`table`) they are read from `CALIBRATION`, one table per output size class (`SIZE_CLASSES_PX`:
+the same setting looks different on a 256 px thumbnail and a 1200 px page image), measured with
+SSIMULACRA2 on real photographs (the former `bench/formats.py --calibrate`, docs/benchmarks.md,
+ADR 0009), one encode per output (`encode`); with `jpeg`, `matching` searches each output's
+setting from `MATCH_STARTS`, at a higher effort per size class (`encode_at`).
 
 Every encoder is deterministic (same pixels, same settings, same libraries ⇒ same bytes) across
 runs and threads: AVIF is encoded with one encoder thread because libaom's multi-threaded encoder
@@ -29,16 +32,34 @@ JPEG_SUBSAMPLING = "4:2:0"
 JPEG_OPTIMIZE = True
 """Optimised Huffman tables: ~12 % smaller files for ~2 ms per 1200 px output; deterministic."""
 WEBP_METHOD = 1
-"""libwebp's effort (0-6): on the 12 MP benchmark's 1200 px outputs, method 1 encodes in 28 ms
-per output against 74 ms for the default 4, with 5 % fewer bytes at the same setting."""
+"""libwebp's effort (0-6) for a calibrated output: on the 12 MP benchmark's 1200 px outputs,
+method 1 encodes in 28 ms per output against 74 ms for the default 4, with 5 % fewer bytes at
+the same setting."""
+WEBP_METHODS = (6, 6, 4)
+"""libwebp's effort (0-6) per size class for a matched output: at the JPEG's SSIMULACRA2 on
+the real photographs, method 4 takes 12 % fewer bytes than method 1 and method 6 another 1-4 %,
+each at two to three times the encode time; the small classes, cheap to encode, take 6
+(docs/benchmarks.md)."""
 AVIF_CODEC = "aom"
 AVIF_SPEED = 9
-"""libaom's speed (0-10): 9 is its fastest setting that still searches (10 gives the same bytes
-here); 8 saves about 7 % of AVIF's bytes at four times the encode time. Even at 9 all three
-formats cost 2.5-3.2 times a JPEG-only render (docs/benchmarks.md), over the 2x aimed for."""
+"""libaom's speed (0-10) for a calibrated output: 9 is its fastest setting that still searches
+(10 gives the same bytes here); 8 saves about 7 % of AVIF's bytes at four times the encode time.
+Even at 9 all three formats cost 2.5-3.2 times a JPEG-only render (docs/benchmarks.md)."""
+AVIF_SPEEDS = (6, 6, 8)
+"""libaom's speed (0-10) per size class for a matched output: at the JPEG's SSIMULACRA2 on
+the real photographs, speed 8 takes 10 % fewer bytes than 9 and speed 6 another 8 %, at
+about four and ten times the encode time of 9; the small classes take 6, the largest 8
+(docs/benchmarks.md)."""
 AVIF_THREADS = 1
 """libaom's bytes depend on its thread count at speeds below 9: one thread keeps them fixed."""
 AVIF_SUBSAMPLING = "4:2:0"
+AVIF_ALPHA_OPTIONS = {"a:end-usage": "q", "a:cq-level": "0"}
+"""libaom's options for a matched output's alpha plane alone: quantizer 0, so its alpha is
+exact, as WebP's is (its alpha quality is 100 by default). Otherwise the alpha plane follows the
+colour setting, which a flat logo matches to its JPEG's score at AVIF's lowest settings, and its
+edges then moved by up to half of full opacity."""
+AVIF_MAX_SETTING = 99
+"""libavif's 100 is lossless, which the search never needs (and its tuning refuses)."""
 
 
 @dataclass(frozen=True)
@@ -60,32 +81,53 @@ FORMATS: dict[str, OutputFormat] = {f.name: f for f in (JPEG, WEBP, AVIF)}
 
 SIZE_CLASSES_PX = (320, 640)
 """Outputs whose longer side is at most 320 px are size class 0, at most 640 px class 1, larger
-ones class 2; each class has its own calibration."""
+ones class 2; each class has its own calibration, and for a matched output its own encoder
+effort and starting settings."""
 
 CALIBRATION: tuple[tuple[tuple[int, int, int], ...], ...] = (
     ((1, 1, 1), (50, 49, 50), (70, 70, 65), (85, 85, 75), (95, 95, 90), (100, 100, 100)),
     ((1, 1, 1), (50, 49, 50), (70, 75, 65), (85, 85, 75), (95, 95, 90), (100, 100, 100)),
     ((1, 1, 1), (50, 49, 50), (70, 90, 75), (85, 95, 85), (95, 95, 90), (100, 100, 100)),
 )
-"""Per size class, rows of (JPEG quality, WebP quality, AVIF quality): at 70, 85 and 95, the
-settings whose outputs were, on the most real photographs of that class, no larger than the JPEG
-and within 1 SSIMULACRA2 point of it or better; where none was, the nearest in score, then the
-fewest bytes (`bench/formats.py --calibrate`, docs/benchmarks.md). The 50 row is the earlier
-single table's. Qualities between two rows are interpolated linearly (`encoder_quality`)."""
+"""Per size class, rows of (JPEG quality, WebP quality, AVIF quality), the settings of the
+default `quality_match` (`table`): at 70, 85 and 95, the settings whose outputs were, on the
+most real photographs of that class, no larger than the JPEG and within 1 SSIMULACRA2 point of
+it or better; where none was, the nearest in score, then the fewest bytes (the former
+`bench/formats.py --calibrate`, docs/benchmarks.md). The 50 row is the earlier single
+table's. Qualities between two rows are interpolated linearly (`encoder_quality`)."""
+
+MATCH_STARTS: tuple[tuple[tuple[int, int, int], ...], ...] = (
+    ((1, 1, 1), (50, 49, 45), (70, 70, 55), (85, 81, 63), (95, 93, 80), (100, 100, 99)),
+    ((1, 1, 1), (50, 49, 50), (70, 78, 62), (85, 86, 72), (95, 95, 85), (100, 100, 99)),
+    ((1, 1, 1), (50, 49, 50), (70, 82, 68), (85, 91, 78), (95, 97, 88), (100, 100, 99)),
+)
+"""Per size class, rows of (JPEG quality, WebP setting, AVIF setting): where the search for a
+matched output's setting starts (`matching`, `quality_match` `jpeg`), not the setting
+itself. The 85 row is the median of the settings the search chose on the real photographs
+of that class (docs/benchmarks.md); the others are set between it and the earlier tables'
+rows. Qualities between two rows are interpolated linearly (`encoder_quality`). A start nearer
+the answer saves encodes; it changes the bytes only where a score is not monotonic in the
+setting."""
 
 
 def size_class(long_side: int) -> int:
-    """The calibration class of an output whose longer side is `long_side` pixels."""
+    """The size class of an output whose longer side is `long_side` pixels."""
     return sum(long_side > bound for bound in SIZE_CLASSES_PX)
 
 
-def encoder_quality(name: str, quality: int, long_side: int = 0) -> int:
-    """The encoder's own quality setting for `quality` on the JPEG scale (1-100), for an output
-    whose longer side is `long_side` pixels (0: the smallest class)."""
+def encoder_quality(
+    name: str,
+    quality: int,
+    long_side: int = 0,
+    table: tuple[tuple[tuple[int, int, int], ...], ...] = CALIBRATION,
+) -> int:
+    """The encoder's own setting in `table` (`CALIBRATION`, or `MATCH_STARTS` where the search
+    starts) for `quality` on the JPEG scale (1-100), for an output whose longer side is
+    `long_side` pixels (0: the smallest class)."""
     column = {"jpeg": 0, "webp": 1, "avif": 2}[name]
     if column == 0:
         return quality
-    for low, high in itertools.pairwise(CALIBRATION[size_class(long_side)]):
+    for low, high in itertools.pairwise(table[size_class(long_side)]):
         if low[0] <= quality <= high[0]:
             span = high[0] - low[0]
             step = (quality - low[0]) * (high[column] - low[column])
@@ -95,9 +137,9 @@ def encoder_quality(name: str, quality: int, long_side: int = 0) -> int:
 
 
 def encoder_settings(name: str, quality: int) -> str:
-    """Everything besides the pixels that decides the bytes of `name` at `quality`, as text for
-    the variant (`variant_of`): the encoder's settings (one quality per size class, `q85/85/88`)
-    and its libraries' versions."""
+    """Everything besides the pixels that decides the bytes of a calibrated `name` output at
+    `quality`, as text for the variant (`variant_of`): the encoder's settings (one quality per
+    size class, `q85/85/88`) and its libraries' versions."""
     setting = "/".join(
         str(encoder_quality(name, quality, bound + 1)) for bound in (0, *SIZE_CLASSES_PX)
     )
@@ -106,13 +148,13 @@ def encoder_settings(name: str, quality: int) -> str:
     if name == "avif":
         return (
             f"avif-{AVIF_CODEC}-q{setting}-s{AVIF_SPEED}-t{AVIF_THREADS}-{AVIF_SUBSAMPLING}-alpha;"
-            f"{_avif_versions()}"
+            f"{avif_versions()}"
         )
     raise ValueError(f"no encoder settings text for {name!r}: JPEG's is the variant's own")
 
 
 @cache
-def _avif_versions() -> str:
+def avif_versions() -> str:
     from PIL import _avif  # noqa: PLC0415 - Pillow's private module: only when AVIF is asked for
 
     return f"libavif={_avif.libavif_version};codecs={_avif.codec_versions()}"
@@ -120,7 +162,8 @@ def _avif_versions() -> str:
 
 def encode(image: Image.Image, name: str, quality: int) -> bytes:
     """`image` (L, RGB or, for WebP and AVIF, RGBA) encoded as `name` at `quality` on the JPEG
-    scale, without metadata; the same pixels always give the same bytes."""
+    scale with the calibrated setting (`CALIBRATION`): one encode, without metadata; the same
+    pixels always give the same bytes."""
     if name == "jpeg":
         return encode_jpeg(image, quality)
     buffer = io.BytesIO()
@@ -139,6 +182,32 @@ def encode(image: Image.Image, name: str, quality: int) -> bytes:
         )
     else:
         raise ValueError(f"unknown output format {name!r}")
+    return buffer.getvalue()
+
+
+def encode_at(image: Image.Image, name: str, setting: int) -> bytes:
+    """`image` (L, RGB or RGBA) encoded as WebP or AVIF with the encoder's own quality
+    `setting`, at its size class's effort for a matched output, without metadata; the same
+    pixels always give the same bytes."""
+    klass = size_class(max(image.size))
+    buffer = io.BytesIO()
+    if name == "webp":
+        image.save(
+            buffer, format="WEBP", quality=setting, method=WEBP_METHODS[klass], lossless=False
+        )
+    elif name == "avif":
+        image.save(
+            buffer,
+            format="AVIF",
+            quality=min(setting, AVIF_MAX_SETTING),
+            speed=AVIF_SPEEDS[klass],
+            codec=AVIF_CODEC,
+            max_threads=AVIF_THREADS,
+            subsampling=AVIF_SUBSAMPLING,
+            advanced=AVIF_ALPHA_OPTIONS if image.mode == "RGBA" else None,
+        )
+    else:
+        raise ValueError(f"no encoder setting for {name!r}: JPEG takes the quality as it is")
     return buffer.getvalue()
 
 

@@ -219,3 +219,31 @@ def list_field(
         choices=choices,
     )
     return field(default=declared.read(default), metadata={DECLARATION: declared})
+
+
+def choice_field(
+    default: str,
+    choices: tuple[str, ...],
+    *,
+    help: str,
+    key: KeyPart,
+    original: bool = False,
+) -> Any:
+    """A `RenderSpec` field holding one text among `choices`, read trimmed and in lower case
+    (see `RenderField`)."""
+    declared = RenderField(
+        help=help,
+        key=key,
+        low=1,
+        high=1,
+        original=original,
+        parse_item=_choice_text,
+        noun="choice",
+        example=choices[0],
+        choices=choices,
+    )
+    return field(default=default, metadata={DECLARATION: declared})
+
+
+def _choice_text(text: str) -> str:
+    return text.strip().lower()

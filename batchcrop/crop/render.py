@@ -8,10 +8,11 @@ Saliency comes from the decode a whole-picture output would use (source and `max
 each output is resampled with Lanczos from a decode whose DCT reduction depends on that output
 alone, decoding once per
 distinct reduction, and cut from a canvas that depends on its scale alone (`resample`); every
-output is encoded once per format asked for (`encode`): baseline JPEG, WebP, AVIF, 1-channel
-for grey sources. The resampled pixels are shared by the formats, except that a source with
-transparency is resampled a second time with its alpha for the formats that keep it (WebP, AVIF),
-so that its JPEG is the same pixels whether or not other formats were asked for. Deterministic:
+output is encoded once per format asked for (`matching.encode_formats`): baseline JPEG, and WebP
+and AVIF at the calibrated setting or, under `quality_match` `jpeg`, at the one matching the
+JPEG's SSIMULACRA2 score; 1-channel for grey sources. The resampled pixels are shared by the
+formats, except that a source with transparency is resampled a second time with its alpha for
+the formats that keep it (WebP, AVIF), so that its JPEG is the same pixels whether or not other formats were asked for. Deterministic:
 same bytes + ratio + format + spec + libraries ⇒ same output bytes and crop box. Thread-safe: no
 shared mutable state; the heavy steps run inside libraries that release the GIL: decoding and
 encoding in Pillow, resampling a canvas in libvips (Pillow for a cut resampled alone or a picture
@@ -29,10 +30,11 @@ from PIL import Image
 from batchcrop.crop.budget import MemoryBudget, reserved
 from batchcrop.crop.colour import GREY_MODES, has_alpha
 from batchcrop.crop.decode import OpenedImage, decode_rgb, open_image
-from batchcrop.crop.encode import FORMATS, encode
+from batchcrop.crop.encode import FORMATS
 from batchcrop.crop.framing import Framed, frame
 from batchcrop.crop.geometry import Box
 from batchcrop.crop.limits import MAX_SOURCE_PIXELS
+from batchcrop.crop.matching import encode_formats
 from batchcrop.crop.planning import (
     OutputSize,
     Plan,
@@ -157,8 +159,9 @@ def _render(
                 if grey and shown.mode == "RGB" and _is_grey(output, framed.colour):
                     shown = shown.convert("L")
                 made = _Made(sizes[index], framed, output, box)
+                encoded = encode_formats(shown, formats, spec.quality, spec.quality_match)
                 for name in formats:
-                    renditions[index, name] = _encoded(made, shown, spec.quality, name, size)
+                    renditions[index, name] = _encoded(made, shown, encoded[name], name, size)
             del pictures
     return [renditions[index, name] for index in range(len(sizes)) for name in spec.formats]
 
@@ -210,9 +213,8 @@ class _Made:
 
 
 def _encoded(
-    made: _Made, image: Image.Image, quality: int, name: str, source: tuple[int, int]
+    made: _Made, image: Image.Image, encoded: bytes, name: str, source: tuple[int, int]
 ) -> Rendition:
-    encoded = encode(image, name, quality)
     return Rendition(
         ratio=made.size.ratio,
         data=encoded,

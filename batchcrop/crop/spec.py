@@ -54,6 +54,11 @@ TRIM_TOLERANCE_MAX = 128
 near-uniform but half the picture."""
 
 _COLOUR_PATTERN = re.compile(r"#?([0-9a-fA-F]{6}|[0-9a-fA-F]{3})")
+QUALITY_MATCHES = ("table", "jpeg")
+"""How WebP's and AVIF's settings are found (`batchcrop/crop/matching.py`, ADR 0039): `table`,
+the calibrated setting, one encode per output; `jpeg`, a search per output for the JPEG's
+SSIMULACRA2 score within its bytes, several encodes and scores per output."""
+QUALITY_MATCH_DEFAULT = "table"
 
 _RATIO_PATTERN = re.compile(r"\s*([0-9]+)\s*[:xX]\s*([0-9]+)\s*")
 _DECLARED: dict[type[RenderSpec], tuple[RenderField, ...]] = {}
@@ -100,7 +105,7 @@ def _format_name(text: str) -> str:
     return text.strip().lower()
 
 
-def _fit_name(text: str) -> str:
+def _choice_name(text: str) -> str:
     return text.strip().lower()
 
 
@@ -146,7 +151,8 @@ class RenderSpec:
     the JPEG scale, the same visual quality in every format), output formats (in output order),
     widths (several sizes per ratio instead of the one `max_side` gives), fit (crop, pad or
     auto), the padding colour, the trim tolerance and the background a transparent source is
-    flattened onto (docs/design.md §6, fit).
+    flattened onto (docs/design.md §6, fit), and how WebP's and AVIF's settings meet the
+    quality (`quality_match`).
 
     Each field is declared once with `whole_field`, `text_field` or `list_field`
     (docs/design.md §6). Its
@@ -208,7 +214,7 @@ class RenderSpec:
     )
     fit: str = text_field(
         FIT_DEFAULT,
-        parse_item=_fit_name,
+        parse_item=_choice_name,
         example="pad",
         help="crop to each ratio, pad the whole picture to it, or auto: crop when the subject "
         "fits the window, pad when cropping would cut it",
@@ -239,6 +245,15 @@ class RenderSpec:
         "transparency",
         key=KeyPart.VARIANT,
     )
+    quality_match: str = text_field(
+        QUALITY_MATCH_DEFAULT,
+        parse_item=_choice_name,
+        example="jpeg",
+        help="how WebP and AVIF meet the quality: table (calibrated, one encode per output) or "
+        "jpeg (each output searched for its JPEG's SSIMULACRA2 score, many times slower)",
+        key=KeyPart.VARIANT,
+        choices=QUALITY_MATCHES,
+    )
 
     def __post_init__(self) -> None:
         for declared in self.declarations():
@@ -258,7 +273,8 @@ class RenderSpec:
     @classmethod
     def declarations(cls) -> tuple[RenderField, ...]:
         """The fields' declarations in record order, each with its name and default; raise
-        TypeError if a field was not made by `whole_field` or `list_field`."""
+        TypeError if a field was not made by `whole_field`, `list_field` or
+        `choice_field`."""
         declared = _DECLARED.get(cls)
         if declared is None:  # two threads may both read them: the same tuple either way
             declared = _DECLARED[cls] = _declarations(cls)

@@ -18,9 +18,9 @@ import numpy as np
 import PIL
 from PIL import features
 
-from batchcrop.crop.encode import encoder_settings
 from batchcrop.crop.faces import face_detector
 from batchcrop.crop.geometry import Box
+from batchcrop.crop.matching import encoder_settings
 from batchcrop.crop.people import person_detector
 from batchcrop.crop.resample import vips_version
 from batchcrop.crop.spec import RenderSpec
@@ -76,7 +76,7 @@ def variant_text(spec: RenderSpec, focus: Box | None = None, output: str = "jpeg
     )
     text = f"{settings};format={OUTPUT_FORMAT};algorithm={ALGORITHM_VERSION};{_library_versions()}"
     if output != "jpeg":
-        text += f";output={encoder_settings(output, spec.quality)}"
+        text += f";output={encoder_settings(output, spec.quality, spec.quality_match)}"
     if focus is not None:
         text += ";focus={},{},{},{}".format(*focus)
     return text

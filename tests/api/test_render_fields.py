@@ -60,6 +60,7 @@ def test_every_render_field_reaches_the_spec() -> None:
             "pad_colour": "#FFEEDD",
             "trim": 8,
             "background": "#000",
+            "quality_match": "jpeg",
         }
     )
     expected = RenderSpec.from_input(
@@ -72,6 +73,7 @@ def test_every_render_field_reaches_the_spec() -> None:
             "pad_colour": "#ffeedd",
             "trim": 8,
             "background": "#000000",
+            "quality_match": "jpeg",
         }
     )
     assert expected == render_spec(body)

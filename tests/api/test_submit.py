@@ -162,6 +162,8 @@ BAD_BODIES: list[tuple[str, dict[str, Any], str]] = [
     ("duplicate formats", {"formats": ["webp", "webp"]}, "formats"),
     ("no formats", {"formats": []}, "formats"),
     ("formats as text", {"formats": "jpeg,webp"}, "formats"),
+    ("unknown quality match", {"quality_match": "ssim"}, "quality_match"),
+    ("quality match as a list", {"quality_match": ["jpeg"]}, "quality_match"),
     ("deadline zero", {"deadline_seconds": 0}, "deadline_seconds"),
     ("deadline negative", {"deadline_seconds": -5}, "deadline_seconds"),
     ("deadline over 30 days", {"deadline_seconds": 31 * 86400}, "deadline_seconds"),

@@ -33,6 +33,8 @@ def _flag(command: str, declared: RenderField) -> argparse.Action:
 
 
 def _limits(declared: RenderField) -> str:
+    if declared.is_choice:
+        return "one of " + ", ".join(declared.choices)
     if declared.choices:
         return ", ".join(declared.choices)
     if declared.text:
@@ -50,9 +52,9 @@ def _shown(declared: RenderField) -> str:
 @pytest.mark.parametrize("command", COMMANDS)
 @pytest.mark.parametrize("declared", DECLARED, ids=[d.name for d in DECLARED])
 def test_every_render_field_has_its_flag_as_declared(command: str, declared: RenderField) -> None:
-    """The flag is `--max-side` for `max_side`, reads a whole number, a text or a
-    comma-separated text, and its help holds the declared help, limits and default; unset, it
-    leaves the default to the spec."""
+    """The flag is `--max-side` for `max_side`, reads a whole number, a text (one of its choices,
+    when it has them) or a comma-separated text, and its help holds the declared help, limits and
+    default; unset, it leaves the default to the spec."""
     action = _flag(command, declared)
     assert (action.dest, action.type, action.default) == (
         declared.name,
@@ -77,6 +79,7 @@ def test_every_render_flag_reaches_the_spec(command: str) -> None:
     flags = ["--ratios", "16:9,1:1", "--quality", "70", "--formats", "webp"]
     flags += ["--widths", "320,640", "--fit", "auto", "--pad-colour", "#000"]
     flags += ["--trim", "12", "--background", "#102030"]
+    flags += ["--quality-match", "jpeg"]
     spec = RenderSpec.from_input(vars(build_parser().parse_args([command, "photos", *flags])))
     expected = RenderSpec.from_input(
         {
@@ -88,6 +91,7 @@ def test_every_render_flag_reaches_the_spec(command: str) -> None:
             "pad_colour": "#000000",
             "trim": 12,
             "background": "#102030",
+            "quality_match": "jpeg",
         }
     )
     assert expected == spec
@@ -110,6 +114,7 @@ def test_help_shows_every_render_flag_with_its_argument(capsys: pytest.CaptureFi
         value = {"list": f"{declared.noun.upper()},...", "text": "TEXT", "whole": "N"}[
             declared.kind
         ]
+        value = "|".join(declared.choices) if declared.text and declared.choices else value
         assert f"{declared.flag} {value} {declared.help}" in shown
 
 
@@ -141,6 +146,7 @@ def test_help_shows_every_render_flag_with_its_argument(capsys: pytest.CaptureFi
             "widths and max_side are two forms of the output size: give one of them",
         ),
         (["--trim", "200"], "trim must be in 0..128, got 200"),
+        (["--quality-match", "ssim"], "quality_match: 'ssim' is not one of table, jpeg"),
     ],
 )
 def test_a_bad_render_flag_is_a_usage_error_naming_the_field(

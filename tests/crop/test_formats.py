@@ -13,6 +13,7 @@ import io
 import json
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -26,12 +27,16 @@ from batchcrop.crop.decode import open_image
 from batchcrop.crop.encode import (
     CALIBRATION,
     FORMATS,
+    MATCH_STARTS,
     SIZE_CLASSES_PX,
     WEBP_METHOD,
+    WEBP_METHODS,
+    encode_at,
     encoder_quality,
     size_class,
 )
 from batchcrop.crop.encode import encode as encode_output
+from batchcrop.crop.matching import encode_formats
 from batchcrop.crop.render import plan
 from batchcrop.crop.spec import FORMAT_NAMES
 from batchcrop.crop.variant import ALGORITHM_VERSION, OUTPUT_FORMAT, _library_versions
@@ -82,6 +87,25 @@ def test_the_request_takes_formats_with_jpeg_as_default() -> None:
     assert SPEC.fingerprinted()["formats"] == list(ALL)
     assert RenderSpec.from_record(SPEC.to_record()) == SPEC
     assert RenderSpec.from_record({"ratios": ["1:1"]}).formats == ("jpeg",)
+
+
+def test_the_request_takes_a_quality_match_with_table_as_default() -> None:
+    """`quality_match` defaults to table, reads jpeg in any case, refuses another choice or a
+    non-text naming the field, and is recorded; its default is left out of the fingerprint and
+    the variant (so earlier requests keep theirs) while jpeg is in both."""
+    default = RenderSpec.from_input({})
+    assert default.quality_match == "table"
+    assert RenderSpec.from_input({"quality_match": " JPEG"}).quality_match == "jpeg"
+    for bad in ("ssim", "", 3, ["jpeg"]):
+        with pytest.raises(SpecError) as caught:
+            RenderSpec.from_input({"quality_match": bad})
+        assert caught.value.field == "quality_match"
+    assert default.to_record()["quality_match"] == "table"
+    assert "quality_match" not in default.fingerprinted()
+    assert "quality_match" not in default.variant_settings()
+    matched = replace(default, quality_match="jpeg")
+    assert matched.fingerprinted()["quality_match"] == "jpeg"
+    assert matched.variant_settings()["quality_match"] == "jpeg"
 
 
 def test_a_jpeg_keeps_the_variant_it_always_had_and_other_formats_get_their_own() -> None:
@@ -222,24 +246,29 @@ def test_every_format_gives_the_same_bytes_in_another_process() -> None:
     assert [tuple(row) for row in json.loads(done.stdout)] == _digests(data, spec)
 
 
-def test_one_quality_number_maps_onto_each_encoder_monotonically() -> None:
-    """JPEG takes the number as is; WebP and AVIF read their size class's calibration, exact at
-    its rows, interpolated between them, never decreasing, within 1..100."""
-    for klass, table in enumerate(CALIBRATION):
+@pytest.mark.parametrize("tables", [CALIBRATION, MATCH_STARTS], ids=["calibration", "starts"])
+def test_one_quality_number_maps_onto_each_encoder_monotonically(
+    tables: tuple[tuple[tuple[int, int, int], ...], ...],
+) -> None:
+    """JPEG takes the number as is; WebP's and AVIF's settings (calibrated, or where the search
+    starts) read their size class's table, exact at its rows, interpolated between them, never
+    decreasing, within 1..100."""
+    for klass, table in enumerate(tables):
         side = (0, *SIZE_CLASSES_PX)[klass] + 1
         assert size_class(side) == klass
         for jpeg_q, webp_q, avif_q in table:
-            assert encoder_quality("jpeg", jpeg_q, side) == jpeg_q
-            assert encoder_quality("webp", jpeg_q, side) == webp_q
-            assert encoder_quality("avif", jpeg_q, side) == avif_q
+            assert encoder_quality("jpeg", jpeg_q, side, tables) == jpeg_q
+            assert encoder_quality("webp", jpeg_q, side, tables) == webp_q
+            assert encoder_quality("avif", jpeg_q, side, tables) == avif_q
         for name in ("webp", "avif"):
-            settings = [encoder_quality(name, q, side) for q in range(1, 101)]
+            settings = [encoder_quality(name, q, side, tables) for q in range(1, 101)]
             assert settings == sorted(settings)
             assert 1 <= min(settings) <= max(settings) <= 100
 
 
 def test_an_output_is_encoded_with_its_size_class_setting() -> None:
-    """A 300 px and a 900 px output of the same picture use their own class's WebP setting."""
+    """By default a 300 px and a 900 px output of the same picture use their own class's
+    calibrated WebP setting, at the one calibrated method."""
     picture = Image.open(io.BytesIO(_photo())).convert("RGB")
     for side in (300, 900):
         image = picture.resize((side, side * 3 // 4))
@@ -252,6 +281,51 @@ def test_an_output_is_encoded_with_its_size_class_setting() -> None:
             lossless=False,
         )
         assert encode_output(image, "webp", 85) == expected.getvalue()
+
+
+def test_by_default_each_output_is_encoded_once_per_format_at_the_calibrated_setting() -> None:
+    """Under the default `quality_match` each format's bytes are the one calibrated encode of
+    the output, whatever else is asked for with it; under `jpeg` WebP's and AVIF's are not."""
+    picture = Image.open(io.BytesIO(_photo())).convert("RGB").resize((400, 300))
+    once = {name: encode_output(picture, name, 85) for name in ALL}
+    assert encode_formats(picture, ALL, 85) == once
+    assert encode_formats(picture, ("avif",), 85) == {"avif": once["avif"]}
+    matched = encode_formats(picture, ALL, 85, "jpeg")
+    assert matched["jpeg"] == once["jpeg"]
+    assert (matched["webp"], matched["avif"]) != (once["webp"], once["avif"])
+
+
+def test_a_default_render_costs_a_fraction_of_a_matched_one() -> None:
+    """A WebP and AVIF render without matching takes well under a third of the time of the same
+    render matched to the JPEG (one encode per output against a search of several encodes and
+    scores: about 3 times a JPEG-only render against about 45, docs/benchmarks.md)."""
+    data = _photo()
+    spec = RenderSpec((Ratio(4, 3),), max_side=600, quality=85, formats=ALL)
+    matched = replace(spec, quality_match="jpeg")
+    timings = {}
+    for name, each in (("table", spec), ("jpeg", matched)):
+        started = time.perf_counter()
+        render(data, each)
+        timings[name] = time.perf_counter() - started
+    assert timings["table"] * 3 < timings["jpeg"], timings
+
+
+def test_a_matched_output_is_encoded_with_its_size_class_effort() -> None:
+    """A 300 px and a 900 px matched output of the same picture use their own class's WebP
+    method."""
+    picture = Image.open(io.BytesIO(_photo())).convert("RGB")
+    for side in (300, 900):
+        image = picture.resize((side, side * 3 // 4))
+        expected = io.BytesIO()
+        image.save(
+            expected,
+            format="WEBP",
+            quality=80,
+            method=WEBP_METHODS[size_class(side)],
+            lossless=False,
+        )
+        assert encode_at(image, "webp", 80) == expected.getvalue()
+    assert WEBP_METHODS[0] != WEBP_METHODS[-1]
 
 
 def test_every_format_is_named_once() -> None:

@@ -119,6 +119,7 @@ def test_record_round_trips_and_keeps_field_order() -> None:
         "pad_colour": "auto",
         "trim": 0,
         "background": "#ffffff",
+        "quality_match": "table",
     }
     assert list(record) == [d.name for d in RenderSpec.declarations()]
     assert spec == RenderSpec.from_record(record)

@@ -9,11 +9,12 @@ from typing import Any
 
 import cv2
 import pytest
+from PIL import features
 
 from batchcrop.crop import ALGORITHM_VERSION, Ratio, RenderSpec, variant_of
-from batchcrop.crop.encode import encoder_settings
 from batchcrop.crop.faces import face_detector
-from batchcrop.crop.fields import KeyPart, list_field, whole_field
+from batchcrop.crop.fields import KeyPart, list_field, text_field, whole_field
+from batchcrop.crop.matching import encoder_settings
 from batchcrop.crop.people import PEOPLE_SCALE_STEP, PEOPLE_SEARCH_SIDE_PX, PERSON_SCORE
 from batchcrop.crop.spec import FORMAT_NAMES
 from batchcrop.crop.variant import _library_versions, variant_text
@@ -79,6 +80,19 @@ _LATER_FIELDS = [
         "extra=p3,srgb",
         id="list",
     ),
+    pytest.param(
+        text_field(
+            "soft",
+            parse_item=str.lower,
+            example="crisp",
+            help="a sharpening",
+            key=KeyPart.VARIANT,
+            choices=("soft", "crisp"),
+        ),
+        "crisp",
+        "extra=crisp",
+        id="choice",
+    ),
 ]
 
 
@@ -114,9 +128,9 @@ def test_a_field_the_key_names_or_that_changes_no_bytes_is_not_in_the_variant(
 
 
 def test_each_fields_part_in_the_key_is_declared() -> None:
-    """The declaration gives each field its part in the key: max side, quality, fit, padding
-    colour, trim and background are hashed, ratios, formats and widths named in the key by
-    themselves."""
+    """The declaration gives each field its part in the key: max side, quality, fit, padding colour,
+    trim, background and the quality match are hashed, ratios, formats and widths named in the key
+    by themselves."""
     parts = {declared.name: declared.key for declared in RenderSpec.declarations()}
     assert parts == {
         "ratios": KeyPart.NAMED,
@@ -128,6 +142,7 @@ def test_each_fields_part_in_the_key_is_declared() -> None:
         "pad_colour": KeyPart.VARIANT,
         "trim": KeyPart.VARIANT,
         "background": KeyPart.VARIANT,
+        "quality_match": KeyPart.VARIANT,
     }
 
 
@@ -179,3 +194,36 @@ def test_widths_are_not_in_the_variant() -> None:
     other widths are asked with it."""
     assert _keys(RenderSpec(widths=(640,))) == _keys(RenderSpec(widths=(320, 640, 1280)))
     assert _keys(RenderSpec(widths=(640,))) == _keys(RenderSpec())
+
+
+def test_a_webp_or_avif_variant_by_default_is_the_calibrated_one() -> None:
+    """Under the default `quality_match` (`table`) WebP's and AVIF's settings text is the
+    calibrated settings' (the keys they had before matching existed) and the request's text
+    does not name the mode."""
+    spec = RenderSpec(ratios=SQUARE, max_side=1200, quality=85)
+    webp = f"webp-lossy-q85/85/95-m1-alpha;webp={features.version('webp')}"
+    assert encoder_settings("webp", 85) == webp
+    assert encoder_settings("avif", 85).startswith("avif-aom-q75/75/85-s9-t1-4:2:0-alpha;libavif=")
+    assert f";output={webp}" in variant_text(spec, None, "webp")
+    assert "quality_match" not in variant_text(spec, None, "webp")
+
+
+def test_a_matched_webp_or_avif_variant_names_the_mode_and_the_search() -> None:
+    """Under `quality_match` `jpeg`, the request's text names the mode and WebP's and AVIF's
+    settings text the matching search, its starts and the encoder's effort per size class, so
+    every key differs from the default mode's; a JPEG's text names no search."""
+    spec = RenderSpec(ratios=SQUARE, max_side=1200, quality=85, quality_match="jpeg")
+    default = RenderSpec(ratios=SQUARE, max_side=1200, quality=85)
+    search = "match1-ssimulacra2-ge-jpeg-le-jpeg-bytes"
+    webp = f"webp-lossy-{search}-start81/86/91-m6/6/4-alpha;webp={features.version('webp')}"
+    assert encoder_settings("webp", 85, "jpeg") == webp
+    assert encoder_settings("avif", 85, "jpeg").startswith(
+        f"avif-aom-{search}-start63/72/78-s6/6/8-t1-4:2:0-alpha-cq0;libavif="
+    )
+    calibrated = f"output=webp-lossy-q85/85/95-m1-alpha;webp={features.version('webp')}"
+    assert calibrated not in variant_text(spec, None, "webp")
+    assert webp in variant_text(spec, None, "webp")
+    assert search not in variant_text(spec)
+    assert variant_text(spec).startswith("max_side=1200;quality=85;quality_match=jpeg;format=")
+    assert variant_of(spec, None, "webp") != variant_of(spec, None, "avif") != variant_of(spec)
+    assert [key for key in _keys(spec) if key in _keys(default)] == []
