@@ -3,20 +3,19 @@
 Each output is a function of the source bytes, its own ratio and width and the render settings
 only, never of the other ratios or widths asked for with it (docs/design.md §6, determinism).
 Each ratio is first framed (`framing.frame`: trimmed, then cropped or padded) on the saliency
-decode; a padded output is its picture resampled and pasted centred on the padding colour.
-Saliency comes from the decode a whole-picture output would use (source and `max_side` alone);
-each output is resampled with Lanczos from a decode whose DCT reduction depends on that output
-alone, decoding once per
-distinct reduction, and cut from a canvas that depends on its scale alone (`resample`); every
-output is encoded once per format asked for (`matching.encode_formats`): baseline JPEG, and WebP
-and AVIF at the calibrated setting or, under `quality_match` `jpeg`, at the one matching the
-JPEG's SSIMULACRA2 score; 1-channel for grey sources. The resampled pixels are shared by the
-formats, except that a source with transparency is resampled a second time with its alpha for
-the formats that keep it (WebP, AVIF), so that its JPEG is the same pixels whether or not other formats were asked for. Deterministic:
-same bytes + ratio + format + spec + libraries ⇒ same output bytes and crop box. Thread-safe: no
-shared mutable state; the heavy steps run inside libraries that release the GIL: decoding and
-encoding in Pillow, resampling a canvas in libvips (Pillow for a cut resampled alone or a picture
-with transparency; ADR 0024).
+decode; a padded output is its picture resampled and pasted centred on the padding colour. Saliency
+comes from the decode a whole-picture output would use (source and `max_side` alone); each output is
+resampled with Lanczos from a decode whose DCT reduction depends on that output alone, decoding once
+per distinct reduction, and cut from a canvas that depends on its scale alone (`resample`); every
+output is encoded once per format asked for (`matching.encode_formats`): baseline JPEG, and WebP and
+AVIF at the calibrated setting or, under `quality_match` `jpeg`, at the one matching the JPEG's
+SSIMULACRA2 score; 1-channel for grey sources. The resampled pixels are shared by the formats,
+except that a source with transparency is resampled a second time with its alpha for the formats
+that keep it (WebP, AVIF), so that its JPEG is the same pixels whether or not other formats were
+asked for. Deterministic: same bytes + ratio + format + spec + libraries ⇒ same output bytes and
+crop box. Thread-safe: no shared mutable state; the heavy steps run inside libraries that release
+the GIL: decoding and encoding in Pillow, resampling a canvas in libvips (Pillow for a cut resampled
+alone or a picture with transparency; ADR 0024).
 """
 
 from __future__ import annotations
