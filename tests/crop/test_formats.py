@@ -13,7 +13,6 @@ import io
 import json
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -293,21 +292,6 @@ def test_by_default_each_output_is_encoded_once_per_format_at_the_calibrated_set
     matched = encode_formats(picture, ALL, 85, "jpeg")
     assert matched["jpeg"] == once["jpeg"]
     assert (matched["webp"], matched["avif"]) != (once["webp"], once["avif"])
-
-
-def test_a_default_render_costs_a_fraction_of_a_matched_one() -> None:
-    """A WebP and AVIF render without matching takes well under a third of the time of the same
-    render matched to the JPEG (one encode per output against a search of several encodes and
-    scores: about 3 times a JPEG-only render against about 45, docs/benchmarks.md)."""
-    data = _photo()
-    spec = RenderSpec((Ratio(4, 3),), max_side=600, quality=85, formats=ALL)
-    matched = replace(spec, quality_match="jpeg")
-    timings = {}
-    for name, each in (("table", spec), ("jpeg", matched)):
-        started = time.perf_counter()
-        render(data, each)
-        timings[name] = time.perf_counter() - started
-    assert timings["table"] * 3 < timings["jpeg"], timings
 
 
 def test_a_matched_output_is_encoded_with_its_size_class_effort() -> None:
