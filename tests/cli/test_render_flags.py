@@ -33,8 +33,6 @@ def _flag(command: str, declared: RenderField) -> argparse.Action:
 
 
 def _limits(declared: RenderField) -> str:
-    if declared.is_choice:
-        return "one of " + ", ".join(declared.choices)
     if declared.choices:
         return ", ".join(declared.choices)
     if declared.text:
