@@ -528,23 +528,16 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 -- the CLI table
     _database_flags(p)
     p.set_defaults(handler=commands.events)
 
-    p = sub.add_parser("cancel", help="cancel a batch")
-    p.add_argument("batch")
-    _json_flag(p, "status document")
-    _database_flags(p)
-    p.set_defaults(handler=commands.cancel)
-
-    p = sub.add_parser("pause", help="claim nothing more from a batch; held items finish")
-    p.add_argument("batch")
-    _json_flag(p, "status document")
-    _database_flags(p)
-    p.set_defaults(handler=commands.pause)
-
-    p = sub.add_parser("resume", help="claim a paused batch's items again")
-    p.add_argument("batch")
-    _json_flag(p, "status document")
-    _database_flags(p)
-    p.set_defaults(handler=commands.resume)
+    for name, handler, text in (
+        ("cancel", commands.cancel, "cancel a batch"),
+        ("pause", commands.pause, "claim nothing more from a batch; held items finish"),
+        ("resume", commands.resume, "claim a paused batch's items again"),
+    ):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("batch")
+        _json_flag(p, "status document")
+        _database_flags(p)
+        p.set_defaults(handler=handler)
 
     p = sub.add_parser("priority", help="give a batch a new priority")
     p.add_argument("batch")

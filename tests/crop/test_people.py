@@ -5,7 +5,6 @@ detector misses (small faces in a crowd, a profile)."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 
 import pytest
@@ -13,9 +12,10 @@ from PIL import Image
 
 from batchcrop.crop import Ratio, RenderSpec, faces, render
 from batchcrop.crop.decode import decode_rgb, open_image
-from batchcrop.crop.faces import FACE_CONFIDENCE, Face, find_faces
+from batchcrop.crop.faces import FACE_CONFIDENCE, find_faces
 from tests.crop.images import Box, contains
 from tests.crop.real_photos import RealPhoto, by_name, photos, rotated
+from tests.threads import from_threads
 
 RATIOS = tuple(Ratio.parse(text) for text in ("1:1", "4:3", "16:9", "2:1", "9:16", "3:4"))
 SPEC = RenderSpec(RATIOS, max_side=400)
@@ -112,18 +112,7 @@ def test_detection_is_the_same_from_every_thread() -> None:
     photo = by_name("cafeteria")
     picture = _upright(photo)
     alone = find_faces(picture, photo.size)
-    results: list[tuple[Face, ...]] = []
-
-    def detect() -> None:
-        for _ in range(3):
-            results.append(find_faces(picture, photo.size))
-
-    threads = [threading.Thread(target=detect) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert len(results) == 12
+    results = from_threads(lambda: find_faces(picture, photo.size))
     assert all(result == alone for result in results)
 
 

@@ -3,8 +3,6 @@ windows like faces, weighing less than any face (docs/design.md §6, ADR 0038)."
 
 from __future__ import annotations
 
-import threading
-
 import cv2
 from PIL import Image
 
@@ -15,6 +13,7 @@ from batchcrop.crop.keep import keep_box
 from batchcrop.crop.people import Person, find_people, searched
 from tests.crop.images import contains
 from tests.crop.real_photos import RealPhoto, by_name
+from tests.threads import from_threads
 
 
 def _upright(photo: RealPhoto) -> Image.Image:
@@ -73,18 +72,7 @@ def test_people_found_are_the_same_from_every_thread() -> None:
     photo = by_name("ascent")
     picture = _upright(photo)
     alone = find_people(picture, photo.size)
-    results: list[tuple[Person, ...]] = []
-
-    def detect() -> None:
-        for _ in range(3):
-            results.append(find_people(picture, photo.size))
-
-    threads = [threading.Thread(target=detect) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert len(results) == 12
+    results = from_threads(lambda: find_people(picture, photo.size))
     assert all(result == alone for result in results)
 
 
