@@ -47,6 +47,12 @@ CHILD_START_SECONDS = 120.0
 STOP_POLL_SECONDS = 0.1
 """How often a running job asks its caller's `should_stop` (and notices its deadline)."""
 CHILD_EXIT_SECONDS = 5.0
+OPENMP_THREADS_PER_CHILD = 1
+"""OpenMP threads of a child (`OMP_NUM_THREADS`, unless set): the face detector's library runs
+its network on an OpenMP team, whose threads spin while they wait for work. One child per slot
+is the parallelism, so a team per child only spins against the other children: on 2 cores,
+`run --workers 2` over 32 12 MP JPEGs took 10.4 CPU-s and 5.9 s with teams of two, 6.9 CPU-s and
+4.3 s with one thread each (docs/benchmarks.md, render processes)."""
 MALLOC_ARENAS_PER_CHILD = 2
 """glibc malloc arenas of a child with a memory limit (`MALLOC_ARENA_MAX`)."""
 _START_RETRY_SECONDS = 1.0
@@ -243,6 +249,7 @@ class RenderPool:
         path = os.pathsep.join(entry for entry in sys.path if entry)
         limit = str(self.memory_limit_bytes or 0)
         env = {**os.environ, "PYTHONPATH": path}
+        env.setdefault("OMP_NUM_THREADS", str(OPENMP_THREADS_PER_CHILD))
         if self.memory_limit_bytes:
             # glibc reserves 64 MiB of address space per malloc arena, up to 8 per core, as
             # threads first allocate: counted against the child's limit, they could refuse a

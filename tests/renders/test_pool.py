@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from batchcrop.errors import Category, ItemError, PermanentItemError, TransientI
 from batchcrop.renders import RenderJob, RenderPool, RenderStopped, RenderTimeout
 from batchcrop.renders.decodes import ThumbnailJob, WindowsJob
 from batchcrop.renders.job import render_in_process
+from batchcrop.renders.pool import OPENMP_THREADS_PER_CHILD
 from tests.renders.zoo import ZOO
 from tests.scans import slow_jpeg
 
@@ -330,3 +332,30 @@ def test_a_job_waiting_past_its_timeout_for_a_child_is_busy(pool: RenderPool) ->
     replaced = pool.replaced
     busy.join()
     assert pool.replaced == replaced
+
+
+@dataclass(frozen=True)
+class _EnvironmentJob:
+    """A job that answers with a variable of the environment the child runs in."""
+
+    name: str
+
+    def cost_bytes(self) -> int:
+        return 0
+
+    def run(self) -> str | None:
+        return os.environ.get(self.name)
+
+
+def test_a_child_runs_one_openmp_thread_unless_told_otherwise(
+    pool: RenderPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child's OpenMP team is one thread (the face detector's would spin against the other
+    children), unless the operator's environment sets its size."""
+    assert pool.run(_EnvironmentJob("OMP_NUM_THREADS")) == str(OPENMP_THREADS_PER_CHILD)
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    own = RenderPool(1)
+    try:
+        assert own.run(_EnvironmentJob("OMP_NUM_THREADS")) == "3"
+    finally:
+        own.close()
