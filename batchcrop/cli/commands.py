@@ -628,11 +628,7 @@ def cancel(args: argparse.Namespace) -> int:
     """`batchcrop cancel`: request cancellation of a batch."""
     with opened(args) as app:
         document = app.batches.cancel(app.batches.resolve_id(args.batch))
-    if args.json:
-        _print_json(document)
-    else:
-        print_status(document)
-    return 0
+    return _print_document(args, document)
 
 
 def pause(args: argparse.Namespace) -> int:
@@ -658,6 +654,7 @@ def priority(args: argparse.Namespace) -> int:
 
 
 def _print_document(args: argparse.Namespace, document: dict[str, Any]) -> int:
+    """A status document as `--json` asks, else as the status table."""
     if args.json:
         _print_json(document)
     else:
@@ -724,11 +721,7 @@ def redeliver(args: argparse.Namespace) -> int:
     """`batchcrop redeliver`: a new delivery of the batch's latest completion callback."""
     with opened(args) as app:
         document = app.batches.redeliver(app.batches.resolve_id(args.batch))
-    if args.json:
-        _print_json(document)
-    else:
-        print_status(document)
-    return 0
+    return _print_document(args, document)
 
 
 def recrop(args: argparse.Namespace) -> int:

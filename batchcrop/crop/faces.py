@@ -185,15 +185,8 @@ def find_faces(picture: Image.Image, size: tuple[int, int]) -> tuple[Face, ...]:
 def _search(detect: _Detect, picture: Image.Image, size: tuple[int, int], side: int) -> list[Face]:
     """Detections at least `AVOID_CUT_CONFIDENCE` confident in a copy of `picture` at most
     `side` pixels long, in source pixels."""
-    scale = min(1.0, side / max(picture.size))
-    small = picture
-    if scale < 1.0:
-        small = picture.resize(
-            (max(1, round(picture.width * scale)), max(1, round(picture.height * scale))),
-            Image.Resampling.BOX,
-        )
-    small = small.convert("RGB")  # RGB order, always: the results depend on the channel order
-    if not may_hold_faces(small):
+    small = search_copy(picture, side)
+    if small is None:
         return []
     to_source = (size[0] / small.width, size[1] / small.height)
     faces = []
@@ -212,6 +205,21 @@ def _search(detect: _Detect, picture: Image.Image, size: tuple[int, int], side: 
         )
         faces.append(Face(box, int(confidence), turn))
     return faces
+
+
+def search_copy(picture: Image.Image, side: int) -> Image.Image | None:
+    """The RGB copy of `picture` at most `side` pixels long that a detector searches (RGB order,
+    always: the results depend on the channel order), or None when it cannot hold a person's
+    skin (`may_hold_faces`) and the search is skipped."""
+    scale = min(1.0, side / max(picture.size))
+    small = picture
+    if scale < 1.0:
+        small = picture.resize(
+            (max(1, round(picture.width * scale)), max(1, round(picture.height * scale))),
+            Image.Resampling.BOX,
+        )
+    small = small.convert("RGB")
+    return small if may_hold_faces(small) else None
 
 
 def may_hold_faces(small: Image.Image) -> bool:

@@ -30,7 +30,7 @@ import cv2
 import numpy as np
 from PIL import Image
 
-from batchcrop.crop.faces import AVOID_CUT_CONFIDENCE, FACE_CONFIDENCE, Face, may_hold_faces
+from batchcrop.crop.faces import AVOID_CUT_CONFIDENCE, FACE_CONFIDENCE, Face, search_copy
 from batchcrop.crop.geometry import Box
 
 PEOPLE_SEARCH_SIDE_PX = 448
@@ -90,15 +90,8 @@ def find_people(
     (the faces found in it); none without a search where one of `faces` is a face to keep."""
     if not searched(faces):
         return ()
-    scale = min(1.0, PEOPLE_SEARCH_SIDE_PX / max(picture.size))
-    small = picture
-    if scale < 1.0:
-        small = picture.resize(
-            (max(1, round(picture.width * scale)), max(1, round(picture.height * scale))),
-            Image.Resampling.BOX,
-        )
-    small = small.convert("RGB")
-    if not may_hold_faces(small):
+    small = search_copy(picture, PEOPLE_SEARCH_SIDE_PX)
+    if small is None:
         return ()
     grey = np.ascontiguousarray(np.asarray(small.convert("L")))
     window_w, window_h = _detector().winSize
