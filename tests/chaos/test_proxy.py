@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import http.server
+import socket
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -80,3 +82,29 @@ def test_outage_refuses_then_recovers(proxy: FaultProxy) -> None:
         _get(proxy, "/during")
     threading.Event().wait(0.6)
     assert _get(proxy, "/after") == "/after"
+
+
+def test_a_cut_fires_on_a_marker_split_between_two_chunks() -> None:
+    """The client's marker may arrive in two reads (a TCP segment ends inside it): the cut still
+    fires at the statement after it."""
+    upstream = socket.create_server(("127.0.0.1", 0))
+    received: list[bytes] = []
+
+    def sink() -> None:
+        conn, _ = upstream.accept()
+        with conn:
+            while chunk := conn.recv(4096):
+                received.append(chunk)
+
+    threading.Thread(target=sink, daemon=True).start()
+    cutter = FaultProxy("127.0.0.1", upstream.getsockname()[1], http=False).start()
+    try:
+        fired = cutter.cut_at(b"previews/", b"COMMIT", lambda: None)
+        with socket.create_connection(("127.0.0.1", cutter.port)) as client:
+            for part in (b"INSERT INTO prev", b"iews/abc", b"; COMMIT"):
+                client.sendall(part)
+                time.sleep(0.2)  # each part its own read on the proxy's side
+            assert fired.wait(5)
+    finally:
+        cutter.stop()
+        upstream.close()

@@ -80,6 +80,7 @@ class _Conn:
     truncated: threading.Event = field(default_factory=threading.Event)  # cut the next answer
     closed: threading.Event = field(default_factory=threading.Event)
     marked: bool = False  # the client sent the armed cut's marker
+    tail: bytes = b""  # the end of the client's last chunk: a marker may straddle two chunks
 
 
 @dataclass
@@ -217,6 +218,8 @@ class FaultProxy:
             cut = self._cut
             if cut is None:
                 return None
+            keep = max(len(cut.marker), len(cut.then)) - 1
+            chunk, conn.tail = conn.tail + chunk, (conn.tail + chunk)[-keep:] if keep else b""
             at = chunk.find(cut.marker)
             if at >= 0:
                 conn.marked = True
