@@ -13,9 +13,14 @@ turn (each system's fastest round is kept, which lessens other load on a shared 
   line's difference is the queue, store and bookkeeping;
 - **batchcrop run**: `batchcrop run --workers N DIR --out OUT` as a user starts it (its own
   process: start-up, a fresh SQLite database, submission, leases, put-if-absent into a folder,
-  manifests, no progress bar), and the same with `--workers 1`, for the scaling of a second
-  slot; with `--threads-too`, also `--workers N --render-processes 0` (renders in the slots'
-  threads, as before render processes);
+  manifests, no progress bar; from bytecode, as an installed package), and the same with
+  `--workers 1`, for the scaling of a second slot; with `--threads-too`, also
+  `--workers N --render-processes 0` (renders in the slots' threads, as before render
+  processes);
+- **engine, N processes** and **engine, 1 process**: what render children do
+  (`render_in_process`, the stored preview included) over the same files split between fresh
+  processes with no queue, start-up inside as in the vips script: the scaling the machine
+  itself gives N processes, against which `run`'s is read;
 - **engine, one thread**: the per-image render time, for the per-item overhead;
 - **batchcrop run, one tiny image**: the fixed cost of a `run` (imports, database creation and
   migration, submission, the worker's start and stop), for the per-item overhead.
@@ -105,6 +110,42 @@ def vips_script(paths: list[Path], out: Path, processes: int) -> float:
     return time.perf_counter() - started
 
 
+def _engine_init() -> None:
+    # What a render child runs with (renders.spawn), so that the lines compare like with like.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
+def _engine_share(job: tuple[list[Path], Path]) -> None:
+    from batchcrop.renders.job import RenderJob, render_in_process  # noqa: PLC0415 (in the pool)
+
+    paths, out = job
+    spec = _spec()
+    for path in paths:
+        for rendition in render_in_process(RenderJob(path.read_bytes(), spec)).renditions:
+            name = f"{path.stem}-{rendition.ratio.w}x{rendition.ratio.h}.jpg"
+            (out / name).write_bytes(rendition.data)
+
+
+def _spec():  # type: ignore[no-untyped-def]
+    from batchcrop.crop import RATIOS_DEFAULT, Ratio, RenderSpec  # noqa: PLC0415
+
+    return RenderSpec(
+        tuple(Ratio.parse(text) for text in RATIOS_DEFAULT), max_side=MAX_SIDE_PX, quality=QUALITY
+    )
+
+
+def engine_processes(paths: list[Path], out: Path, processes: int) -> float:
+    """Wall seconds of the render children's own work (`render_in_process`, the preview
+    included) over `paths` split between `processes` fresh processes, their start-up inside as
+    in the vips script: what the machine gives N processes of the engine, with no queue."""
+    shares = [(paths[n::processes], out) for n in range(processes)]
+    started = time.perf_counter()
+    with get_context("spawn").Pool(processes, initializer=_engine_init) as pool:
+        pool.map(_engine_share, shares, chunksize=1)
+    return time.perf_counter() - started
+
+
 def engine(paths: list[Path], out: Path, threads: int) -> float:
     """Wall seconds of `render` alone over `paths` in `threads` threads, outputs written."""
     from batchcrop.crop import RATIOS_DEFAULT, Ratio, RenderSpec, render  # noqa: PLC0415
@@ -145,8 +186,10 @@ def batchcrop_run(source: Path, out: Path, workers: int, *flags: str) -> float:
         *flags,
         str(source),
     ]
+    # As an installed package runs: from bytecode (pip compiles it), whatever this shell says.
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
     started = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"batchcrop run failed ({done.returncode}): {done.stderr[-2000:]}")
@@ -185,6 +228,11 @@ def main() -> None:
             print(f"round {round_number + 1}", flush=True)
             timed("vips script", lambda out: vips_script(paths, out, args.processes))
             timed("engine, threads", lambda out: engine(paths, out, args.processes))
+            timed(
+                f"engine, {args.processes} processes",
+                lambda out: engine_processes(paths, out, args.processes),
+            )
+            timed("engine, 1 process", lambda out: engine_processes(paths, out, 1))
             timed("batchcrop run", lambda out: batchcrop_run(source, out, args.processes))
             timed("batchcrop run, 1 worker", lambda out: batchcrop_run(source, out, 1))
             if args.threads_too:
@@ -208,9 +256,11 @@ def main() -> None:
         for name, seconds in best.items():
             print(f"{name:<24} {seconds:8.2f} {args.images / seconds:9.2f} {seconds / base:14.2f}x")
         scaling = best["batchcrop run, 1 worker"] / best["batchcrop run"]
+        ceiling = best["engine, 1 process"] / best[f"engine, {args.processes} processes"]
         print(
             f"\n`run --workers {args.processes}` over `run --workers 1`: {scaling:.2f}x the "
-            f"throughput; over the vips script: {best['batchcrop run'] / base:.2f}x the time"
+            f"throughput (the engine alone, {args.processes} processes over 1: {ceiling:.2f}x); "
+            f"over the vips script: {best['batchcrop run'] / base:.2f}x the time"
         )
         spent = best["batchcrop run"] - fixed - best["engine, threads"]
         overhead = spent * args.processes / args.images

@@ -824,6 +824,7 @@ def _run(args: argparse.Namespace) -> int:
             from batchcrop.crop.budget import return_freed_pixels_promptly  # noqa: PLC0415
 
             return_freed_pixels_promptly()
+        _prestart_renders(args)
         return handler(args)
     except KeyboardInterrupt:
         return _fail(Exit.INTERRUPTED, "interrupted")
@@ -834,6 +835,20 @@ def _run(args: argparse.Namespace) -> int:
             if isinstance(exc, kinds):
                 return _fail(code, _message(exc))
         raise
+
+
+def _prestart_renders(args: argparse.Namespace) -> None:
+    """Start `run`'s and `worker`'s render children before the command imports the database
+    layer and migrates: they warm up on the other cores meanwhile (`renders.spawn`). Flag
+    mistakes are left for the command to report."""
+    if args.command not in ("run", "worker"):
+        return
+    slots = args.workers if args.command == "run" else args.concurrency
+    processes = slots if args.render_processes is None else args.render_processes
+    if 0 < processes <= slots:
+        from batchcrop.renders.spawn import prestart  # noqa: PLC0415  (no engine)
+
+        prestart(processes)
 
 
 def _broken_pipe() -> int:

@@ -1,4 +1,4 @@
-"""`python -m batchcrop.renders CONN LIFE LIMIT`: a render child (`child.main`), started by a
+"""`python -m batchcrop.renders CONN LIFE`: a render child (`child.main`), started by a
 `RenderPool` with both descriptors inherited; not a command for people."""
 
 from __future__ import annotations
@@ -8,4 +8,4 @@ import sys
 from batchcrop.renders.child import main
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 0)
+    main(int(sys.argv[1]), int(sys.argv[2]))

@@ -2,13 +2,14 @@
 
 The child is a fresh interpreter (`python -m batchcrop.renders CONN LIFE`, never a fork:
 libvips, OpenCV and the parent's threads do not survive one; and not `multiprocessing`'s spawn,
-which re-runs the parent's main script) that talks to its parent over one socket (`CONN`): the
-parent sends a `job.Job` (or None: exit), the child answers with `Answer`. It exits by itself
-when its parent dies, even in the middle of a render: a thread reads `LIFE`, a pipe whose other
-end only the parent holds, and ends the process at its end of file, so no child goes on
+which re-runs the parent's main script; `spawn` starts it) that talks to its parent over one
+socket (`CONN`): once warm it reads its memory limit (bytes; 0: none), answers `Ready`, then
+the parent sends a `job.Job` (or None: exit) and the child answers with `Answer`. It exits by
+itself when its parent dies, even in the middle of a render: a thread reads `LIFE`, a pipe whose
+other end only the parent holds, and ends the process at its end of file, so no child goes on
 decoding for a parent that is gone.
 
-With a memory limit (`LIMIT`, bytes; 0: none) the child caps its own address space, once warm,
+With a memory limit the child caps its own address space, once warm,
 at what it maps then plus `LIMIT` (`RLIMIT_AS`): an allocation past it fails inside the job
 (Python's `MemoryError`, libvips' and OpenCV's own errors) and the job's answer says
 `over_memory`, rather than the kernel killing a process that grew past its budget — or a
@@ -23,9 +24,11 @@ from __future__ import annotations
 import io
 import os
 import resource
+import sys
 import threading
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from typing import NoReturn
 
 from batchcrop.errors import Category, ItemError, PermanentItemError
 from batchcrop.renders.job import Job, RenderJob, render_in_process
@@ -61,31 +64,41 @@ class Answer:
     rss_bytes: int = 0
 
 
-def main(conn_fd: int, life_fd: int, limit_bytes: int = 0) -> None:
+def main(conn_fd: int, life_fd: int) -> None:
     """The child's entry point: `conn_fd` is its end of the socket to the parent, `life_fd` the
-    read end of the parent's life pipe, `limit_bytes` the memory a job may map beyond the
-    warm child's (0: no limit)."""
+    read end of the parent's life pipe."""
     _exit_with_parent(life_fd)
     from batchcrop.crop.budget import return_freed_pixels_promptly  # noqa: PLC0415 (in the child)
 
     return_freed_pixels_promptly()
     conn = Connection(conn_fd)
     _warm_up()
+    try:
+        limit_bytes: int = conn.recv()  # what a job may map beyond the warm child's (0: none)
+    except (EOFError, OSError):
+        return
     limit = _limit_address_space(limit_bytes) if limit_bytes > 0 else None
     conn.send(Ready(os.getpid()))
     while True:
         try:
             job = conn.recv()
         except (EOFError, OSError):
-            return  # the parent closed its end
+            _exit()  # the parent closed its end
         except MemoryError:
             os._exit(OVER_MEMORY_EXIT_CODE)  # a job too large even to receive
         if job is None:
-            return
+            _exit()
         try:
             conn.send(answer(job, limit=limit))
         except MemoryError:
             os._exit(OVER_MEMORY_EXIT_CODE)  # a result too large to send back
+
+
+def _exit() -> NoReturn:
+    """End now: a child holds nothing to save, and the interpreter's own teardown of the
+    engine's libraries costs tens of milliseconds of a run's end."""
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def answer(job: Job[object], *, limit: int | None = None) -> Answer:

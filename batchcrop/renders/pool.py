@@ -18,9 +18,7 @@ import contextlib
 import logging
 import os
 import queue
-import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -39,6 +37,7 @@ from batchcrop.renders.defaults import (
     RENDER_DEADLINE_SECONDS,
 )
 from batchcrop.renders.job import Job, Rendered, RenderJob, RenderStopped
+from batchcrop.renders.spawn import adopt, spawn
 
 T = TypeVar("T")
 
@@ -47,14 +46,6 @@ CHILD_START_SECONDS = 120.0
 STOP_POLL_SECONDS = 0.1
 """How often a running job asks its caller's `should_stop` (and notices its deadline)."""
 CHILD_EXIT_SECONDS = 5.0
-OPENMP_THREADS_PER_CHILD = 1
-"""OpenMP threads of a child (`OMP_NUM_THREADS`, unless set): the face detector's library runs
-its network on an OpenMP team, whose threads spin while they wait for work. One child per slot
-is the parallelism, so a team per child only spins against the other children: on 2 cores,
-`run --workers 2` over 32 12 MP JPEGs took 10.4 CPU-s and 5.9 s with teams of two, 6.9 CPU-s and
-4.3 s with one thread each (docs/benchmarks.md, render processes)."""
-MALLOC_ARENAS_PER_CHILD = 2
-"""glibc malloc arenas of a child with a memory limit (`MALLOC_ARENA_MAX`)."""
 _START_RETRY_SECONDS = 1.0
 
 
@@ -243,39 +234,15 @@ class RenderPool:
     # -- children --------------------------------------------------------------------------
 
     def _spawn(self) -> _Child:
-        ours, theirs = socket.socketpair()
-        life_read, life_write = os.pipe()
-        # The child finds the engine where this process does (a test's or a bench's path too).
-        path = os.pathsep.join(entry for entry in sys.path if entry)
-        limit = str(self.memory_limit_bytes or 0)
-        env = {**os.environ, "PYTHONPATH": path}
-        env.setdefault("OMP_NUM_THREADS", str(OPENMP_THREADS_PER_CHILD))
-        if self.memory_limit_bytes:
-            # glibc reserves 64 MiB of address space per malloc arena, up to 8 per core, as
-            # threads first allocate: counted against the child's limit, they could refuse a
-            # job on a machine of many cores that its pixels would fit. A child runs one job.
-            env.setdefault("MALLOC_ARENA_MAX", str(MALLOC_ARENAS_PER_CHILD))
-        try:
-            process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "batchcrop.renders",
-                    str(theirs.fileno()),
-                    str(life_read),
-                    limit,
-                ],
-                pass_fds=(theirs.fileno(), life_read),
-                stdin=subprocess.DEVNULL,
-                env=env,
-            )
-        finally:
-            # The child's ends are the child's alone: each side sees EOF when the other ends.
-            theirs.close()
-            os.close(life_read)
-        child = _Child(process, Connection(ours.detach()), life_write, process.pid)
+        started = adopt() or spawn()
+        child = _Child(
+            started.process, started.conn, started.life, started.pid, started=started.started
+        )
+        with contextlib.suppress(OSError):
+            # Its first message; a child that died meanwhile is found by `_await_ready`.
+            child.conn.send(self.memory_limit_bytes or 0)
         with self._lock:
-            self._children[process.pid] = child
+            self._children[child.pid] = child
         return child
 
     def _await_ready(self, child: _Child) -> None:

@@ -19,10 +19,10 @@ from PIL import Image
 
 from batchcrop.crop import BudgetBusy, ImageTooLarge, MemoryBudget, Ratio, RenderSpec
 from batchcrop.errors import Category, ItemError, PermanentItemError, TransientItemError
-from batchcrop.renders import RenderJob, RenderPool, RenderStopped, RenderTimeout
+from batchcrop.renders import RenderJob, RenderPool, RenderStopped, RenderTimeout, spawn
 from batchcrop.renders.decodes import ThumbnailJob, WindowsJob
 from batchcrop.renders.job import render_in_process
-from batchcrop.renders.pool import OPENMP_THREADS_PER_CHILD
+from batchcrop.renders.spawn import OPENMP_THREADS_PER_CHILD
 from tests.renders.zoo import ZOO
 from tests.scans import slow_jpeg
 
@@ -359,3 +359,33 @@ def test_a_child_runs_one_openmp_thread_unless_told_otherwise(
         assert own.run(_EnvironmentJob("OMP_NUM_THREADS")) == "3"
     finally:
         own.close()
+
+
+def test_a_prestarted_child_is_adopted_and_takes_its_memory_limit_then() -> None:
+    """`spawn.prestart` starts children before any pool exists (the long-running commands do,
+    before their own start-up); the first pool adopts them instead of starting its own, and
+    sends the limit it has only then: over it, a job fails `image_too_large` as in a pool's
+    own child."""
+    spawn.prestart(1)
+    prestarted = list(spawn._prestarted)
+    assert len(prestarted) == 1
+    pool = RenderPool(1, memory_limit_bytes=64 * 1024 * 1024)
+    try:
+        pool.start()
+        assert pool.pids == [prestarted[0].pid]
+        assert spawn.adopt() is None
+        assert len(pool(_small()).renditions) == 1
+        large = RenderJob(_large_flat_jpeg(), RenderSpec(ratios=(Ratio(1, 1),), max_side=4000))
+        with pytest.raises(ImageTooLarge):
+            pool(large)
+    finally:
+        pool.close()
+
+
+def test_a_prestarted_child_that_died_is_not_adopted() -> None:
+    spawn.prestart(1)
+    dead = spawn._prestarted[0]
+    dead.process.kill()
+    dead.process.wait(10)
+    assert spawn.adopt() is None
+    assert spawn._prestarted == []
