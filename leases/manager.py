@@ -550,9 +550,18 @@ class LeaseManager(Sharing, Reader):
             raise LeaseLost(claim.item_id)
         return _reason(held[0].stop_reason)
 
-    def complete(self, claim: Claim, *, conn: sa.Connection | None = None) -> None:
-        """C: `succeeded`. With `conn`, in the caller's transaction (roll it back on LeaseLost)."""
-        self._fenced(queries.finish(State.SUCCEEDED), claim, None, conn=conn)
+    def complete(
+        self, claim: Claim, *, note: str | None = None, conn: sa.Connection | None = None
+    ) -> None:
+        """C: `succeeded`. With `conn`, in the caller's transaction (roll it back on LeaseLost).
+        A `note` is kept on the success's event only (what the attempt had to work around;
+        clipped as a message), never on the item, whose message says why an attempt failed."""
+        if note is None:
+            self._fenced(queries.finish(State.SUCCEEDED), claim, None, conn=conn)
+            return
+        with self._db.write(conn) as c:
+            self._fenced(queries.finish(State.SUCCEEDED), claim, None, message=note, conn=c)
+            self._db.execute(c, queries.clear_message(claim.item_id))
 
     def fail(
         self,

@@ -75,6 +75,7 @@ class Attempts:
         manifest: Sequence[Derivative],
         preview: Preview | None = None,
         *,
+        note: str | None = None,
         held: HeldLease | None = None,
         stop: threading.Event | None = None,
     ) -> Outcome:
@@ -89,7 +90,7 @@ class Attempts:
         def commit() -> None:
             rows = [_manifest_values(claim, row) for row in manifest]
             with self.leases.transaction() as conn:
-                self.leases.complete(claim, conn=conn)
+                self.leases.complete(claim, note=note, conn=conn)
                 # An earlier success's rows (kept through a re-crop or requeue) are replaced.
                 conn.execute(queries.delete_item_derivatives(claim.item_id))
                 conn.execute(queries.delete_item_preview(claim.item_id))

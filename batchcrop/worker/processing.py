@@ -68,6 +68,8 @@ class Output:
 
     derivatives: list[Derivative]
     preview: Preview | None
+    note: str | None = None
+    """What the success's event says beside it (a colour profile ignored), or None."""
 
 
 class Interruption(Exception):
@@ -334,7 +336,10 @@ class Attempt:
                 raise GiveBack from None  # a lease only thought lost: the item goes back unharmed
             span.set("batchcrop.renditions", len(rendered.renditions))
         renditions, preview = rendered.renditions, rendered.preview
+        note = None
         if rendered.ignored_profile_bytes:
+            mib = rendered.ignored_profile_bytes / MIB
+            note = f"colour profile of {mib:.1f} MiB ignored: the pixels were taken as sRGB"
             # docs/design.md §6, colour: the pixels were taken as sRGB.
             log_event(
                 "colour_profile_ignored",
@@ -343,7 +348,7 @@ class Attempt:
                 batch=claim.group_id,
                 attempt=claim.attempt,
                 corr=claim.correlation_id,
-                profile_mib=round(rendered.ignored_profile_bytes / MIB, 1),
+                profile_mib=round(mib, 1),
                 assumed="sRGB",
             )
         del data, rendered
@@ -392,7 +397,7 @@ class Attempt:
             ]
             stored = stored_preview.result()
         self.checkpoint(heartbeat)
-        return Output(manifest, stored)
+        return Output(manifest, stored, note)
 
     def _known(self, source_sha256: str, variants: dict[str, str]) -> Known | None:
         """The item's stored outputs when all of them are stored with matching facts."""

@@ -586,6 +586,7 @@ class Worker:
                     claim,
                     output.derivatives,
                     output.preview,
+                    note=output.note,
                     held=held,
                     stop=stop,
                 )

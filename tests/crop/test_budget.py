@@ -16,6 +16,7 @@ from PIL import Image
 from batchcrop.crop import MIB, BudgetBusy, ImageTooLarge, MemoryBudget, RenderSpec, render
 from batchcrop.crop.decode import open_image
 from batchcrop.crop.render import plan
+from batchcrop.crop.resample import packed_rgb
 from tests.crop.images import encode
 
 SPEC = RenderSpec.from_input({})
@@ -181,3 +182,12 @@ def test_the_estimate_covers_many_large_outputs(tmp_path: Path) -> None:
     ).stdout
     cost, peak = (int(n) for n in out.split())
     assert peak <= cost, (peak // MIB, cost // MIB)
+
+
+@pytest.mark.parametrize("size", [(1, 1), (37, 255), (601, 257), (300, 1025)])
+def test_pixels_packed_in_strips_for_libvips_are_pillows_own_bytes(size: tuple[int, int]) -> None:
+    """The packed copy libvips resamples is filled strip by strip (one copy, not Pillow's
+    chunks and their join): the bytes are `tobytes()`'s, whatever the rows left in the last
+    strip."""
+    picture = _noise("RGB").resize(size)
+    assert bytes(packed_rgb(picture)) == picture.tobytes()

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from batchcrop.app import App
 from batchcrop.batches.items import ItemRequest
@@ -21,6 +22,7 @@ from batchcrop.worker.attempts import Outcome
 from batchcrop.worker.worker import Worker, WorkerOptions
 from leases import Claim
 from storage import LocalStore
+from tests.crop.images import adobe_rgb_profile
 from tests.images import write_photos
 from tests.scans import slow_jpeg
 
@@ -242,3 +244,29 @@ def test_a_render_child_killed_mid_render_makes_the_attempt_retryable(
     good_batch = _submit(app, write_photos(tmp_path / "good", 1))
     assert worker.process(_claim(app, good_batch)) == Outcome.SUCCEEDED
     assert worker.render_pids != [told[0][1]]
+
+
+def test_an_ignored_colour_profile_is_said_in_the_success_event_only(
+    app: App, tmp_path: Path, pooled: Callable[..., Worker]
+) -> None:
+    """A source whose profile is over the size limit succeeds with its pixels taken as sRGB,
+    and the success's event says so; the item's message stays the one for failures (null)."""
+    from batchcrop.crop import colour  # noqa: PLC0415
+
+    source = tmp_path / "src" / "huge-profile.jpg"
+    source.parent.mkdir()
+    junk = adobe_rgb_profile() + b"\x01" * colour.MAX_PROFILE_BYTES
+    Image.new("RGB", (320, 240), (180, 90, 40)).save(source, "JPEG", icc_profile=junk)
+    batch_id = _submit(app, [source])
+    worker = pooled(batch_id)
+
+    outcome = worker.process(_claim(app, batch_id))
+
+    (item,) = app.batches.items(batch_id)[0]
+    assert outcome == Outcome.SUCCEEDED
+    assert (item["state"], item["error_message"]) == ("succeeded", None)
+    (success,) = [
+        e for e in app.leases.events(batch_id, item_id=item["id"]) if e.to_state == "succeeded"
+    ]
+    size = f"{len(junk) / (1024 * 1024):.1f} MiB"
+    assert success.message == f"colour profile of {size} ignored: the pixels were taken as sRGB"
