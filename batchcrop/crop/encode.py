@@ -40,6 +40,13 @@ WEBP_METHODS = (6, 6, 4)
 the real photographs, method 4 takes 12 % fewer bytes than method 1 and method 6 another 1-4 %,
 each at two to three times the encode time; the small classes, cheap to encode, take 6
 (docs/benchmarks.md)."""
+WEBP_SHARP = (True, True, False)
+"""Per size class, whether a matched WebP output is encoded through libvips with libwebp's
+sharp RGB-to-YUV conversion and its smart deblocking (`smart_subsample`, `smart_deblock`, which
+Pillow does not reach) rather than by Pillow: at the JPEG's SSIMULACRA2 on the real
+photographs, 62 % of the JPEG's bytes against 70 % at 256 px and 79 % against 84 % at 512 px,
+at two to three times the encode time; at 1024 px no fewer bytes (100 % either way), so the
+largest class keeps Pillow's encoder (docs/benchmarks.md)."""
 AVIF_CODEC = "aom"
 AVIF_SPEED = 9
 """libaom's speed (0-10) for a calibrated output: 9 is its fastest setting that still searches
@@ -53,6 +60,12 @@ about four and ten times the encode time of 9; the small classes take 6, the lar
 AVIF_THREADS = 1
 """libaom's bytes depend on its thread count at speeds below 9: one thread keeps them fixed."""
 AVIF_SUBSAMPLING = "4:2:0"
+AVIF_SUBSAMPLINGS = ("4:2:0", "4:4:4", "4:4:4")
+"""AVIF's chroma subsampling per size class for a matched output: at the JPEG's SSIMULACRA2
+on the real photographs, full-resolution chroma takes fewer bytes than 4:2:0 in the 640 px
+class (63 % of the JPEG's against 66 %) and the largest (78 % against 81 % at speed 8): the
+score weighs colour edges that halved chroma blurs, and the encoder then spends on luma what
+4:2:0 lost. The smallest class keeps 4:2:0 (59 % against 57 %). docs/benchmarks.md."""
 AVIF_ALPHA_OPTIONS = {"a:end-usage": "q", "a:cq-level": "0"}
 """libaom's options for a matched output's alpha plane alone: quantizer 0, so its alpha is
 exact, as WebP's is (its alpha quality is 100 by default). Otherwise the alpha plane follows the
@@ -191,6 +204,8 @@ def encode_at(image: Image.Image, name: str, setting: int) -> bytes:
     pixels always give the same bytes."""
     klass = size_class(max(image.size))
     buffer = io.BytesIO()
+    if name == "webp" and WEBP_SHARP[klass]:
+        return _sharp_webp(image, setting, WEBP_METHODS[klass])
     if name == "webp":
         image.save(
             buffer, format="WEBP", quality=setting, method=WEBP_METHODS[klass], lossless=False
@@ -203,12 +218,35 @@ def encode_at(image: Image.Image, name: str, setting: int) -> bytes:
             speed=AVIF_SPEEDS[klass],
             codec=AVIF_CODEC,
             max_threads=AVIF_THREADS,
-            subsampling=AVIF_SUBSAMPLING,
+            subsampling=AVIF_SUBSAMPLINGS[klass],
             advanced=AVIF_ALPHA_OPTIONS if image.mode == "RGBA" else None,
         )
     else:
         raise ValueError(f"no encoder setting for {name!r}: JPEG takes the quality as it is")
     return buffer.getvalue()
+
+
+def _sharp_webp(image: Image.Image, setting: int, effort: int) -> bytes:
+    """`image` (L, RGB or RGBA) as lossy WebP by libvips' libwebp, with sharp YUV and smart
+    deblocking, alpha lossless (as Pillow's default alpha quality 100), without metadata."""
+    from batchcrop.crop.resample import pyvips_module  # noqa: PLC0415 - loads libvips
+
+    bands = len(image.getbands())
+    pixels = pyvips_module().Image.new_from_memory(
+        image.tobytes(), image.width, image.height, bands, "uchar"
+    )
+    if bands == 1:
+        pixels = pixels.copy(interpretation="b-w")
+    data: bytes = pixels.webpsave_buffer(
+        Q=setting,
+        effort=effort,
+        smart_subsample=True,
+        smart_deblock=True,
+        alpha_q=100,
+        lossless=False,
+        keep="none",
+    )
+    return data
 
 
 def encode_jpeg(image: Image.Image, quality: int) -> bytes:

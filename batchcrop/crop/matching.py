@@ -49,11 +49,12 @@ from batchcrop.crop.encode import (
     AVIF_CODEC,
     AVIF_MAX_SETTING,
     AVIF_SPEEDS,
-    AVIF_SUBSAMPLING,
+    AVIF_SUBSAMPLINGS,
     AVIF_THREADS,
     MATCH_STARTS,
     SIZE_CLASSES_PX,
     WEBP_METHODS,
+    WEBP_SHARP,
     avif_versions,
     encode,
     encode_at,
@@ -61,6 +62,7 @@ from batchcrop.crop.encode import (
     encoder_quality,
 )
 from batchcrop.crop.encode import encoder_settings as calibrated_settings
+from batchcrop.crop.resample import vips_version
 from batchcrop.crop.spec import QUALITY_MATCH_DEFAULT
 from batchcrop.crop.ssimulacra2 import Reference
 
@@ -103,14 +105,18 @@ def encoder_settings(name: str, quality: int, match: str = QUALITY_MATCH_DEFAULT
     )
     if name == "webp":
         methods = "/".join(map(str, WEBP_METHODS))
+        # The classes encoded by libvips' libwebp (sharp YUV, smart deblocking) and by Pillow's.
+        sharp = "/".join("vips-sharp" if sharp else "pil" for sharp in WEBP_SHARP)
         return (
-            f"webp-lossy-{MATCH_TEXT}-start{start}-m{methods}-alpha;webp={features.version('webp')}"
+            f"webp-lossy-{MATCH_TEXT}-start{start}-m{methods}-{sharp}-alpha;"
+            f"webp={features.version('webp')};vips={vips_version()}"
         )
     if name == "avif":
         speeds = "/".join(map(str, AVIF_SPEEDS))
+        subsampling = "/".join(AVIF_SUBSAMPLINGS)
         return (
             f"avif-{AVIF_CODEC}-{MATCH_TEXT}-start{start}-s{speeds}-t{AVIF_THREADS}-"
-            f"{AVIF_SUBSAMPLING}-alpha-cq0;{avif_versions()}"
+            f"{subsampling}-alpha-cq0;{avif_versions()}"
         )
     raise ValueError(f"no encoder settings text for {name!r}: JPEG's is the variant's own")
 

@@ -202,6 +202,11 @@ def _pyvips() -> ModuleType:
         return _VIPS[0]
 
 
+def pyvips_module() -> ModuleType:
+    """pyvips, set up as the engine uses it (no operation cache, one thread per call)."""
+    return _pyvips()
+
+
 def vips_version() -> str:
     """libvips' version, e.g. "8.18.7": part of every derivative's variant."""
     vips = _pyvips()

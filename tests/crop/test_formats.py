@@ -30,6 +30,8 @@ from batchcrop.crop.encode import (
     SIZE_CLASSES_PX,
     WEBP_METHOD,
     WEBP_METHODS,
+    WEBP_SHARP,
+    _sharp_webp,
     encode_at,
     encoder_quality,
     size_class,
@@ -296,19 +298,22 @@ def test_by_default_each_output_is_encoded_once_per_format_at_the_calibrated_set
 
 def test_a_matched_output_is_encoded_with_its_size_class_effort() -> None:
     """A 300 px and a 900 px matched output of the same picture use their own class's WebP
-    method."""
+    method and encoder: libvips' libwebp with sharp YUV for the small classes, Pillow's for
+    the largest (encode.WEBP_SHARP)."""
     picture = Image.open(io.BytesIO(_photo())).convert("RGB")
-    for side in (300, 900):
-        image = picture.resize((side, side * 3 // 4))
-        expected = io.BytesIO()
-        image.save(
-            expected,
-            format="WEBP",
-            quality=80,
-            method=WEBP_METHODS[size_class(side)],
-            lossless=False,
-        )
-        assert encode_at(image, "webp", 80) == expected.getvalue()
+    small = picture.resize((300, 225))
+    assert WEBP_SHARP[size_class(300)]
+    assert not WEBP_SHARP[size_class(900)]
+    assert encode_at(small, "webp", 80) == _sharp_webp(small, 80, WEBP_METHODS[size_class(300)])
+    pillows = io.BytesIO()
+    small.save(pillows, format="WEBP", quality=80, method=WEBP_METHODS[0], lossless=False)
+    assert encode_at(small, "webp", 80) != pillows.getvalue()
+    large = picture.resize((900, 675))
+    expected = io.BytesIO()
+    large.save(
+        expected, format="WEBP", quality=80, method=WEBP_METHODS[size_class(900)], lossless=False
+    )
+    assert encode_at(large, "webp", 80) == expected.getvalue()
     assert WEBP_METHODS[0] != WEBP_METHODS[-1]
 
 

@@ -132,7 +132,7 @@ def test_a_format_that_cannot_reach_the_score_within_the_jpegs_bytes_takes_the_b
     """A JPEG's own pixels re-encoded on its 8x8 grid are a JPEG's best case: WebP cannot match
     that score in fewer bytes, so it takes the largest setting within the JPEG's bytes (one
     setting more would be larger)."""
-    with Image.open(io.BytesIO(by_name("cafeteria").data)) as image:
+    with Image.open(io.BytesIO(by_name("grace_hopper").data)) as image:
         picture = image.convert("RGB").crop((0, 0, 200, 200))
     out = matched_formats(picture, ("webp",), 85)["webp"]
     assert out.bound == "bound"

@@ -16,6 +16,7 @@ from batchcrop.crop.faces import face_detector
 from batchcrop.crop.fields import KeyPart, list_field, text_field, whole_field
 from batchcrop.crop.matching import encoder_settings
 from batchcrop.crop.people import PEOPLE_SCALE_STEP, PEOPLE_SEARCH_SIDE_PX, PERSON_SCORE
+from batchcrop.crop.resample import vips_version
 from batchcrop.crop.spec import FORMAT_NAMES
 from batchcrop.crop.variant import _library_versions, variant_text
 
@@ -215,10 +216,13 @@ def test_a_matched_webp_or_avif_variant_names_the_mode_and_the_search() -> None:
     spec = RenderSpec(ratios=SQUARE, max_side=1200, quality=85, quality_match="jpeg")
     default = RenderSpec(ratios=SQUARE, max_side=1200, quality=85)
     search = "match1-ssimulacra2-ge-jpeg-le-jpeg-bytes"
-    webp = f"webp-lossy-{search}-start81/86/91-m6/6/4-alpha;webp={features.version('webp')}"
+    webp = (
+        f"webp-lossy-{search}-start81/86/91-m6/6/4-vips-sharp/vips-sharp/pil-alpha;"
+        f"webp={features.version('webp')};vips={vips_version()}"
+    )
     assert encoder_settings("webp", 85, "jpeg") == webp
     assert encoder_settings("avif", 85, "jpeg").startswith(
-        f"avif-aom-{search}-start63/72/78-s6/6/8-t1-4:2:0-alpha-cq0;libavif="
+        f"avif-aom-{search}-start63/72/78-s6/6/8-t1-4:2:0/4:4:4/4:4:4-alpha-cq0;libavif="
     )
     calibrated = f"output=webp-lossy-q85/85/95-m1-alpha;webp={features.version('webp')}"
     assert calibrated not in variant_text(spec, None, "webp")
