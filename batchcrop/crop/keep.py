@@ -34,6 +34,12 @@ EAR_ROOM = 0.3
 the hand-marked faces of the real-photo set reach 0.27-0.34 of the detector's box width past it
 on that side (the ear and the back of the head), 0.0-0.12 on the side the face looks into."""
 
+PROFILE_ROOM = 0.6
+"""The full room behind a fully turned face, in face widths (`SIDE_ROOM` for a frontal one,
+between them as it turns), given up first as a window tightens, down to `EAR_ROOM`: a bald
+head in profile reaches 0.55 of the detector's box width behind it (the touchline photo), the
+other profiles of the real-photo set 0.17-0.38."""
+
 ROOM_STEPS = tuple(step / 10 for step in range(10, -1, -1))
 """Shares of that room tried in turn (1.0, 0.9, ... 0.0) when a window cannot hold the faces
 with all of it: between `BARE_ROOM` (share 0) and the full room, linearly."""
@@ -55,11 +61,13 @@ def with_room(face: Face, size: tuple[int, int], share: float = 1.0) -> Box:
     behind = bare_side + turned * (EAR_ROOM - bare_side)
     ahead = bare_side * (1.0 - turned)
     bare_left, bare_right = (ahead, behind) if face.turn < 0 else (behind, ahead)
+    full_behind = SIDE_ROOM + turned * (PROFILE_ROOM - SIDE_ROOM)
+    full_left, full_right = (SIDE_ROOM, full_behind) if face.turn < 0 else (full_behind, SIDE_ROOM)
     room_left, room_right, above, below = (
         bare + share * (max(full, bare) - bare)
         for bare, full in (
-            (bare_left, SIDE_ROOM),
-            (bare_right, SIDE_ROOM),
+            (bare_left, full_left),
+            (bare_right, full_right),
             (bare_above, HEADROOM),
             (bare_below, CHIN_ROOM),
         )

