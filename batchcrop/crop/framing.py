@@ -231,6 +231,8 @@ def _placed(
     faces = find_faces(picture, size)
     people = find_people(picture, size, faces) if focus is None else ()
     whole = [face.box for face in faces]
+    # A face the window must cut weighs as in `keep`: a doubtful detection gives way first.
+    weights = [float(face.confidence * face.confidence) for face in faces]
     if spec.fit == "crop":
         return [
             place_window(
@@ -239,6 +241,7 @@ def _placed(
                 saliency,
                 keep=focus if focus is not None else keep_box(faces, w, size, people),
                 whole=whole,
+                whole_weights=weights,
             )
             for w in windows
         ]
@@ -247,7 +250,11 @@ def _placed(
     for w in windows:
         axis = 0 if w[0] < size[0] else 1
         fits = subject[axis + 2] - subject[axis] <= w[axis]
-        placed.append(place_window(w, size, saliency, keep=subject, whole=whole) if fits else None)
+        placed.append(
+            place_window(w, size, saliency, keep=subject, whole=whole, whole_weights=weights)
+            if fits
+            else None
+        )
     return placed
 
 

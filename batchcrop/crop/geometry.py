@@ -77,25 +77,31 @@ def place_window(
     window: tuple[int, int],
     size: tuple[int, int],
     saliency: npt.NDArray[np.float32],
+    *,
     keep: Box | None = None,
     whole: Sequence[Box] = (),
+    whole_weights: Sequence[float] | None = None,
 ) -> Box:
     """Position `window` inside a source of `size` using the saliency map (any resolution).
 
     `keep` (source pixels) is contained whenever the window can hold it along its free axis and
     centred otherwise; positions that leave each box of `whole` either inside or outside the
-    window come first. Returns `(left, top, right, bottom)` in source pixels, right/bottom
-    exclusive.
+    window come first, and where none leaves every one so, those cutting the least weight
+    (`whole_weights`, one per box; default 1 each). Returns `(left, top, right, bottom)` in
+    source pixels, right/bottom exclusive.
     """
+    weights = tuple(1.0 for _ in whole) if whole_weights is None else tuple(whole_weights)
+    if len(weights) != len(whole):
+        raise ValueError("one weight per box of `whole`")
     (win_w, win_h), (width, height) = window, size
     # Whole numbers of 1/SALIENCY_QUANTA: every sum below is then exact, so last-bit float
     # differences between machines cannot flip a near-tie and change the crop (and the bytes).
     quanta = np.rint(saliency.astype(np.float64) * SALIENCY_QUANTA)
     if win_w < width:
-        left = _start(quanta.sum(axis=0), width, win_w, _spans(keep, whole, 0))
+        left = _start(quanta.sum(axis=0), width, win_w, _spans(keep, whole, 0), weights)
         return left, 0, left + win_w, win_h
     if win_h < height:
-        top = _start(quanta.sum(axis=1), height, win_h, _spans(keep, whole, 1))
+        top = _start(quanta.sum(axis=1), height, win_h, _spans(keep, whole, 1), weights)
         return 0, top, win_w, top + win_h
     return 0, 0, width, height
 
@@ -116,6 +122,7 @@ def _start(
     extent: int,
     length: int,
     spans: tuple[_Span | None, tuple[_Span, ...]],
+    weights: tuple[float, ...] = (),
 ) -> int:
     """The window's first pixel along its free axis (see `place_window`)."""
     keep, whole = spans
@@ -131,6 +138,7 @@ def _start(
         length / cell,
         (low / cell, high / cell),
         tuple((a / cell, b / cell) for a, b in whole),
+        weights,
     )
     return min(max(low, round_half_up(start * cell)), high)
 
@@ -140,11 +148,13 @@ def _place(
     length: float,
     bounds: tuple[float, float] | None = None,
     whole: Sequence[tuple[float, float]] = (),
+    whole_weights: Sequence[float] = (),
 ) -> float:
     """Start (in cells) of a `length`-cell window over a 1-D saliency profile.
 
     Starts lie within `bounds` (default: the whole profile). Four preferences, in order: leave
-    each span of `whole` entirely inside or outside; keep nearly the most salient mass; among
+    each span of `whole` entirely inside or outside (where no start does, cut the least weight
+    of them, `whole_weights`, 1 each by default); keep nearly the most salient mass; among
     those positions, cut through as little salience as possible (a window edge lying on the
     subject both cuts it and pushes it against the edge); among those, centre the window on the
     mass it keeps.
@@ -160,13 +170,15 @@ def _place(
     starts = np.append(np.arange(low, high, PLACEMENT_STEP_CELLS), high)
     filtered = False
     if whole:
-        intact = np.ones(starts.shape, dtype=bool)
-        for first, last in whole:
+        weighed = tuple(whole_weights) or tuple(1.0 for _ in whole)
+        cut_weight = np.zeros(starts.shape, dtype=np.float64)
+        for (first, last), weight in zip(whole, weighed, strict=True):
             inside = (starts <= first + _FLOOR_SLACK) & (starts + length >= last - _FLOOR_SLACK)
             outside = (starts >= last - _FLOOR_SLACK) | (starts + length <= first + _FLOOR_SLACK)
-            intact &= inside | outside
-        if intact.any() and not intact.all():
-            starts, filtered = starts[intact], True
+            cut_weight += np.where(inside | outside, 0.0, weight)
+        lightest = cut_weight <= cut_weight.min()
+        if not lightest.all():
+            starts, filtered = starts[lightest], True
     mass, moment = _window_sums(weights, starts, length)
     best = float(mass.max())
     if best <= 0.0:  # nothing salient: the middle of what is allowed

@@ -70,6 +70,29 @@ def test_whole_boxes_are_left_inside_or_outside() -> None:
     assert inside or outside
 
 
+def test_where_every_position_cuts_a_face_the_lightest_is_cut() -> None:
+    """Two overlapping faces, a 500 px window that must hold a kept box between them: every
+    position cuts one of them. The window cuts the doubtful one (weight 40²) and holds the
+    confident one (90²), whichever it is and whichever side the saliency favours."""
+    size, window = (1600, 900), (500, 900)
+    left, right = (300, 200, 700, 400), (600, 200, 1000, 400)
+    kept = (640, 300, 660, 320)
+    for saliency in (_salient_left(size), _salient_left(size)[:, ::-1].copy()):
+        for sure, doubtful in ((left, right), (right, left)):
+            box = place_window(
+                window,
+                size,
+                saliency,
+                keep=kept,
+                whole=[sure, doubtful],
+                whole_weights=[90.0 * 90, 40.0 * 40],
+            )
+            assert box[0] <= sure[0]
+            assert box[2] >= sure[2]
+    with pytest.raises(ValueError, match="one weight per box"):
+        place_window(window, size, _salient_left(size), whole=[left], whole_weights=[1.0, 2.0])
+
+
 def _face(box: Box, confidence: int = 90) -> Face:
     return Face(box, confidence)
 
