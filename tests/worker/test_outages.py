@@ -79,11 +79,12 @@ class CutAtCommit(Attempts):
         manifest: Sequence[Derivative],
         preview: Preview | None = None,
         *,
+        note: str | None = None,
         held: HeldLease | None = None,
         stop: threading.Event | None = None,
     ) -> Outcome:
         self.restored_at = self._cut()
-        return super().succeed(claim, manifest, preview, held=held, stop=stop)
+        return super().succeed(claim, manifest, preview, note=note, held=held, stop=stop)
 
 
 @pytest.fixture
