@@ -825,7 +825,10 @@ def _run(args: argparse.Namespace) -> int:
 
             return_freed_pixels_promptly()
         _prestart_renders(args)
-        return handler(args)
+        try:
+            return handler(args)
+        finally:
+            _discard_prestarted(args)
     except KeyboardInterrupt:
         return _fail(Exit.INTERRUPTED, "interrupted")
     except BrokenPipeError:
@@ -839,16 +842,26 @@ def _run(args: argparse.Namespace) -> int:
 
 def _prestart_renders(args: argparse.Namespace) -> None:
     """Start `run`'s and `worker`'s render children before the command imports the database
-    layer and migrates: they warm up on the other cores meanwhile (`renders.spawn`). Flag
-    mistakes are left for the command to report."""
+    layer and migrates: they warm up on the other cores meanwhile (`renders.spawn`). Not when
+    a flag the command refuses at once is wrong (the command reports it); those it does not
+    use end with the command (`_discard_prestarted`)."""
     if args.command not in ("run", "worker"):
         return
     slots = args.workers if args.command == "run" else args.concurrency
     processes = slots if args.render_processes is None else args.render_processes
-    if 0 < processes <= slots:
+    both_stores = bool(getattr(args, "out", None)) and bool(getattr(args, "store", None))
+    if 0 < processes <= slots and args.render_deadline_seconds > 0 and not both_stores:
         from batchcrop.renders.spawn import prestart  # noqa: PLC0415  (no engine)
 
         prestart(processes)
+
+
+def _discard_prestarted(args: argparse.Namespace) -> None:
+    """End the prestarted children the command did not use (`renders.spawn`)."""
+    if args.command in ("run", "worker"):
+        from batchcrop.renders.spawn import discard_prestarted  # noqa: PLC0415
+
+        discard_prestarted()
 
 
 def _broken_pipe() -> int:

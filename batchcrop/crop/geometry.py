@@ -93,6 +93,8 @@ def place_window(
     weights = tuple(1.0 for _ in whole) if whole_weights is None else tuple(whole_weights)
     if len(weights) != len(whole):
         raise ValueError("one weight per box of `whole`")
+    if any(weight <= 0 for weight in weights):
+        raise ValueError("the weights of `whole` must be positive")
     (win_w, win_h), (width, height) = window, size
     # Whole numbers of 1/SALIENCY_QUANTA: every sum below is then exact, so last-bit float
     # differences between machines cannot flip a near-tie and change the crop (and the bytes).

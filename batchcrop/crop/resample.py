@@ -152,6 +152,8 @@ def packed_rgb(picture: Image.Image) -> bytearray:
     the encoded chunks into the result, so a whole picture packed at once holds its packed size
     twice (on a 79 MP source about 230 MiB beyond the decode estimate, `decode.decode_cost`).
     Packed `PACK_STRIP_ROWS` rows at a time into one buffer instead."""
+    if picture.mode != "RGB":
+        raise ValueError(f"packed_rgb packs RGB pictures, not {picture.mode}")
     width, height = picture.size
     row = width * 3
     packed = bytearray(row * height)

@@ -1,5 +1,5 @@
-"""`python -m batchcrop.renders CONN LIFE`: a render child (`child.main`), started by a
-`RenderPool` with both descriptors inherited; not a command for people."""
+"""`python -m batchcrop.renders CONN LIFE`: a render child (`child.main`), started by
+`spawn.spawn` with both descriptors inherited; not a command for people."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ other end only the parent holds, and ends the process at its end of file, so no 
 decoding for a parent that is gone.
 
 With a memory limit the child caps its own address space, once warm,
-at what it maps then plus `LIMIT` (`RLIMIT_AS`): an allocation past it fails inside the job
+at what it maps then plus that limit (`RLIMIT_AS`): an allocation past it fails inside the job
 (Python's `MemoryError`, libvips' and OpenCV's own errors) and the job's answer says
 `over_memory`, rather than the kernel killing a process that grew past its budget — or a
 worker's whole machine swapping. Address space, not RSS: the kernel enforces it at the
@@ -24,6 +24,7 @@ from __future__ import annotations
 import io
 import os
 import resource
+import signal
 import sys
 import threading
 from dataclasses import dataclass
@@ -68,6 +69,9 @@ def main(conn_fd: int, life_fd: int) -> None:
     """The child's entry point: `conn_fd` is its end of the socket to the parent, `life_fd` the
     read end of the parent's life pipe."""
     _exit_with_parent(life_fd)
+    # Ctrl-C reaches the whole process group: the parent gives its items back and ends its
+    # children itself (None, or SIGKILL mid-render), so a child takes no part in it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     from batchcrop.crop.budget import return_freed_pixels_promptly  # noqa: PLC0415 (in the child)
 
     return_freed_pixels_promptly()
@@ -97,6 +101,7 @@ def main(conn_fd: int, life_fd: int) -> None:
 def _exit() -> NoReturn:
     """End now: a child holds nothing to save, and the interpreter's own teardown of the
     engine's libraries costs tens of milliseconds of a run's end."""
+    sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
 

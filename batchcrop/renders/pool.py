@@ -1,8 +1,8 @@
 """`RenderPool`: child processes that render, each one job at a time, killed when they must stop.
 
 Children are fresh interpreters (never forks: libvips, OpenCV and the parent's threads do not
-survive one; `child` says how they are started), warmed before they take a job, and reused. A
-child is replaced after `max_renders` jobs, when its resident memory after a job is above
+survive one; `spawn` starts them, `child` is their side), warmed before they take a job, and
+reused. A child is replaced after `max_renders` jobs, when its resident memory after a job is above
 `max_rss_bytes`, when it died, and at once — killed with SIGKILL — when its job passed
 `deadline_seconds` or the caller's `should_stop` said so: nothing goes on decoding for an item
 nobody holds. The replacement starts in the background; a job waits for the next warm child.
@@ -235,9 +235,8 @@ class RenderPool:
 
     def _spawn(self) -> _Child:
         started = adopt() or spawn()
-        child = _Child(
-            started.process, started.conn, started.life, started.pid, started=started.started
-        )
+        # Its start-up time counts from now: a prestarted child may have waited long.
+        child = _Child(started.process, started.conn, started.life, started.pid)
         with contextlib.suppress(OSError):
             # Its first message; a child that died meanwhile is found by `_await_ready`.
             child.conn.send(self.memory_limit_bytes or 0)

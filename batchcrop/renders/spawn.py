@@ -86,6 +86,19 @@ def prestart(count: int) -> None:
         _prestarted.extend(spawn() for _ in range(count))
 
 
+def discard_prestarted() -> None:
+    """End the prestarted children no pool adopted (a command that failed before it rendered,
+    or had nothing to render): killed, reaped, their descriptors closed."""
+    with _lock:
+        children, _prestarted[:] = list(_prestarted), []
+    for child in children:
+        if child.process.poll() is None:
+            child.process.kill()
+        child.process.wait()
+        child.conn.close()
+        os.close(child.life)
+
+
 def adopt() -> Started | None:
     """A prestarted child still alive, for a pool's own (None: none left)."""
     with _lock:

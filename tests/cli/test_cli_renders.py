@@ -97,3 +97,28 @@ def test_a_killed_run_leaves_no_render_child_behind(cli: Cli, tmp_path: Path) ->
     run.wait(10)
 
     wait_for(lambda: not any(_alive(pid) for pid in children), "the children to exit", 10)
+
+
+def test_a_run_that_ends_before_rendering_leaves_no_render_child(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`run` starts its render children before its own start-up; one that then fails (here:
+    an empty folder) ends them, in a process that goes on (a library caller's)."""
+    from batchcrop.cli.main import main  # noqa: PLC0415
+    from batchcrop.renders import spawn  # noqa: PLC0415
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty").mkdir()
+    started: list[spawn.Started] = []
+    real_prestart = spawn.prestart
+
+    def watched(count: int) -> None:
+        real_prestart(count)
+        started.extend(spawn._prestarted)
+
+    monkeypatch.setattr(spawn, "prestart", watched)
+    code = main(["run", "--workers", "2", str(tmp_path / "empty"), "--out", str(tmp_path / "d")])
+    assert code == 2
+    assert len(started) == 2
+    assert spawn._prestarted == []
+    assert all(child.process.returncode is not None for child in started)

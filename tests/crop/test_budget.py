@@ -191,3 +191,8 @@ def test_pixels_packed_in_strips_for_libvips_are_pillows_own_bytes(size: tuple[i
     strip."""
     picture = _noise("RGB").resize(size)
     assert bytes(packed_rgb(picture)) == picture.tobytes()
+
+
+def test_only_rgb_pictures_are_packed_for_libvips() -> None:
+    with pytest.raises(ValueError, match="RGB pictures, not RGBA"):
+        packed_rgb(Image.new("RGBA", (4, 300)))

@@ -253,3 +253,12 @@ def test_nothing_salient_and_nothing_kept_stays_centred(axis: int) -> None:
     window = (900, 900)
     box = place_window(window, size, np.zeros((30, 30), dtype=np.float32))
     assert box[axis] == 350
+
+
+def test_whole_weights_must_be_positive() -> None:
+    """A weight of 0 would let a window cut a face as freely as leave it whole."""
+    size, window = (1600, 900), (500, 900)
+    with pytest.raises(ValueError, match="must be positive"):
+        place_window(
+            window, size, _salient_left(size), whole=[(400, 0, 700, 300)], whole_weights=[0.0]
+        )

@@ -389,3 +389,30 @@ def test_a_prestarted_child_that_died_is_not_adopted() -> None:
     dead.process.wait(10)
     assert spawn.adopt() is None
     assert spawn._prestarted == []
+
+
+def test_prestarted_children_nobody_adopted_are_ended() -> None:
+    """A command that ends before rendering leaves no warm child behind (`discard_prestarted`),
+    and the next prestart starts fresh ones."""
+    spawn.prestart(2)
+    children = list(spawn._prestarted)
+    spawn.discard_prestarted()
+    assert spawn._prestarted == []
+    assert all(child.process.returncode is not None for child in children)
+    spawn.prestart(1)
+    assert [child.pid for child in spawn._prestarted] != [children[0].pid]
+
+
+def test_a_child_takes_no_part_in_ctrl_c() -> None:
+    """Ctrl-C reaches the whole process group; the parent ends its children itself, so a
+    child ignores SIGINT (no traceback, no exit mid-render) and still renders."""
+    pool = RenderPool(1)
+    try:
+        pool.start()
+        (pid,) = pool.pids
+        os.kill(pid, signal.SIGINT)
+        time.sleep(0.3)
+        assert pool.pids == [pid]
+        assert len(pool(_small()).renditions) == 1
+    finally:
+        pool.close()
