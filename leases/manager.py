@@ -9,6 +9,7 @@ All times come from the database clock. Methods are thread-safe; share one manag
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import itertools
 import time
@@ -556,12 +557,12 @@ class LeaseManager(Sharing, Reader):
         """C: `succeeded`. With `conn`, in the caller's transaction (roll it back on LeaseLost).
         A `note` is kept on the success's event only (what the attempt had to work around;
         clipped as a message), never on the item, whose message says why an attempt failed."""
-        if note is None:
-            self._fenced(queries.finish(State.SUCCEEDED), claim, None, conn=conn)
-            return
-        with self._db.write(conn) as c:
-            self._fenced(queries.finish(State.SUCCEEDED), claim, None, message=note, conn=c)
-            self._db.execute(c, queries.clear_message(claim.item_id))
+        source = (
+            WORKER_SOURCE
+            if note is None
+            else dataclasses.replace(WORKER_SOURCE, message=note[:MESSAGE_MAX_CHARS])
+        )
+        self._fenced(queries.finish(State.SUCCEEDED), claim, None, source=source, conn=conn)
 
     def fail(
         self,
@@ -736,6 +737,8 @@ class LeaseManager(Sharing, Reader):
             stmt_logged = pgqueries.logged(stmt, transitions.log_spec(source, self._shards))
             if source.correlation_id is not None:
                 params = {**params, "log_correlation_id": source.correlation_id}
+            if source.message is not None:
+                params = {**params, "log_message": source.message}
             with self._db.single(conn) as c:
                 return self._db.fetch(c, stmt_logged, params)
         with self._db.write(conn) as c:

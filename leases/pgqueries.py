@@ -40,6 +40,7 @@ class LogSpec:
     from_state: State | None
     from_category: str
     own_correlation_id: bool
+    own_message: bool
     attempt_fields: bool
     attempt_offset: int
     reason: str | None
@@ -50,7 +51,8 @@ class LogSpec:
 def logged(move: Update, spec: LogSpec) -> sa.Select[tuple[object, ...]]:
     """Wrap `move` (returning MOVED, plus `from_state` when `spec.from_state` is None) so the
     same statement appends its events and applies its counter deltas; selects the moved rows.
-    With `own_correlation_id`, the events take parameter `log_correlation_id`.
+    With `own_correlation_id`, the events take parameter `log_correlation_id`; with
+    `own_message`, parameter `log_message`.
 
     Concurrency: the counter upsert takes its rows in key order, and it is the transaction's
     only counter write, so concurrent transitions cannot deadlock on counters.
@@ -91,7 +93,9 @@ def logged(move: Update, spec: LogSpec) -> sa.Select[tuple[object, ...]]:
                 sa.bindparam("log_correlation_id", type_=sa.String)
                 if spec.own_correlation_id
                 else moved.c.correlation_id,
-                moved.c.error_message,
+                sa.bindparam("log_message", type_=sa.String)
+                if spec.own_message
+                else moved.c.error_message,
             ),
         )
         .cte("logged")

@@ -357,12 +357,6 @@ def heartbeat(*, lease_ms: int, max_attempt_ms: int) -> Update:
     )
 
 
-def clear_message(item_id: str) -> Update:
-    """Clear one item's `error_message`: a success's note goes to its event only (`finish`
-    writes the message to both; `LeaseManager.complete`)."""
-    return sa.update(items).where(items.c.id == item_id).values(error_message=sa.null())
-
-
 @cache
 def finish(to_state: State) -> Update:
     """Fenced: end the attempt in `to_state` (succeeded, failed, abandoned) with parameter

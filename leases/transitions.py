@@ -63,6 +63,7 @@ class Source:
     reaper's or operator's own. `attempt_fields` False: the item had no live attempt, so the
     event carries no worker id or lease token. `attempt_offset` corrects the logged attempt
     (give-back logs the attempt it took back). `reason` None: the row's new error category.
+    `message` None: the row's new error message (a success's note is the event's alone).
     """
 
     state: State | None
@@ -73,6 +74,7 @@ class Source:
     reason: str | None = None
     # False: the move never ends in a terminal state (give-back), so it never finishes a group.
     to_terminal: bool = True
+    message: str | None = None
 
 
 Moves = Sequence[tuple[Sequence[sa.Row[Any]], Source]]
@@ -131,7 +133,7 @@ def _event(row: sa.Row[Any], source: Source) -> dict[str, Any]:
         "lease_token": row.lease_token if source.attempt_fields else None,
         "reason": source.reason if source.reason is not None else row.error_category,
         "correlation_id": source.correlation_id or row.correlation_id,
-        "message": row.error_message,
+        "message": source.message if source.message is not None else row.error_message,
     }
 
 
@@ -146,6 +148,7 @@ def log_spec(source: Source, shards: int) -> LogSpec:
         from_state=source.state,
         from_category=from_category,
         own_correlation_id=source.correlation_id is not None,
+        own_message=source.message is not None,
         attempt_fields=source.attempt_fields,
         attempt_offset=source.attempt_offset,
         reason=source.reason,

@@ -35,6 +35,7 @@ from batchcrop.batches.serving import unserved_warning
 from batchcrop.batches.submission import BatchRequest, check_deadline
 from batchcrop.callbacks.delivery import CallbackUrlError
 from batchcrop.cli.exit_codes import Exit
+from batchcrop.cli.main import render_processes
 from batchcrop.cli.reporting import (
     print_batches,
     print_events,
@@ -79,11 +80,10 @@ class UsageError(BatchcropError):
 
 def _render_options(args: argparse.Namespace, slots: int) -> dict[str, Any]:
     """`--render-processes` (default one per slot) and `--render-deadline-seconds`, checked."""
-    processes = slots if args.render_processes is None else args.render_processes
-    if processes < 0:
-        raise UsageError("--render-processes must be 0 (render in threads) or more")
-    if not args.render_deadline_seconds > 0:
-        raise UsageError("--render-deadline-seconds must be positive")
+    try:
+        processes = render_processes(args, slots)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     return {
         "render_processes": processes,
         "render_deadline_seconds": args.render_deadline_seconds,

@@ -173,6 +173,17 @@ def _render_process_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+def render_processes(args: argparse.Namespace, slots: int) -> int:
+    """The render processes `--render-processes` asks for (default one per slot), with
+    `--render-deadline-seconds` checked too: ValueError saying what is wrong."""
+    processes = slots if args.render_processes is None else args.render_processes
+    if processes < 0:
+        raise ValueError("--render-processes must be 0 (render in threads) or more")
+    if not args.render_deadline_seconds > 0:
+        raise ValueError("--render-deadline-seconds must be positive")
+    return processes
+
+
 def _render_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("batch")
     # One flag per `RenderSpec` field, built from its declaration; unset flags are None and
@@ -848,9 +859,12 @@ def _prestart_renders(args: argparse.Namespace) -> None:
     if args.command not in ("run", "worker"):
         return
     slots = args.workers if args.command == "run" else args.concurrency
-    processes = slots if args.render_processes is None else args.render_processes
+    try:
+        processes = render_processes(args, slots)
+    except ValueError:
+        return
     both_stores = bool(getattr(args, "out", None)) and bool(getattr(args, "store", None))
-    if 0 < processes <= slots and args.render_deadline_seconds > 0 and not both_stores:
+    if 0 < processes <= slots and not both_stores:
         from batchcrop.renders.spawn import prestart  # noqa: PLC0415  (no engine)
 
         prestart(processes)

@@ -124,7 +124,7 @@ def _start(
     extent: int,
     length: int,
     spans: tuple[_Span | None, tuple[_Span, ...]],
-    weights: tuple[float, ...] = (),
+    weights: tuple[float, ...],
 ) -> int:
     """The window's first pixel along its free axis (see `place_window`)."""
     keep, whole = spans
@@ -156,7 +156,7 @@ def _place(
 
     Starts lie within `bounds` (default: the whole profile). Four preferences, in order: leave
     each span of `whole` entirely inside or outside (where no start does, cut the least weight
-    of them, `whole_weights`, 1 each by default); keep nearly the most salient mass; among
+    of them, `whole_weights`, one per span); keep nearly the most salient mass; among
     those positions, cut through as little salience as possible (a window edge lying on the
     subject both cuts it and pushes it against the edge); among those, centre the window on the
     mass it keeps.
@@ -172,9 +172,8 @@ def _place(
     starts = np.append(np.arange(low, high, PLACEMENT_STEP_CELLS), high)
     filtered = False
     if whole:
-        weighed = tuple(whole_weights) or tuple(1.0 for _ in whole)
         cut_weight = np.zeros(starts.shape, dtype=np.float64)
-        for (first, last), weight in zip(whole, weighed, strict=True):
+        for (first, last), weight in zip(whole, whole_weights, strict=True):
             inside = (starts <= first + _FLOOR_SLACK) & (starts + length >= last - _FLOOR_SLACK)
             outside = (starts >= last - _FLOOR_SLACK) | (starts + length <= first + _FLOOR_SLACK)
             cut_weight += np.where(inside | outside, 0.0, weight)

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import queue
 import subprocess
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from multiprocessing.connection import Connection, wait
+from dataclasses import dataclass
+from multiprocessing.connection import wait
 from typing import TypeVar
 
 from batchcrop.crop.budget import MIB, BudgetBusy, MemoryBudget, reserved
@@ -37,7 +36,7 @@ from batchcrop.renders.defaults import (
     RENDER_DEADLINE_SECONDS,
 )
 from batchcrop.renders.job import Job, Rendered, RenderJob, RenderStopped
-from batchcrop.renders.spawn import adopt, spawn
+from batchcrop.renders.spawn import CHILD_EXIT_SECONDS, Started, adopt, end, spawn
 
 T = TypeVar("T")
 
@@ -45,7 +44,6 @@ CHILD_START_SECONDS = 120.0
 """How long a starting child may take to import the engine and warm up."""
 STOP_POLL_SECONDS = 0.1
 """How often a running job asks its caller's `should_stop` (and notices its deadline)."""
-CHILD_EXIT_SECONDS = 5.0
 _START_RETRY_SECONDS = 1.0
 
 
@@ -57,14 +55,10 @@ class RenderTimeout(PermanentItemError):
 
 
 @dataclass
-class _Child:
-    process: subprocess.Popen[bytes]
-    conn: Connection
-    life: int
-    """The write end of the child's life pipe: closing it (or dying) tells the child to exit."""
-    pid: int
+class _Child(Started):
+    """A pool's child: as started, and the jobs it has run."""
+
     renders: int = 0
-    started: float = field(default_factory=time.monotonic)
 
 
 class RenderPool:
@@ -125,7 +119,7 @@ class RenderPool:
         for child in children:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 child.process.wait(CHILD_EXIT_SECONDS)
-            _kill(child)
+            end(child)
 
     @property
     def pids(self) -> list[int]:
@@ -254,11 +248,11 @@ class RenderPool:
             # ValueError: `close` closed this child's socket meanwhile.
             said = None
         if self._closed.is_set():
-            _kill(child)
+            end(child)
             return
         if not isinstance(said, Ready):
             self._forget(child)
-            _kill(child)
+            end(child)
             log_event("render_child_failed_to_start", level=logging.WARNING)
             if not self._closed.wait(_START_RETRY_SECONDS):
                 self._start_replacement()
@@ -274,7 +268,7 @@ class RenderPool:
     def _replace(self, child: _Child, reason: str, **fields: object) -> None:
         """Kill `child` (it may be mid-job) and start another in the background."""
         self._forget(child)
-        _kill(child)
+        end(child)
         self.replaced += 1
         log_event(
             "render_child_replaced",
@@ -297,17 +291,3 @@ class RenderPool:
     def _forget(self, child: _Child) -> None:
         with self._lock:
             self._children.pop(child.pid, None)
-
-
-def _kill(child: _Child) -> None:
-    """SIGKILL `child` if it still runs, reap it and close its socket and life pipe
-    (idempotent)."""
-    if child.process.poll() is None:
-        child.process.kill()
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        child.process.wait(CHILD_EXIT_SECONDS)
-    child.conn.close()
-    # Taken before closing: a descriptor number closed twice may be another file's by then.
-    life, child.life = child.life, -1
-    if life >= 0:
-        os.close(life)

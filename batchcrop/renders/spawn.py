@@ -13,6 +13,7 @@ cores this takes the children's start (about 0.2 s) out of a `run`'s fixed cost.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -30,6 +31,8 @@ its network on an OpenMP team, whose threads spin while they wait for work. One 
 is the parallelism, so a team per child only spins against the other children: on 2 cores,
 `run --workers 2` over 32 12 MP JPEGs took 10.4 CPU-s and 5.9 s with teams of two, 6.9 CPU-s and
 4.3 s with one thread each (docs/benchmarks.md, render processes)."""
+CHILD_EXIT_SECONDS = 5.0
+"""How long a child is waited for once told to exit, or killed (`end`)."""
 MALLOC_ARENAS_PER_CHILD = 2
 """glibc malloc arenas of a child (`MALLOC_ARENA_MAX`, unless set). glibc reserves 64 MiB of
 address space per arena, up to 8 per core, as threads first allocate: counted against a child's
@@ -47,6 +50,20 @@ class Started:
     life: int
     pid: int
     started: float = field(default_factory=time.monotonic)
+
+
+def end(child: Started) -> None:
+    """SIGKILL `child` if it still runs, reap it and close its socket and life pipe
+    (idempotent)."""
+    if child.process.poll() is None:
+        child.process.kill()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        child.process.wait(CHILD_EXIT_SECONDS)
+    child.conn.close()
+    # Taken before closing: a descriptor number closed twice may be another file's by then.
+    life, child.life = child.life, -1
+    if life >= 0:
+        os.close(life)
 
 
 def spawn() -> Started:
@@ -92,11 +109,7 @@ def discard_prestarted() -> None:
     with _lock:
         children, _prestarted[:] = list(_prestarted), []
     for child in children:
-        if child.process.poll() is None:
-            child.process.kill()
-        child.process.wait()
-        child.conn.close()
-        os.close(child.life)
+        end(child)
 
 
 def adopt() -> Started | None:
@@ -106,6 +119,5 @@ def adopt() -> Started | None:
             child = _prestarted.pop(0)
             if child.process.poll() is None:
                 return child
-            child.conn.close()
-            os.close(child.life)
+            end(child)
     return None

@@ -119,6 +119,16 @@ WRITE_THREADS_MAX = 8
 to it at once."""
 
 
+def attempt_fields(claim: Claim) -> dict[str, Any]:
+    """The fields that name an attempt on its log lines: item, batch, attempt, correlation id."""
+    return {
+        "item": claim.item_id,
+        "batch": claim.group_id,
+        "attempt": claim.attempt,
+        "corr": claim.correlation_id,
+    }
+
+
 def write_pool(slots: int) -> ThreadPoolExecutor:
     """The threads a worker's `slots` write their items' objects with (`Attempt.writes`): kept
     for the worker's life, since starting threads for every item cost about 3 ms of it."""
@@ -344,10 +354,7 @@ class Attempt:
             log_event(
                 "colour_profile_ignored",
                 level=logging.WARNING,
-                item=claim.item_id,
-                batch=claim.group_id,
-                attempt=claim.attempt,
-                corr=claim.correlation_id,
+                **attempt_fields(claim),
                 profile_mib=round(mib, 1),
                 assumed="sRGB",
             )
@@ -355,10 +362,7 @@ class Attempt:
         log_event(
             "crop",
             level=logging.DEBUG,
-            item=claim.item_id,
-            batch=claim.group_id,
-            attempt=claim.attempt,
-            corr=claim.correlation_id,
+            **attempt_fields(claim),
             ratios=len(renditions),
         )
         self.checkpoint(heartbeat)

@@ -45,7 +45,14 @@ from batchcrop.worker.attempts import Attempts, Outcome
 from batchcrop.worker.breakers import Breakers
 from batchcrop.worker.lanes import StoreLimitCollector, store_lane
 from batchcrop.worker.presence import Presence, worker_info
-from batchcrop.worker.processing import Attempt, GiveBack, Interruption, Output, write_pool
+from batchcrop.worker.processing import (
+    Attempt,
+    GiveBack,
+    Interruption,
+    Output,
+    attempt_fields,
+    write_pool,
+)
 from leases import (
     Claim,
     DatabaseUnavailable,
@@ -540,10 +547,7 @@ class Worker:
         log_event(
             "claim",
             level=logging.DEBUG,
-            item=claim.item_id,
-            batch=claim.group_id,
-            attempt=claim.attempt,
-            corr=claim.correlation_id,
+            **attempt_fields(claim),
             worker=self.worker_id,
         )
         try:
@@ -557,10 +561,7 @@ class Worker:
         log_event(
             "transition",
             level=logging.INFO if outcome in QUIET_OUTCOMES else logging.WARNING,
-            item=claim.item_id,
-            batch=claim.group_id,
-            attempt=claim.attempt,
-            corr=claim.correlation_id,
+            **attempt_fields(claim),
             outcome=outcome,
             category=category,
             message=message,
