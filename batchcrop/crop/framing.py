@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 from PIL import Image
 
-from batchcrop.crop.faces import FACE_CONFIDENCE, Face, find_faces
+from batchcrop.crop.faces import FACE_CONFIDENCE, Face, SearchCopies, find_faces
 from batchcrop.crop.geometry import Box, place_window, round_half_up, window_size
 from batchcrop.crop.keep import keep_box
 from batchcrop.crop.people import Person, find_people
@@ -228,8 +228,9 @@ def _placed(
     """Each window placed on the frame `picture` of `size` (step 4 of
     docs/design.md §6); under `auto`, None for a window that cannot hold the subject."""
     saliency = saliency_map(small_copy(picture))
-    faces = find_faces(picture, size)
-    people = find_people(picture, size, faces) if focus is None else ()
+    copies = SearchCopies(picture)
+    faces = find_faces(picture, size, copies=copies)
+    people = find_people(picture, size, faces, copies=copies) if focus is None else ()
     whole = [face.box for face in faces]
     # A face the window must cut weighs as in `keep`: a doubtful detection gives way first.
     weights = [float(face.confidence * face.confidence) for face in faces]

@@ -30,7 +30,7 @@ import cv2
 import numpy as np
 from PIL import Image
 
-from batchcrop.crop.faces import AVOID_CUT_CONFIDENCE, FACE_CONFIDENCE, Face, search_copy
+from batchcrop.crop.faces import AVOID_CUT_CONFIDENCE, FACE_CONFIDENCE, Face, SearchCopies
 from batchcrop.crop.geometry import Box
 
 PEOPLE_SEARCH_SIDE_PX = 448
@@ -83,14 +83,19 @@ def person_detector() -> str:
 
 
 def find_people(
-    picture: Image.Image, size: tuple[int, int], faces: Sequence[Face] = ()
+    picture: Image.Image,
+    size: tuple[int, int],
+    faces: Sequence[Face] = (),
+    *,
+    copies: SearchCopies | None = None,
 ) -> tuple[Person, ...]:
     """The people in `picture` (an upright RGB decode of a `size` source) at least
     `PERSON_SCORE` sure, in source pixels, sorted by box, less those holding one of `faces`
-    (the faces found in it); none without a search where one of `faces` is a face to keep."""
+    (the faces found in it); none without a search where one of `faces` is a face to keep.
+    `copies`: the picture's `SearchCopies`, shared with the face search."""
     if not searched(faces):
         return ()
-    small = search_copy(picture, PEOPLE_SEARCH_SIDE_PX)
+    small = (copies or SearchCopies(picture)).at(PEOPLE_SEARCH_SIDE_PX)
     if small is None:
         return ()
     grey = np.ascontiguousarray(np.asarray(small.convert("L")))
