@@ -13,9 +13,8 @@ from alembic import command
 from alembic.config import Config
 
 from leases.engine import configure_sqlite
+from leases.versions import MIGRATIONS_DIR, VERSION_TABLE
 
-VERSION_TABLE = "leases_alembic_version"
-MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 # PostgreSQL advisory lock key held while migrating, so that processes starting together
 # (several workers, the API) do not race to create the same tables. Arbitrary but fixed.
 MIGRATION_LOCK_KEY = 0x1EA5E5

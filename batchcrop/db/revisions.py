@@ -10,11 +10,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 
 import sqlalchemy as sa
 
 from batchcrop.errors import BatchcropError
+from leases import versions as lease_versions
 
+VERSION_TABLE = "batchcrop_alembic_version"
+SCRIPT_LOCATION = Path(__file__).resolve().parent / "migrations"
+"""The application's history (`batchcrop.db.migrations`)."""
 UPGRADE_HINT = "run `batchcrop db upgrade` (the deploy step) before starting this version"
 
 
@@ -68,6 +73,21 @@ def histories(engine: sa.Engine) -> list[History]:
             "batchcrop", migrations.current(engine), app_revisions[0], frozenset(app_revisions)
         ),
     ]
+
+
+def at_head(engine: sa.Engine) -> bool:
+    """Whether both histories stand at this version's heads, read with two plain SELECTs and a
+    listing of the migration files (`leases.versions`), without importing Alembic: the common
+    start-up of a command on a database it migrated before."""
+    with engine.connect() as connection:
+        return all(
+            lease_versions.recorded_revision(connection, table)
+            == lease_versions.newest_revision(folder)
+            for table, folder in (
+                (lease_versions.VERSION_TABLE, lease_versions.MIGRATIONS_DIR),
+                (VERSION_TABLE, SCRIPT_LOCATION),
+            )
+        )
 
 
 def behind_message(found: list[History]) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from alembic import context
 
-from leases.migrate import VERSION_TABLE
+from leases.versions import VERSION_TABLE
 
 connection = context.config.attributes["connection"]
 context.configure(connection=connection, version_table=VERSION_TABLE, render_as_batch=True)

@@ -3,15 +3,21 @@ are converted in place, on SQLite and PostgreSQL, and read back as the same requ
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import sqlalchemy as sa
 
 from batchcrop.app import build
 from batchcrop.crop import Ratio, RenderSpec
 from batchcrop.db import migrations
+from batchcrop.db.revisions import SCRIPT_LOCATION
 from batchcrop.settings import Settings
 from leases import make_engine
 from leases import upgrade as upgrade_leases
+from tests.leases.test_migrations import assert_named_by_revision
 
 BATCH_ID = "5b0c6f0e-1c9e-4a55-9d1c-4a8c2f1f0a11"
 
@@ -161,3 +167,41 @@ def test_0007_adds_the_recrops_table_and_takes_it_back(database_url: str) -> Non
         assert inspector.has_table("batchcrop_derivatives")
     finally:
         engine.dispose()
+
+
+def test_the_application_migration_files_are_named_by_their_revisions() -> None:
+    """The application history's head can be read off its file names."""
+    assert_named_by_revision(SCRIPT_LOCATION)
+
+
+def _prepared_with_alembic(url: str) -> bool:
+    """Whether `prepare_schema` on `url`, in a fresh interpreter, imported Alembic."""
+    code = (
+        "import sys\n"
+        "from batchcrop.app import build\n"
+        "from batchcrop.settings import Settings\n"
+        f"app = build(Settings.load({{'database_url': {url!r}}}))\n"
+        "app.prepare_schema()\n"
+        "print('alembic' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    return done.stdout.strip() == "True"
+
+
+def test_a_sqlite_database_at_head_is_prepared_without_alembic(tmp_path: Path) -> None:
+    """`run`, `submit`, `batches` and `prune` on a SQLite database at this version's heads read
+    the two version rows and import no Alembic (a third of their start-up); a new database is
+    created and one behind is migrated, with Alembic, as before."""
+    url = f"sqlite:///{tmp_path / 'batchcrop.db'}"
+    assert _prepared_with_alembic(url)  # created
+    assert not _prepared_with_alembic(url)  # at head
+    engine = make_engine(url)
+    try:
+        migrations.downgrade(engine, migrations.revisions()[1])
+        assert _prepared_with_alembic(url)  # behind: migrated
+        assert migrations.current(engine) == migrations.revisions()[0]
+    finally:
+        engine.dispose()
+    assert not _prepared_with_alembic(url)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+from pathlib import Path
+
 import sqlalchemy as sa
 
 from leases import LeaseManager, make_engine, upgrade
 from leases.migrate import VERSION_TABLE, current
+from leases.versions import MIGRATIONS_DIR, newest_revision
 
 LEASE_TABLES = {"lease_groups", "lease_items", "lease_events", "lease_counters"}
 
@@ -264,3 +268,22 @@ def test_0008_adds_priority_pause_and_lanes_and_downgrades(database_url: str) ->
             assert conn.execute(sa.text("SELECT count(*) FROM lease_items")).scalar_one() == 1
     finally:
         engine.dispose()
+
+
+def assert_named_by_revision(folder: Path) -> None:
+    """Each migration file in `folder` is named by its revision, the history is one line, and
+    the highest number is Alembic's head: what the start-up check (`leases.versions`) reads."""
+    from alembic.script import ScriptDirectory  # noqa: PLC0415 - as the check itself avoids it
+
+    scripts = list(ScriptDirectory(str(folder)).walk_revisions())
+    assert scripts, folder
+    for script in scripts:
+        assert Path(script.path).name.split("_", 1)[0] == script.revision, script.path
+    assert [s.revision for s in scripts] == sorted((s.revision for s in scripts), reverse=True)
+    assert all(s.down_revision == n.revision for s, n in pairwise(scripts))
+    assert newest_revision(folder) == scripts[0].revision
+
+
+def test_the_lease_migration_files_are_named_by_their_revisions() -> None:
+    """The lease history's head can be read off its file names."""
+    assert_named_by_revision(MIGRATIONS_DIR)

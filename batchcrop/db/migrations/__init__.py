@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
 
-VERSION_TABLE = "batchcrop_alembic_version"
-SCRIPT_LOCATION = Path(__file__).resolve().parent
+from batchcrop.db.revisions import SCRIPT_LOCATION, VERSION_TABLE
 
 
 def upgrade(engine: sa.Engine, revision: str = "head") -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from alembic import context
 
-from batchcrop.db.migrations import VERSION_TABLE
+from batchcrop.db.revisions import VERSION_TABLE
 
 connection = context.config.attributes["connection"]
 context.configure(
