@@ -23,7 +23,8 @@ turn (each system's fastest round is kept, which lessens other load on a shared 
   itself gives N processes, against which `run`'s is read;
 - **engine, one thread**: the per-image render time, for the per-item overhead;
 - **batchcrop run, one tiny image**: the fixed cost of a `run` (imports, database creation and
-  migration, submission, the worker's start and stop), for the per-item overhead.
+  migration, submission, the worker's start and stop), for the per-item overhead; and the same
+  on a database at head (a user's second `run` on the default database: no migration).
 
 Printed: wall seconds, images/s, and each system's time over the vips script's; the scaling of
 `run` from one worker to N (throughput ratio); then the per-item overhead of `run` over the
@@ -166,11 +167,13 @@ def engine(paths: list[Path], out: Path, threads: int) -> float:
     return time.perf_counter() - started
 
 
-def batchcrop_run(source: Path, out: Path, workers: int, *flags: str) -> float:
+def batchcrop_run(
+    source: Path, out: Path, workers: int, *flags: str, database: Path | None = None
+) -> float:
     """Wall seconds of `batchcrop run` (with `flags`) as a user starts it, in its own
-    process."""
+    process; on a new database in `out` unless `database` is given."""
     out.mkdir(parents=True, exist_ok=True)
-    database = out / "batchcrop.db"
+    database = database or out / "batchcrop.db"
     command = [
         sys.executable,
         "-m",
@@ -194,6 +197,12 @@ def batchcrop_run(source: Path, out: Path, workers: int, *flags: str) -> float:
     if done.returncode != 0:
         raise SystemExit(f"batchcrop run failed ({done.returncode}): {done.stderr[-2000:]}")
     return elapsed
+
+
+def _copied(folder: Path, to: Path) -> Path:
+    """A copy of `folder` at `to` (other source paths: another batch)."""
+    shutil.copytree(folder, to)
+    return to
 
 
 def main() -> None:
@@ -247,6 +256,18 @@ def main() -> None:
         tiny.mkdir()
         make_photo(0)[0].resize((64, 48)).save(tiny / "tiny.jpg", "JPEG")
         fixed = min(batchcrop_run(tiny, root / f"tiny-out-{n}", 1) for n in range(args.rounds))
+        # The same on the database the first of those runs left (at head: no migration), as a
+        # user's second `run` with the default database: another folder (a new batch) into
+        # another store (rendered again).
+        again = min(
+            batchcrop_run(
+                _copied(tiny, root / f"tiny-{n}"),
+                root / f"tiny-again-{n}",
+                1,
+                database=root / "tiny-out-0" / "batchcrop.db",
+            )
+            for n in range(args.rounds)
+        )
         base = best["vips script"]
         print(
             f"\n{args.images} images, 4 ratios at {MAX_SIDE_PX} px, quality {QUALITY}, "
@@ -266,7 +287,8 @@ def main() -> None:
         overhead = spent * args.processes / args.images
         print(
             f"\none render, one thread: {single * 1000:.0f} ms; a run's fixed cost (one tiny "
-            f"image): {fixed:.2f} s; `run` over the engine in threads, fixed cost taken out: "
+            f"image): {fixed:.2f} s on a new database, {again:.2f} s on one at head; `run` "
+            "over the engine in threads, fixed cost taken out: "
             f"{overhead * 1000:+.0f} ms per item per worker ({overhead / single:+.1%} of a render)"
         )
 
