@@ -50,6 +50,7 @@ from batchcrop.crop import (
 )
 from batchcrop.crop.crop_boxes import Preview
 from batchcrop.crop.geometry import Box
+from batchcrop.crop.spec import MAX_SIDE_PX_MAX, MAX_SIDE_PX_MIN
 from batchcrop.errors import Category, ItemError, TransientItemError
 from batchcrop.renders import RenderStopped
 from batchcrop.renders.decodes import ThumbnailJob, WindowsJob
@@ -127,6 +128,15 @@ FormatQuery = Annotated[
     Query(
         alias="format",
         description="the derivative's format, one of the batch's (default: its first)",
+    ),
+]
+WidthQuery = Annotated[
+    int | None,
+    Query(
+        ge=MAX_SIDE_PX_MIN,
+        le=MAX_SIDE_PX_MAX,
+        description="the derivative's requested width, one of the batch's `widths` (default: "
+        "its first; a batch without widths has one size)",
     ),
 ]
 MaxSide = Annotated[
@@ -208,17 +218,29 @@ def ratio_text(path_ratio: str) -> str:
 
 
 def _derivative_key(
-    app: App, batch_id: str, item_id: str, path_ratio: str, output: str | None
+    app: App,
+    batch_id: str,
+    item_id: str,
+    path_ratio: str,
+    *,
+    output: str | None,
+    width: int | None = None,
 ) -> tuple[str, str]:
     """(key, format) of the item's derivative for the ratio, in `output` or else the first of
-    the batch's formats (the item document lists each ratio's formats in the batch's order)."""
+    the batch's formats, at the requested `width` or else the first of the batch's widths (the
+    item document lists each ratio's derivatives by width, then format, in the batch's order)."""
     wanted = ratio_text(path_ratio)
     item = app.batches.item(batch_id, item_id)
     for derivative in item["derivatives"]:
-        if derivative["ratio"] == wanted and output in {None, derivative["format"]}:
+        if (
+            derivative["ratio"] == wanted
+            and output in {None, derivative["format"]}
+            and width in {None, derivative["requested_width"]}
+        ):
             return str(derivative["key"]), str(derivative["format"])
     named = wanted if output is None else f"{wanted} {output}"
-    raise Problem(404, f"this item has no {named} derivative", slug="not-found")
+    at = "" if width is None else f" at width {width}"
+    raise Problem(404, f"this item has no {named} derivative{at}", slug="not-found")
 
 
 def _read_derivative(store: ObjectStore, key: str, *, max_bytes: int) -> bytes:
@@ -506,14 +528,17 @@ def media_router(app: App) -> APIRouter:
         batch_id: str,
         item_id: str,
         ratio: RatioPath,
+        *,
         output: FormatQuery = None,
+        width: WidthQuery = None,
         if_none_match: Annotated[str | None, Header()] = None,
     ) -> Response:
         """The stored bytes of the item's derivative for `ratio` (`16x9` for 16:9) in `format`
-        (default: the batch's first), with that format's media type, read from the batch's own
-        store. Its ETag is its key's (a re-crop changes it); `If-None-Match` ⇒ 304."""
+        at `width` (defaults: the batch's first), with that format's media type, read from the
+        batch's own store. Its ETag is its key's (a re-crop changes it); `If-None-Match` ⇒
+        304."""
         batch_id, item_id = path_id(batch_id, what="batch"), path_id(item_id, what="item")
-        key, name = _derivative_key(app, batch_id, item_id, ratio, output)
+        key, name = _derivative_key(app, batch_id, item_id, ratio, output=output, width=width)
         headers = {"Cache-Control": DERIVATIVE_CACHE_CONTROL, "ETag": etag_of(key.encode())}
         if (
             if_none_match

@@ -291,6 +291,7 @@ function highlight(figure, ratio, on) {
 function derivativeFigure(batchId, item, formats, ratios) {
   const [derivative] = formats;
   const format = derivative.format || "jpeg";
+  const severalWidths = new Set(formats.map((d) => d.requested_width)).size > 1;
   const label = itemLabel(item);
   const description = `${derivative.ratio} derivative of ${label}, ${derivative.width} by ${derivative.height} pixels, ${FORMAT_LABELS[format] || format}`;
   const img = h("img", {
@@ -327,8 +328,13 @@ function derivativeFigure(batchId, item, formats, ratios) {
         formats.map((d) =>
           h(
             "li",
-            { "data-format": d.format || "jpeg", "data-bytes": d.bytes },
-            `${FORMAT_LABELS[d.format || "jpeg"] || d.format} ${sizeText(d.bytes)}`,
+            {
+              "data-format": d.format || "jpeg",
+              "data-bytes": d.bytes,
+              "data-width": d.width,
+            },
+            // With several widths (a srcset), each entry says which one it is.
+            `${FORMAT_LABELS[d.format || "jpeg"] || d.format}${severalWidths ? ` ${d.width}×${d.height}` : ""} ${sizeText(d.bytes)}`,
           ),
         ),
       ),
@@ -347,7 +353,7 @@ function derivativeFigure(batchId, item, formats, ratios) {
     ...loadInto(
       figure,
       img,
-      `${path}?format=${encodeURIComponent(format)}`,
+      `${path}?format=${encodeURIComponent(format)}${derivative.requested_width ? `&width=${derivative.requested_width}` : ""}`,
       `${derivative.ratio} derivative`,
       label,
       {
