@@ -8,11 +8,12 @@ The window keeps the faces as a group: all of them when they fit together along 
 otherwise the group that fits with the most weight, a face weighing its confidence squared (a
 real face at 90 outweighs two doubtful ones at 55, three people at 65-80 outweigh one at 92),
 ties going to the group nearest the picture's centre. Room is given up in `ROOM_STEPS` (down to
-`BARE_ROOM`, then the detector's box alone) only where that keeps more weight, and otherwise as
-little as the window needs. Only faces at least `faces.FACE_CONFIDENCE` confident are kept; the
-weaker ones are only not cut (`window.place_window`'s `whole`). The people found without a face
-(`batchcrop/crop/people.py`) join the group as their boxes, each weighing less than any face
-kept. Pure functions (ADRs 0031, 0038).
+`BARE_ROOM`, then the detector's box alone, a profile's with part of its ear) only where that
+keeps more weight, and otherwise as little as the window needs. Only faces at least
+`faces.FACE_CONFIDENCE` confident are kept; the weaker ones are only not cut
+(`window.place_window`'s `whole`). The people found without a face (`batchcrop/crop/people.py`)
+join the group as their boxes, each weighing less than any face
+kept. Pure functions (ADRs 0031, 0038, 0046).
 """
 
 from __future__ import annotations
@@ -44,7 +45,14 @@ ROOM_STEPS = tuple(step / 10 for step in range(10, -1, -1))
 """Shares of that room tried in turn (1.0, 0.9, ... 0.0) when a window cannot hold the faces
 with all of it: between `BARE_ROOM` (share 0) and the full room, linearly."""
 
-_PLAIN = -1.0  # a share meaning the detector's box, without even the bare room
+_PLAIN = -1.0  # a share meaning the detector's box, without even the bare room (`plain_box`)
+
+PROFILE_TURN = 0.5
+"""A face turned further than this (`Face.turn`) is a profile: its box ends at the cheek, so even
+its plain box keeps part of `EAR_ROOM` behind it (all of it fully turned). A window that can hold
+a profile only by cutting through its ear holds fewer faces instead: the touchline's 3:4 kept
+the bald man's face against its edge, the back of his head sliced off (the poker table's
+three-quarter faces, turned 0.2-0.4, keep their plain boxes)."""
 
 BARE_ROOM = (0.12, 0.05, 0.05)
 """Room still kept around a face with no room left (each side, above, below, in face widths and
@@ -80,6 +88,16 @@ def with_room(face: Face, size: tuple[int, int], share: float = 1.0) -> Box:
     )
 
 
+def plain_box(face: Face, size: tuple[int, int]) -> Box:
+    """The face's box as the detector gave it, with a profile's ear (`PROFILE_TURN`)."""
+    left, top, right, bottom = face.box
+    profile = max(0.0, (abs(face.turn) - PROFILE_TURN) / (1.0 - PROFILE_TURN))
+    ear = round(profile * EAR_ROOM * (right - left))
+    if face.turn < 0:
+        return left, top, min(size[0], right + ear), bottom
+    return max(0, left - ear), top, right, bottom
+
+
 def keep_box(
     faces: Sequence[Face],
     window: tuple[int, int],
@@ -102,7 +120,10 @@ def keep_box(
     best: tuple[tuple[int, float], Box] | None = None
     for share in (*ROOM_STEPS, _PLAIN):
         members = [
-            (_weight(face), face.box if share == _PLAIN else with_room(face, size, share))
+            (
+                _weight(face),
+                plain_box(face, size) if share == _PLAIN else with_room(face, size, share),
+            )
             for face in kept
         ]
         group = _heaviest_group([*members, *persons], axis, window[axis], size)

@@ -26,7 +26,7 @@ from batchcrop.crop.resample import vips_version
 from batchcrop.crop.spec import RenderSpec
 from batchcrop.crop.thumbnails import PREVIEW_MAX_SIDE_PX, THUMBNAIL_QUALITY
 
-ALGORITHM_VERSION = "8"
+ALGORITHM_VERSION = "9"
 PREVIEW_VERSION = "2"
 """Bump when the stored preview's pipeline (`preview.thumbnail`) changes its bytes."""
 OUTPUT_FORMAT = "jpeg-baseline-420"

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import pytest
 from PIL import Image
 
-from batchcrop.crop import Ratio, RenderSpec, faces, render
+from batchcrop.crop import Ratio, RenderSpec, faces, keep, render
 from batchcrop.crop.decode import decode_rgb, open_image
 from batchcrop.crop.faces import FACE_CONFIDENCE, find_faces
 from tests.crop.images import Box, contains
@@ -199,3 +199,20 @@ def test_without_the_landmarks_faces_have_no_turn_and_another_identity(
     ]
     assert all(face.turn == 0.0 for face in without)
     assert any(face.turn != 0.0 for face in with_landmarks)
+
+
+def test_a_profile_held_by_its_plain_box_keeps_its_ear() -> None:
+    """Where a window holds the faces only as the detector's boxes, a profile's box still keeps
+    its ear (`keep.plain_box`): the touchline's 3:4 holds both men with `EAR_ROOM` behind the
+    bald man's face, who looks right, rather than its edge at his cheek (ADR 0046)."""
+    photo = by_name("touchline")
+    found = [f for f in find_faces(_upright(photo), photo.size) if f.confidence >= FACE_CONFIDENCE]
+    profile = max(found, key=lambda face: face.turn)
+    assert profile.turn >= 0.9  # looking right: the ear is left of the box
+    others = [face for face in found if face is not profile and face.box[0] > profile.box[2]]
+    # At full size (540x720 of the 1280x720 source) the crop box is the window itself.
+    (tall,) = render(photo.data, RenderSpec((Ratio(3, 4),)))
+    left, _, right, _ = tall.crop_box
+    ear = round(keep.EAR_ROOM * (profile.box[2] - profile.box[0]))
+    assert left <= profile.box[0] - ear, (tall.crop_box, profile)
+    assert all(right >= face.box[2] for face in others), (tall.crop_box, others)

@@ -157,7 +157,7 @@ def test_the_variant_names_the_detectors_that_place_the_windows() -> None:
     people = f"people=hog-people@{PEOPLE_SEARCH_SIDE_PX}/{PEOPLE_SCALE_STEP}/{PERSON_SCORE}"
     assert libraries.endswith(people)
     assert f"opencv={cv2.__version__};" in libraries
-    assert ALGORITHM_VERSION == "8"
+    assert ALGORITHM_VERSION == "9"
 
 
 def test_the_new_fields_at_their_defaults_leave_todays_variant_text() -> None:
