@@ -18,6 +18,10 @@ class NoSuchGroup(LeaseError):
     """The group id names no group."""
 
 
+class GroupEnded(LeaseError):
+    """The group's items have all ended: there is nothing left to cancel."""
+
+
 class GroupExists(LeaseError):
     """A group with this id already exists."""
 

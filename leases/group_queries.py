@@ -44,12 +44,20 @@ def insert_group() -> Insert:
 
 
 def request_cancel(group_id: str) -> Update:
-    """Set the cancel flag; idempotent. Row count 0 means no such group."""
+    """Set the cancel flag of a group with an item left to end; idempotent. Row count 0: no such
+    group, or every item of it had ended before (`sealed_exists` tells which): a flag set then
+    would only stand in the way of a requeue."""
+    unfinished = sa.exists().where(items.c.group_id == groups.c.id, state_in(UNFINISHED))
     return (
         sa.update(groups)
-        .where(groups.c.id == group_id, groups.c.sealed)
+        .where(groups.c.id == group_id, groups.c.sealed, groups.c.cancel_requested | unfinished)
         .values(cancel_requested=True)
     )
+
+
+def sealed_exists(group_id: str) -> sa.Select[tuple[bool]]:
+    """Whether `group_id` names a (sealed) group."""
+    return sa.select(sa.exists().where(groups.c.id == group_id, groups.c.sealed))
 
 
 def seal(group_id: str, deadline_ms: int) -> Update:

@@ -41,6 +41,7 @@ from leases.engine import creation_turn
 from leases.errors import (
     DatabaseUnavailable,
     GroupCancelled,
+    GroupEnded,
     GroupExists,
     LeaseLost,
     NoSuchGroup,
@@ -989,10 +990,13 @@ class LeaseManager(Sharing, Reader):
     def cancel(self, group_id: str) -> None:
         """Request cancel: no more claims; queued and retryable items `abandoned` (`cancelled`).
 
-        Holders learn it from their next heartbeat. Raises `NoSuchGroup`.
+        Holders learn it from their next heartbeat. Raises `NoSuchGroup`, and `GroupEnded` for a
+        group whose items had all ended (never cancelled: its failed items stay requeueable).
         """
         with self._db.write() as c:
             if self._db.rowcount(c, group_queries.request_cancel(group_id)) == 0:
+                if self._db.scalar(c, group_queries.sealed_exists(group_id)):
+                    raise GroupEnded(group_id)
                 raise NoSuchGroup(group_id)
         cid = transitions.new_correlation_id()
         self._abandon_closed(group_id, (State.QUEUED, State.RETRYABLE), cid)

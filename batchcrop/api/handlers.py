@@ -18,6 +18,7 @@ from starlette.routing import Match
 from batchcrop.api.problems import Problem, field_problem, problem_response
 from batchcrop.batches.errors import (
     BadCursor,
+    BatchEnded,
     EmptyBatch,
     IdempotencyConflict,
     NeedsNewDeadline,
@@ -138,6 +139,7 @@ def install(api: FastAPI) -> None:
     api.add_exception_handler(BadCursor, mapped(422, "invalid-request", field="cursor"))
     api.add_exception_handler(NeedsNewDeadline, _requeue_needs_deadline)
     api.add_exception_handler(NothingToRedeliver, mapped(409, "nothing-to-redeliver"))
+    api.add_exception_handler(BatchEnded, mapped(409, "batch-ended"))
     api.add_exception_handler(DatabaseUnavailable, _database_unavailable)
     api.add_exception_handler(RecropConflict, _recrop_conflict)
     api.add_exception_handler(BatchCancelled, mapped(409, "batch-cancelled"))

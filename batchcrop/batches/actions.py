@@ -9,12 +9,25 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from typing import Any
 
-from batchcrop.batches.errors import NeedsNewDeadline, NoSuchBatch, NothingToRedeliver, as_batch
+from batchcrop.batches.errors import (
+    BatchEnded,
+    NeedsNewDeadline,
+    NoSuchBatch,
+    NothingToRedeliver,
+    as_batch,
+)
 from batchcrop.batches.outbox import Outbox
 from batchcrop.batches.reads import Reads
 from batchcrop.batches.submission import check_deadline
 from batchcrop.db import queries
-from leases import REQUEUEABLE, UNFINISHED, LeaseManager, RequeueNeedsDeadline, State
+from leases import (
+    REQUEUEABLE,
+    UNFINISHED,
+    GroupEnded,
+    LeaseManager,
+    RequeueNeedsDeadline,
+    State,
+)
 from leases.models import check_priority
 
 
@@ -28,10 +41,18 @@ class Actions:
 
     def cancel(self, batch_id: str) -> dict[str, Any]:
         """Request cancellation: unclaimed items are abandoned now, held ones at their next
-        heartbeat or by the reaper."""
+        heartbeat or by the reaper. `BatchEnded` when every item had ended: the batch is left
+        as it is (cancelled, its failed items could no longer be requeued without a new
+        deadline)."""
         self.reads.batch(batch_id)
-        with as_batch(batch_id):
-            self.leases.cancel(batch_id)
+        try:
+            with as_batch(batch_id):
+                self.leases.cancel(batch_id)
+        except GroupEnded:
+            state = self.reads.status(batch_id)["state"]
+            raise BatchEnded(
+                f"batch {batch_id} has already ended ({state}): nothing to cancel"
+            ) from None
         return self.reads.status(batch_id)
 
     def pause(self, batch_id: str) -> dict[str, Any]:

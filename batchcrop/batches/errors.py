@@ -39,6 +39,10 @@ class BadCursor(BatchcropError):
     """A pagination cursor that this server did not hand out."""
 
 
+class BatchEnded(BatchcropError):
+    """A cancel of a batch whose items have all ended: nothing is left to stop."""
+
+
 class NothingToRedeliver(BatchcropError):
     """A redelivery of a batch that has no callback, has not ended yet, or whose delivery is
     still under way."""

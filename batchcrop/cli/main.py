@@ -739,6 +739,7 @@ def _errors() -> tuple[tuple[type[BaseException] | tuple[type[BaseException], ..
     from batchcrop.batches.errors import (  # noqa: PLC0415
         AmbiguousId,
         BadCursor,
+        BatchEnded,
         EmptyBatch,
         IdempotencyConflict,
         NeedsNewDeadline,
@@ -770,6 +771,7 @@ def _errors() -> tuple[tuple[type[BaseException] | tuple[type[BaseException], ..
                 AmbiguousId,
                 NeedsNewDeadline,
                 NothingToRedeliver,
+                BatchEnded,
                 RecropConflict,
                 BatchCancelled,
                 SourceNotAllowed,

@@ -43,6 +43,26 @@ def test_requeue_after_cancel_needs_a_deadline(api: LiveServer, sources: list[st
     assert document["deadline_at"] < batch["deadline_at"]
 
 
+def test_cancel_of_a_batch_that_has_ended_is_refused_and_leaves_it_requeueable(
+    api: LiveServer, sources: list[str]
+) -> None:
+    """A cancel once every item has ended is a 409 `batch-ended` naming the state, and sets no
+    cancel flag: a plain requeue still gives the failed items another try (with the flag set,
+    the requeue would have needed a new deadline)."""
+    batch = _submit(api, sources)
+    for claim in api.app.leases.claim("test-worker", len(sources), group_ids=[batch["id"]]):
+        api.app.leases.fail(claim, "invalid_image")
+    refused = api.client.post(f"/v1/batches/{batch['id']}/cancel")
+    problem = assert_problem(refused, 409)
+    assert problem["type"].endswith("batch-ended"), problem
+    assert "already ended (failed)" in problem["detail"], problem
+    status = api.client.get(f"/v1/batches/{batch['id']}").json()
+    assert (status["state"], status["cancel_requested"]) == ("failed", False)
+    requeued = api.client.post(f"/v1/batches/{batch['id']}/requeue")
+    assert requeued.status_code == 202, requeued.text
+    assert requeued.json()["counts"]["queued"] == len(sources)
+
+
 def test_requeue_chosen_failed_items(api: LiveServer, sources: list[str]) -> None:
     """`item_ids` + `states` requeue only those items; the attempt number keeps growing."""
     batch = _submit(api, sources)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from leases import LeaseManager, NoSuchGroup, RequeueNeedsDeadline, State
+from leases import GroupEnded, LeaseManager, NoSuchGroup, RequeueNeedsDeadline, State
 from leases import manager as manager_module
 from tests.leases.conftest import (
     ManagerFactory,
@@ -111,6 +111,23 @@ def test_requeue_of_cancelled_or_expired_needs_deadline(
         manager.requeue(expired)
     assert manager.requeue(expired, deadline_seconds=60.0) == 1
     assert manager.group(expired).deadline_at > manager.group(expired).created_at
+
+
+def test_a_group_whose_items_have_ended_is_not_cancelled(manager: LeaseManager) -> None:
+    """Cancel raises `GroupEnded` once every item has ended and sets no flag, so a requeue needs
+    no new deadline; cancelling a cancelled group stays idempotent."""
+    group, _ = new_group(manager, 2)
+    for claim in manager.claim("w", 2, group_ids=[group]):
+        manager.fail(claim, "invalid_image")
+    with pytest.raises(GroupEnded):
+        manager.cancel(group)
+    assert not manager.group(group).cancel_requested
+    assert manager.requeue(group) == 2
+    manager.cancel(group)
+    manager.cancel(group)
+    assert manager.group(group).cancel_requested
+    with pytest.raises(NoSuchGroup):
+        manager.cancel("no-such-group")
 
 
 def test_unknown_group(manager: LeaseManager) -> None:
