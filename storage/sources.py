@@ -7,6 +7,7 @@ anything outside the roots *after* resolving symlinks, and `expand`/`read` norma
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import stat
 import threading
@@ -35,6 +36,26 @@ def _refuse_special_file(path: Path) -> None:
         return
     if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
         raise SourceNotAllowed(f"source is not a regular file (a FIFO, socket or device): {path}")
+
+
+def _opened_path(fd: int) -> str | None:
+    """The path of the file open as `fd`, as the kernel names it (Linux's /proc, macOS's
+    F_GETPATH), or None where neither is available."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        pass
+    getpath = getattr(fcntl, "F_GETPATH", None)
+    if getpath is None:
+        return None
+    try:
+        named = fcntl.fcntl(fd, getpath, bytes(_PATH_MAX))
+    except OSError:
+        return None
+    return os.fsdecode(named.rstrip(b"\0"))
+
+
+_PATH_MAX = 1024
 
 
 def _within(path: str, root: str) -> bool:
@@ -259,8 +280,10 @@ class SourceReader:
         try:
             # O_NONBLOCK: a FIFO swapped in after normalisation opens at once instead of waiting
             # for a writer forever; its type is then refused on the opened descriptor.
-            fd = os.open(normalized, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            # O_NOFOLLOW: the normalised path has no symlink, so one there now was swapped in.
+            fd = os.open(normalized, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
             with os.fdopen(fd, "rb") as stream:
+                self._confine_opened(stream.fileno(), normalized)
                 info = os.fstat(stream.fileno())
                 if not stat.S_ISREG(info.st_mode):
                     raise ObjectNotFound(f"source is not a file: {normalized}")
@@ -274,9 +297,23 @@ class SourceReader:
         except PermissionError as exc:
             raise AccessDenied(f"permission denied: {normalized}") from exc
         except OSError as exc:
-            if exc.errno == errno.ELOOP:  # a loop made after normalisation: never readable
-                raise ObjectNotFound(f"source is a symlink loop: {normalized}") from exc
+            if exc.errno == errno.ELOOP:  # a symlink made after normalisation: never read
+                raise ObjectNotFound(f"source became a symlink: {normalized}") from exc
             raise StorageUnavailable(f"{normalized}: {exc.strerror or exc}") from exc
+
+    def _confine_opened(self, fd: int, normalized: str) -> None:
+        """`SourceNotAllowed` when the file opened as `normalized` lies outside the roots: a
+        folder on its path swapped for a symlink between the check and the open (the kernel's
+        own name for the descriptor says where it really is; where it says nothing, the final
+        component's `O_NOFOLLOW` is the guard)."""
+        if self._local_roots is None:
+            return
+        opened = _opened_path(fd)
+        if opened is not None and not any(_within(opened, str(root)) for root in self._local_roots):
+            raise SourceNotAllowed(
+                f"source outside the allowed roots (its path changed as it was opened): "
+                f"{normalized}"
+            )
 
     def _split_s3(self, source: str) -> tuple[str, str]:
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -315,3 +316,53 @@ def test_a_listed_folder_still_finds_what_appears_after_its_listing(tree: Path) 
     assert normalize(str(tree / "late-link.jpg")) == str(tree / "a.jpg")
     with pytest.raises(SourceNotAllowed, match="not a regular file"):
         normalize(str(tree / "late-pipe.jpg"))
+
+
+class _SwappedAfterTheCheck(SourceReader):
+    """A reader whose source changes between its check and its open, as another process with
+    write access under a root could change it: `swap` runs once the path has been normalised."""
+
+    def __init__(self, roots: list[str], swap: Callable[[], None]) -> None:
+        super().__init__(roots)
+        self.swap = swap
+
+    def normalize(self, source: str) -> str:
+        normalized = super().normalize(source)
+        self.swap()
+        return normalized
+
+
+def test_a_folder_swapped_for_a_symlink_after_the_check_is_not_read(tmp_path: Path) -> None:
+    """A folder on the source's path replaced by a symlink to a folder outside the roots, after
+    the path was checked and before it is opened: the file opened there is refused, never read
+    (the kernel's name of the opened file is checked against the roots)."""
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (root / "uploads").mkdir(parents=True)
+    (root / "uploads" / "a.jpg").write_bytes(b"inside")
+    outside.mkdir()
+    (outside / "a.jpg").write_bytes(b"secret")
+
+    def swap() -> None:
+        (root / "uploads").rename(root / "before")
+        (root / "uploads").symlink_to(outside)
+
+    reader = _SwappedAfterTheCheck([str(root)], swap)
+    with pytest.raises(SourceNotAllowed, match="outside the allowed roots"):
+        reader.read(str(root / "uploads" / "a.jpg"), max_bytes=100)
+
+
+def test_a_file_swapped_for_a_symlink_after_the_check_is_not_read(tmp_path: Path) -> None:
+    """The source file itself replaced by a symlink after the check is not followed: it is a
+    missing source (`ObjectNotFound`), even where the link points inside the roots."""
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "a.jpg").write_bytes(b"inside")
+    (root / "b.jpg").write_bytes(b"other")
+
+    def swap() -> None:
+        (root / "a.jpg").unlink()
+        (root / "a.jpg").symlink_to(root / "b.jpg")
+
+    reader = _SwappedAfterTheCheck([str(root)], swap)
+    with pytest.raises(ObjectNotFound, match="became a symlink"):
+        reader.read(str(root / "a.jpg"), max_bytes=100)
