@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import sys
 import time
 import warnings
@@ -23,10 +24,13 @@ FIELDS_ATTRIBUTE = "batchcrop_fields"
 """The `extra` attribute of a record that carries an event's fields."""
 EVENT_ATTRIBUTE = "batchcrop_event"
 """The `extra` attribute of a record that carries the event's name (its `msg`)."""
-OTHER_LOGGERS = ("uvicorn", "uvicorn.error", "opentelemetry")
+OTHER_LOGGERS = ("uvicorn", "uvicorn.error", "opentelemetry", "asyncio")
 """Loggers of libraries whose lines join ours in the same format (uvicorn's start and stop
 lines, its access log being replaced by our own `http_request` lines; the OpenTelemetry SDK's
-export failures when tracing is on)."""
+export failures when tracing is on; asyncio's, such as a refused `accept`)."""
+REPEAT_SECONDS = 10.0
+"""asyncio logs each failed `accept` of a server out of descriptors, with its traceback, many
+times a second: one line per message this often is kept (`Repeats`)."""
 
 
 class LogSettingError(ValueError):
@@ -131,9 +135,29 @@ def configure(level: str = "INFO", fmt: str = "logfmt") -> None:
         logger.setLevel(level)
         logger.propagate = False
         logger.disabled = False  # a library's logging.config call may have disabled it
+    asyncio_logger = logging.getLogger("asyncio")
+    if not any(isinstance(f, Repeats) for f in asyncio_logger.filters):
+        asyncio_logger.addFilter(Repeats())
     # Python's warnings (Pillow's DecompressionBombWarning, a library's deprecation) would print
     # raw text, over several lines, into the stream of strict logfmt or JSON lines.
     warnings.showwarning = _log_warning
+
+
+class Repeats(logging.Filter):
+    """Lets through one record of each message per `seconds`; the others are dropped."""
+
+    def __init__(self, seconds: float = REPEAT_SECONDS) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self._last: dict[str, float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now = time.monotonic()
+        key = str(record.msg)
+        if now - self._last.get(key, -math.inf) < self.seconds:
+            return False
+        self._last[key] = now
+        return True
 
 
 def _log_warning(  # noqa: PLR0917 -- the signature of warnings.showwarning

@@ -21,6 +21,7 @@ import uvicorn
 from batchcrop import __version__
 from batchcrop.api.application import create_api
 from batchcrop.api.hosts import is_loopback
+from batchcrop.api.protocol import RequestDeadlineProtocol, raise_open_file_limit
 from batchcrop.app import App
 from batchcrop.callbacks.delivery import DELIVERY_DEADLINE_SECONDS
 from batchcrop.logs import OutageLog, log_event
@@ -29,6 +30,8 @@ from leases import DatabaseUnavailable
 EXIT_OK = 0
 EXIT_USAGE = 2
 SHUTDOWN_GRACE_SECONDS = 10
+OPEN_FILES_WANTED = 8192
+"""Open files below which `serve` warns at start: a few thousand clients at once."""
 DELIVERER_STOP_SECONDS = DELIVERY_DEADLINE_SECONDS + 5.0
 """How long a stopping `serve` waits for its deliverer: the delivery under way ends within its
 deadline; past this the process exits anyway and the delivery's lease returns it."""
@@ -164,10 +167,13 @@ def serve(app: App, *, host: str, port: int, migrate: bool = False) -> int:
     if problem is not None:
         print(f"batchcrop serve: cannot listen on {host}:{port}: {problem}", file=sys.stderr)
         return EXIT_USAGE
+    files_before, files = raise_open_file_limit()
     config = uvicorn.Config(
         create_api(app),
         host=host,
         port=port,
+        # A request must arrive within a deadline: slow clients cannot hold every descriptor.
+        http=RequestDeadlineProtocol,
         timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
         server_header=False,
         # batchcrop.logs formats uvicorn's own lines; requests are logged by `AccessLog`.
@@ -183,7 +189,17 @@ def serve(app: App, *, host: str, port: int, migrate: bool = False) -> int:
         host=host,
         port=port,
         token=bool(app.settings.api_token),
+        open_files=files,
     )
+    if files < OPEN_FILES_WANTED:
+        log_event(
+            "open_file_limit_low",
+            level=logging.WARNING,
+            limit=files,
+            was=files_before,
+            wanted=OPEN_FILES_WANTED,
+            detail="each connection holds one descriptor: raise the hard limit (LimitNOFILE)",
+        )
     reaper = Reaper(app)
     reaper.start()
     pruner = None

@@ -13,6 +13,7 @@ import httpx
 import uvicorn
 
 from batchcrop.api import create_api
+from batchcrop.api.protocol import RequestDeadlineProtocol
 from batchcrop.app import App
 
 STARTUP_TIMEOUT_SECONDS = 15.0
@@ -29,14 +30,25 @@ class LiveServer:
 
 
 @contextmanager
-def running(app: App, *, token: str | None = None) -> Iterator[LiveServer]:
-    """Serve `app` on 127.0.0.1 until the block ends; `token` goes into the client's headers."""
+def running(
+    app: App,
+    *,
+    token: str | None = None,
+    protocol: type[RequestDeadlineProtocol] = RequestDeadlineProtocol,
+) -> Iterator[LiveServer]:
+    """Serve `app` on 127.0.0.1 until the block ends, with `serve`'s HTTP protocol (`protocol`:
+    one with a shorter deadline); `token` goes into the client's headers."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     config = uvicorn.Config(
-        create_api(app), log_level="warning", lifespan="off", ws="none", access_log=False
+        create_api(app),
+        http=protocol,
+        log_level="warning",
+        lifespan="off",
+        ws="none",
+        access_log=False,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(

@@ -105,6 +105,28 @@ def test_other_libraries_lines_join_in_the_same_format(stderr: Stderr) -> None:
     )
 
 
+def test_asyncios_repeated_complaints_are_one_strict_line(stderr: Stderr) -> None:
+    """asyncio's lines (a server out of descriptors fails each `accept` with a traceback, many
+    times a second) are strict lines in our format, one per message per `REPEAT_SECONDS`."""
+    configure("INFO", "logfmt")
+    try:
+        raise OSError(24, "Too many open files")
+    except OSError:
+        for _ in range(50):
+            logging.getLogger("asyncio").error(
+                "socket.accept() out of system resource", exc_info=True
+            )
+    logging.getLogger("asyncio").error("another complaint")
+    lines = stderr.getvalue().splitlines()
+    assert [parse_logfmt(line)["msg"] for line in lines] == [
+        "socket.accept() out of system resource",
+        "another complaint",
+    ]
+    first = parse_logfmt(lines[0])
+    assert (first["level"], first["logger"]) == ("error", "asyncio")
+    assert "Too many open files" in first["exc"]
+
+
 def test_the_trace_exporters_complaints_are_our_lines_too(stderr: Stderr) -> None:
     """With tracing on, the OpenTelemetry SDK's export failures are strict log lines naming
     their logger, not raw text among them."""
