@@ -101,8 +101,17 @@ def _table(columns: Sequence[str], ids: Sequence[str], folded: Sequence[str]) ->
     return table
 
 
+class _Console(Console):
+    """Rich's console, whose broken pipe is the CLI's: Rich's own ends the process with exit 1,
+    which reads as a failed command; `cli.main` exits 141 (128 + SIGPIPE), as `--json` does."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+
 def _console(stderr: bool = False) -> Console:
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+    return _Console(stderr=stderr, highlight=False, soft_wrap=True)
 
 
 def _done(document: dict[str, Any]) -> int:

@@ -224,9 +224,11 @@ def test_a_missing_bucket_fails_at_once_with_exit_4(cli: Cli) -> None:
     _one_line(result, 4, "bucket 'bc-no-such-bucket' does not exist")
 
 
-def test_output_piped_into_head_ends_quietly(cli: Cli, tmp_path: Path) -> None:
-    """`batchcrop items B --json | head -c 100`: no traceback, no complaint, exit 141 like any
-    command whose reader went away."""
+@pytest.mark.parametrize("form", ["--json", "table"])
+def test_output_piped_into_head_ends_quietly(cli: Cli, tmp_path: Path, form: str) -> None:
+    """`batchcrop items B --json | head -c 100`, and the table form (written by Rich, whose own
+    answer to a broken pipe was exit 1): no traceback, no complaint, exit 141 like any command
+    whose reader went away."""
     photo = write_photos(tmp_path / "src", 1)[0]
     with (tmp_path / "items.csv").open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
@@ -237,7 +239,8 @@ def test_output_piped_into_head_ends_quietly(cli: Cli, tmp_path: Path) -> None:
         [
             "bash",
             "-c",
-            f'"{sys.executable}" -m batchcrop items {batch} --json | head -c 100 >/dev/null; '
+            f'"{sys.executable}" -m batchcrop items {batch} {"--json" if form == "--json" else ""}'
+            " | head -c 100 >/dev/null; "
             'echo "${PIPESTATUS[0]}"',
         ],
         env=cli.env,
