@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 from starlette.routing import Match
 
-from batchcrop.api.problems import Problem, field_problem, problem_response
+from batchcrop.api.problems import Problem, field_problem, problem_response, without_field
 from batchcrop.batches.errors import (
     BadCursor,
     BatchEnded,
@@ -64,7 +64,10 @@ def _message(error: dict[str, Any]) -> str:
 
 def validation_problem(exc: RequestValidationError) -> Problem:
     """422 listing each offending field with pydantic's message (never the input itself)."""
-    errors = [{"field": field_name(e.get("loc", ())), "message": _message(e)} for e in exc.errors()]
+    errors = []
+    for error in exc.errors():
+        field = field_name(error.get("loc", ()))
+        errors.append({"field": field, "message": without_field(field, _message(error))})
     first = errors[0] if errors else {"field": "body", "message": "invalid request"}
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     return Problem(

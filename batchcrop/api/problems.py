@@ -47,10 +47,23 @@ class Problem(Exception):
         self.headers = dict(headers or {})
 
 
+def without_field(field: str, message: str) -> str:
+    """`message` without the field's name it may begin with (`allow_failures must be …` ⇒
+    `must be …`): a problem's detail names the field itself, once."""
+    name = field.split("[", 1)[0]
+    for said in (f"{field}: ", f"{name}: ", f"{field} ", f"{name} "):
+        if message.startswith(said):
+            return message.removeprefix(said)
+    return message
+
+
 def field_problem(
     field: str, message: str, *, status: int = 422, slug: str = "invalid-request"
 ) -> Problem:
-    """A problem about one field (`items[3].source`, `cursor`, ...), listed in `errors`."""
+    """A problem about one field (`items[3].source`, `cursor`, ...), listed in `errors`; the
+    detail names the field once (`max_side: must be in 16..10000, got -5`), whether or not the
+    domain's message began with it."""
+    message = without_field(field, message)
     return Problem(
         status, f"{field}: {message}", slug=slug, errors=[{"field": field, "message": message}]
     )

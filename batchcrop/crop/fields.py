@@ -23,6 +23,18 @@ class SpecError(ValueError):
         super().__init__(message)
         self.field = field
 
+    @property
+    def reason(self) -> str:
+        """The message without the field's name it starts with (`must be in 16..10000, got
+        -5` for `max_side must be in …`): for a caller that names the field its own way (the
+        API's `max_side: …`, the CLI's `--max-side …`)."""
+        message = str(self)
+        name = self.field.split("[", 1)[0]
+        for said in (f"{self.field}: ", f"{name}: ", f"{self.field} ", f"{name} "):
+            if message.startswith(said):
+                return message.removeprefix(said)
+        return message
+
 
 class KeyPart(enum.Enum):
     """A render field's part in a derivative's storage key (docs/design.md §5)."""

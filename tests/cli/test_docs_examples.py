@@ -108,7 +108,10 @@ EXAMPLES: dict[str, Run | InBlock] = {
     "batchcrop batches [--state S] [--label L]": Run(
         "batches --state failed --label docs", out=r"{BATCH}"
     ),
-    "batchcrop cancel BATCH": Run("cancel {BATCH}", out=r"state .*failed"),
+    # The fixture's batch has ended: a cancel says so and leaves it requeueable.
+    "batchcrop cancel BATCH": Run(
+        "cancel {BATCH}", exit=2, err=r"^batchcrop: error: batch .* has already ended \(failed\)"
+    ),
     "batchcrop db check": Run("db check", out=r"^database schema is at head"),
     "batchcrop db current": Run("db current", out=r"leases .*at head"),
     "batchcrop db upgrade": Run(

@@ -119,38 +119,55 @@ def test_help_shows_every_render_flag_with_its_argument(capsys: pytest.CaptureFi
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--max-side", "5"], "max_side must be in 16..10000, got 5"),
-        (["--quality", "101"], "quality must be in 1..100, got 101"),
-        (["--ratios", "1:1,16/9"], "ratio must look like 16:9 (two whole numbers), got '16/9'"),
-        (["--ratios", "1:1,1:1"], "ratios must be distinct"),
-        (["--formats", "jpeg,gif"], "formats: 'gif' is not one of jpeg, webp, avif"),
-        (["--fit", "fill"], "fit: 'fill' is not one of crop, pad, auto"),
+        (["--max-side", "5"], "--max-side must be in 16..10000, got 5"),
+        (["--quality", "101"], "--quality must be in 1..100, got 101"),
+        (
+            ["--ratios", "1:1,16/9"],
+            "--ratios: ratio must look like 16:9 (two whole numbers), got '16/9'",
+        ),
+        (["--ratios", "1:1,1:1"], "--ratios must be distinct"),
+        (["--formats", "jpeg,gif"], "--formats: 'gif' is not one of jpeg, webp, avif"),
+        (["--fit", "fill"], "--fit: 'fill' is not one of crop, pad, auto"),
         (
             ["--pad-colour", "reddish"],
-            "pad_colour: 'reddish' is not a colour: write it #rrggbb (#ffffff is white) or auto",
+            "--pad-colour: 'reddish' is not a colour: write it #rrggbb (#ffffff is white) or auto",
         ),
         (
             ["--background", "#12345"],
-            "background: '#12345' is not a colour: write it #rrggbb (#ffffff is white)",
+            "--background: '#12345' is not a colour: write it #rrggbb (#ffffff is white)",
         ),
-        (["--widths", "320,8"], "a width must be in 16..10000, got 8"),
-        (["--widths", "320,wide"], "a width must be a whole number of pixels, got 'wide'"),
+        (["--widths", "320,8"], "--widths: a width must be in 16..10000, got 8"),
+        (
+            ["--widths", "320,wide"],
+            "--widths: a width must be a whole number of pixels, got 'wide'",
+        ),
         (
             ["--widths", "16,32,64,128,256,512,1024,2048,4096"],
-            "widths must hold 0..8 widths, got 9",
+            "--widths must hold 0..8 widths, got 9",
         ),
         (
             ["--widths", "640", "--max-side", "800"],
-            "widths and max_side are two forms of the output size: give one of them",
+            "--widths and --max-side are two forms of the output size: give one of them",
         ),
-        (["--trim", "200"], "trim must be in 0..128, got 200"),
-        (["--quality-match", "ssim"], "quality_match: 'ssim' is not one of table, jpeg"),
+        (["--trim", "200"], "--trim must be in 0..128, got 200"),
+        (["--quality-match", "ssim"], "--quality-match: 'ssim' is not one of table, jpeg"),
     ],
 )
-def test_a_bad_render_flag_is_a_usage_error_naming_the_field(
+def test_a_bad_render_flag_is_a_usage_error_naming_the_flag(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
 ) -> None:
-    """A value outside the declaration is exit 2 and one line saying which field and why."""
+    """A value outside the declaration is exit 2 and one line saying which flag and why (the
+    API's message, its field names written as the flags)."""
     database = f"sqlite:///{tmp_path / 'batchcrop.db'}"
     code = main(["submit", str(tmp_path), "--database-url", database, *flags])
     assert (code, capsys.readouterr().err) == (Exit.USAGE, f"batchcrop: error: {message}\n")
+
+
+def test_a_bad_attempts_cap_names_its_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--max-attempts` outside 1..100 is exit 2 naming the flag, not the request's field."""
+    database = f"sqlite:///{tmp_path / 'batchcrop.db'}"
+    code = main(["submit", str(tmp_path), "--database-url", database, "--max-attempts", "0"])
+    said = "batchcrop: error: --max-attempts must be in 1..100, got 0\n"
+    assert (code, capsys.readouterr().err) == (Exit.USAGE, said)
