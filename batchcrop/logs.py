@@ -127,7 +127,7 @@ def configure(level: str = "INFO", fmt: str = "logfmt") -> None:
     Raises LogSettingError for an unknown level or format.
     """
     level, fmt = check_level(level), check_format(fmt)
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _Stderr()
     handler.setFormatter(JsonFormatter() if fmt == "json" else LogfmtFormatter())
     for name in (LOGGER.name, *OTHER_LOGGERS):
         logger = logging.getLogger(name)
@@ -141,6 +141,23 @@ def configure(level: str = "INFO", fmt: str = "logfmt") -> None:
     # Python's warnings (Pillow's DecompressionBombWarning, a library's deprecation) would print
     # raw text, over several lines, into the stream of strict logfmt or JSON lines.
     warnings.showwarning = _log_warning
+
+
+class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """A handler writing to whatever `sys.stderr` is at each line: `run`'s progress bar (Rich)
+    redirects it while it is drawn and puts each line above the bar, where a handler holding
+    the stream it was given at start wrote into the middle of the bar's line."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: TextIO) -> None:
+        pass  # always the current sys.stderr
 
 
 class Repeats(logging.Filter):

@@ -897,6 +897,24 @@ class LeaseManager(Sharing, Reader):
         with self._db.write() as c:
             self._db.execute(c, registry.forget(worker_id))
 
+    def registered_workers(self) -> dict[str, dict[str, Any]]:
+        """Every registered worker's `info`, by id (one read of the registry)."""
+        with self._db.read() as c:
+            return {row.id: dict(row.info) for row in self._db.rows(c, registry.registered())}
+
+    def mark_absent(self, worker_ids: Sequence[str]) -> None:
+        """Mark registered workers absent now, for an application that knows their processes
+        ended (one that died on this machine): the next `release_absent` releases their leases
+        at once instead of after `worker_timeout_seconds`. A worker that is in fact alive is
+        seen again at its next refresh; the leases released meanwhile are fenced like expired
+        ones."""
+        if not worker_ids:
+            return
+        with self._db.write() as c:
+            self._db.execute(
+                c, registry.mark_absent(worker_ids, to_ms(self.worker_timeout_seconds))
+            )
+
     def release_absent(self) -> ReapResult:
         """G': release the leases held by registered workers not seen for
         `worker_timeout_seconds`: `retryable` (`worker_lost`) or `failed` (`attempts_exhausted`)

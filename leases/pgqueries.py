@@ -251,11 +251,20 @@ def notify_work_now() -> sa.Select[tuple[object]]:
 def notify_work_due() -> sa.Select[tuple[object]]:
     """Announce retryable work: the payload is the wait until the earliest retryable item not
     yet due is due (one probe of the retryable due-time index), `0` when there is none."""
+    return sa.select(sa.func.pg_notify(inline(WORK_CHANNEL), sa.cast(_due_wait_ms(), sa.Text)))
+
+
+def work_due_wait() -> sa.Select[tuple[int]]:
+    """What `notify_work_due` would announce now (ms; 0: no retryable item not yet due), for a
+    listener that has just (re)connected and missed the announcements meanwhile."""
+    return sa.select(_due_wait_ms())
+
+
+def _due_wait_ms() -> sa.ColumnElement[int]:
     now = db_now_ms()
     earliest = (
         sa.select(sa.func.min(items.c.next_attempt_at))
         .where(state_is(State.RETRYABLE), items.c.next_attempt_at >= now)
         .scalar_subquery()
     )
-    wait_ms = sa.func.coalesce(earliest - now, 0)
-    return sa.select(sa.func.pg_notify(inline(WORK_CHANNEL), sa.cast(wait_ms, sa.Text)))
+    return sa.func.coalesce(earliest - now, 0)

@@ -54,6 +54,18 @@ def seen(dialect_name: str) -> Insert:
     )
 
 
+def mark_absent(worker_ids: Sequence[str], timeout_ms: int) -> Update:
+    """Set these workers' `last_seen_at` to just past the timeout ago: absent from now on, but
+    listed and named like any absent worker until forgotten (a row refreshed by its worker
+    afterwards is simply seen again)."""
+    cutoff = db_now_ms() - timeout_ms - 1
+    return (
+        sa.update(workers)
+        .where(workers.c.id.in_(list(worker_ids)), workers.c.last_seen_at > cutoff)
+        .values(last_seen_at=cutoff)
+    )
+
+
 def forget(worker_id: str) -> Delete:
     """Delete one worker's row (its clean shutdown)."""
     return sa.delete(workers).where(workers.c.id == worker_id)

@@ -147,6 +147,7 @@ class Wakeups:
                     self._connected.set()
                     delay = RECONNECT_MIN_SECONDS
                     self._wake_all()  # whatever was announced while not listening
+                    self._due_meanwhile()
                     self._listen(conn)
             except (LeaseError, sa.exc.SQLAlchemyError, OSError, self._driver_error) as exc:
                 # The connection is gone (or never came): try again, ever more slowly.
@@ -155,6 +156,15 @@ class Wakeups:
             if not self._stopping.is_set():
                 self._stopping.wait(delay * random.uniform(0.5, 1.0))
                 delay = min(delay * 2, RECONNECT_MAX_SECONDS)
+
+    def _due_meanwhile(self) -> None:
+        """Set the timer an announcement lost while not listening would have set: the wake-up
+        of the earliest retryable item not yet due (a worker's first registry refresh can
+        release a killed worker's item before its listener connects)."""
+        with self._db.read() as c:
+            wait_ms = int(self._db.scalar(c, pgqueries.work_due_wait()) or 0)
+        if wait_ms > 0:
+            self._announced(str(wait_ms))
 
     def _listen(self, conn: Any) -> None:
         while not self._stopping.is_set():

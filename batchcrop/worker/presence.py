@@ -35,16 +35,61 @@ def worker_info(
     store: str,
     store_max_concurrent: int | None = None,
 ) -> dict[str, Any]:
-    """What the registry shows about this process."""
+    """What the registry shows about this process (with `machine_identity`'s boot and pid
+    namespace, by which a later process on this machine tells that it has ended)."""
     return {
         "host": socket.gethostname(),
         "pid": os.getpid(),
+        **machine_identity(),
         "version": __version__,
         "concurrency": concurrency,
         "batch_ids": None if batch_ids is None else list(batch_ids),
         "store": store,
         "store_max_concurrent": store_max_concurrent,
     }
+
+
+def machine_identity() -> dict[str, Any]:
+    """This boot of this machine and this process's pid namespace (Linux: the kernel's boot id
+    and the namespace's inode; empty elsewhere): two processes with the same host, boot and
+    namespace see each other's pids."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as boot:
+            boot_id = boot.read().strip()
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return {}
+    return {"boot_id": boot_id, "pid_ns": namespace}
+
+
+def ended_here(info: Mapping[str, Any], here: Mapping[str, Any]) -> bool:
+    """Whether the registered process described by `info` ran on this machine, in this boot and
+    pid namespace (`here`, this process's `worker_info`), and has ended: its pid is gone. A
+    pid taken again by another process reads as alive (the timeout then decides)."""
+    same = ("host", "boot_id", "pid_ns")
+    if not here.get("boot_id") or any(info.get(key) != here.get(key) for key in same):
+        return False
+    pid = info.get("pid")
+    if not isinstance(pid, int) or pid <= 0 or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False  # another user's process: alive
+    return _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """Whether `pid` has ended but is not reaped yet (its parent, or an init that reaps late,
+    has not waited for it): a SIGKILLed process stays so for a second or two."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            state = stat.read().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state in ("Z", "X")
 
 
 ABSENT_NAMED = 5
@@ -76,11 +121,16 @@ class Presence(threading.Thread):
         self._suspects: set[str] = set()
         self._stopping = threading.Event()
         self._down = False
+        self._ended: list[str] = []  # marked absent at this refresh, for its log line
 
     def beat(self) -> None:
         """One refresh, one release of absent holders and of this worker's leases no slot
-        works on; outages are logged, not raised."""
+        works on; outages are logged, not raised. Each first marks absent the registered workers
+        that ran on this machine and have ended (`ended_here`: a `run` killed with SIGKILL and
+        run again, a worker beside it killed for memory), so their items come back now rather
+        than after the worker timeout."""
         try:
+            self._mark_ended_here()
             if self._working is None:
                 self.leases.worker_seen(self.worker_id, self.info)
             else:
@@ -112,10 +162,22 @@ class Presence(threading.Thread):
                 worker=self.worker_id,
                 retried=released.retried,
                 failed=released.failed,
-                absent=self._absent(),
+                absent=self._absent() or ",".join(self._ended) or None,
             )
+            self._ended = []
             if self._on_released is not None:
                 self._on_released(released)
+
+    def _mark_ended_here(self) -> None:
+        ended = sorted(
+            worker_id
+            for worker_id, info in self.leases.registered_workers().items()
+            if worker_id != self.worker_id and ended_here(info, self.info)
+        )
+        self.leases.mark_absent(ended)
+        self._ended = ended
+        if ended:
+            log_event("workers_ended_here", worker=self.worker_id, ended=",".join(ended))
 
     def _release_not_in_flight(self, held: Sequence[HeldItem], working: set[str]) -> None:
         """Release the leases of `held` (read before the process was asked what it works on:

@@ -107,6 +107,31 @@ def test_a_retry_wakes_the_waiters_when_it_is_due(
 
 @pytest.mark.postgres
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+def test_a_retry_made_before_the_listener_connects_wakes_its_waiters_when_due(
+    engine: sa.Engine, make_manager: ManagerFactory
+) -> None:
+    """A retry announced before a listener connects (a worker's first registry refresh
+    releases a killed worker's item before its slots listen) still wakes the waiters when it
+    is due: on connecting, the listener reads the earliest due time itself."""
+    manager = make_manager(retry_backoff_seconds=2.0, retry_backoff_max_seconds=2.0)
+    new_group(manager, 1)
+    (claim,) = manager.claim("w", 1)
+    assert manager.retry_later(claim, "storage_unavailable") is State.RETRYABLE
+    listener = Wakeups(engine)
+    signal = listener.signal()
+    listener.start()
+    try:
+        assert listener.wait_connected(WAKE_TIMEOUT_SECONDS)
+        mark = _settled(signal)
+        assert listener.received == 0
+        assert signal.wait(mark, WAKE_TIMEOUT_SECONDS)
+        assert [c.item_id for c in manager.claim("w", 1)] == [claim.item_id]
+    finally:
+        listener.stop()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
 def test_an_expired_lease_reaped_wakes_the_waiters(
     wakeups: Wakeups, engine: sa.Engine, make_manager: ManagerFactory
 ) -> None:

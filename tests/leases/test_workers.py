@@ -176,3 +176,30 @@ def test_timeout_must_be_positive(engine: sa.Engine) -> None:
     """A zero timeout would release every lease at once: refused."""
     with pytest.raises(ValueError, match="worker_timeout_seconds"):
         LeaseManager(engine, worker_timeout_seconds=0)
+
+
+def test_a_worker_marked_absent_is_released_at_once_and_seen_again_when_it_refreshes(
+    make_manager: ManagerFactory,
+) -> None:
+    """`mark_absent` makes a fresh worker absent now: the next `release_absent` releases its
+    leases without waiting for the timeout; others stay alive, and a worker that refreshes
+    afterwards is alive again."""
+    manager: LeaseManager = make_manager(lease_seconds=900.0)
+    new_group(manager, 2)
+    manager.worker_seen("ended", {})
+    manager.worker_seen("alive", {})
+    (held,) = manager.claim("ended", 1)
+    manager.claim("alive", 1)
+    assert set(manager.registered_workers()) == {"ended", "alive"}
+    manager.mark_absent(["ended"])
+    manager.mark_absent([])
+    assert manager.release_absent().retried == 1
+    item = manager.item(held.item_id)
+    assert item is not None
+    assert (item.state, item.error_category) == (State.RETRYABLE, WORKER_LOST)
+    assert [w.status for w in manager.workers() if w.id == "alive"] == ["alive"]
+    manager.worker_seen("ended", {})
+    assert {w.id: w.status for w in manager.workers() if w.id in ("ended", "alive")} == {
+        "ended": "alive",
+        "alive": "alive",
+    }

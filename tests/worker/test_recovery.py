@@ -78,8 +78,9 @@ def test_sigkilled_worker_items_come_back_within_the_worker_timeout(
     cli: Cli, inspect: App, tmp_path: Path
 ) -> None:
     """With the default 900 s lease, a SIGKILLed worker's item is released `worker_lost` within
-    the worker timeout plus one refresh, and claimed again after the first retry backoff; the
-    dead worker is listed absent and the survivor's clean exit removes its own row."""
+    the worker timeout plus one refresh (on one machine at the survivor's first refresh, ADR
+    0047), and claimed again after the first retry backoff; the dead worker is listed absent
+    and the survivor's clean exit removes its own row."""
     write_photos(tmp_path / "src", 6, size=(2400, 1800))
     flags = ("--worker-timeout-seconds", str(TIMEOUT_SECONDS))
     recovery = measure_recovery(cli, inspect, tmp_path / "src", *flags)
