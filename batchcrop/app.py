@@ -177,6 +177,11 @@ class App:
         if url.get_backend_name() != "sqlite":
             return
         path = os.path.abspath(url.database or "")
+        if os.path.isdir(path):
+            raise NoDatabaseFile(
+                f"the database {path} is a folder: --database-url (BATCHCROP_DATABASE_URL) names "
+                "the SQLite file, e.g. sqlite:///batchcrop.db"
+            )
         if creates:
             if not os.path.isdir(os.path.dirname(path)):
                 raise NoDatabaseFile(

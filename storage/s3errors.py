@@ -59,6 +59,12 @@ TOO_MANY_REQUESTS_STATUS = 429
 SERVER_ERROR_MIN_STATUS = 500
 
 
+CREDENTIALS_HINT = (
+    "boto3 reads them from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE or "
+    "~/.aws/credentials; a store other than AWS also needs its endpoint URL"
+)
+
+
 def error_code(exc: ClientError) -> str:
     """The S3 error code of `exc` ("" when the response had none)."""
     return str(exc.response.get("Error", {}).get("Code", ""))
@@ -88,7 +94,7 @@ def translate(exc: Exception, what: str) -> StorageError:
         # a body cut short.
         return StorageUnavailable(f"{what}: {exc}")
     if isinstance(exc, NoCredentialsError | PartialCredentialsError):
-        return AccessDenied(f"{what}: {exc}")
+        return AccessDenied(f"{what}: {exc} ({CREDENTIALS_HINT})")
     if isinstance(exc, OSError):
         # Socket errors surfacing while a response body is streamed.
         return StorageUnavailable(f"{what}: {exc}")

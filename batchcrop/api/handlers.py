@@ -55,7 +55,14 @@ def field_name(location: Sequence[int | str]) -> str:
     return name or "body"
 
 
+_NOT_AN_OBJECT = frozenset({"model_attributes_type", "dict_type", "model_type"})
+
+
 def _message(error: dict[str, Any]) -> str:
+    if tuple(error.get("loc", ())) == ("body",) and error.get("type") in _NOT_AN_OBJECT:
+        # A body that is not a JSON object: most often one sent without its media type, which
+        # arrives as text and reads "should be a valid dictionary" to the model.
+        return "must be a JSON object, sent with Content-Type: application/json"
     if error.get("type") == "json_invalid":
         reason = (error.get("ctx") or {}).get("error", "")
         return f"not valid JSON ({reason})" if reason else "not valid JSON"

@@ -384,6 +384,8 @@ def _needs_face_detector() -> None:
 
 def run(args: argparse.Namespace) -> int:
     """`batchcrop run`: the one-shot main job on one batch, resumable, Ctrl-C gives back."""
+    if args.out is not None and not args.out.strip():
+        raise UsageError("--out needs a folder (it is short for --store file://DIR)")
     if args.out and args.store:
         raise UsageError("--out DIR is short for --store file://DIR: give only one of them")
     if args.workers < 1:

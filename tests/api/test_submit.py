@@ -269,6 +269,21 @@ def test_malformed_bodies_are_client_errors(
 
 
 @sqlite_only
+@pytest.mark.parametrize("content_type", [None, "text/plain"])
+def test_a_body_without_its_json_media_type_says_so(
+    api: LiveServer, content_type: str | None
+) -> None:
+    """A JSON body sent without `Content-Type: application/json` (curl -d's default is a form)
+    is a 422 saying what the body must be and how to send it, not that a dictionary is wanted."""
+    headers = {} if content_type is None else {"Content-Type": content_type}
+    response = api.client.post("/v1/batches", content=b"notjson", headers=headers)
+    problem = assert_problem(response, 422, field="body")
+    assert problem["detail"] == (
+        "body: must be a JSON object, sent with Content-Type: application/json"
+    ), problem
+
+
+@sqlite_only
 def test_too_many_items_is_422(api: LiveServer, sources: list[str]) -> None:
     """One item over the per-batch cap is refused before any source is looked at."""
     body = {"items": [{"source": sources[0]}] * (ITEMS_PER_BATCH_MAX + 1)}

@@ -700,6 +700,33 @@ def test_an_sqlite_url_without_a_file_is_a_usage_error(url: str, tmp_path: Path)
     assert len(result.stderr.splitlines()) == 1
 
 
+@pytest.mark.parametrize("command", ["run", "status"])
+def test_an_sqlite_url_naming_a_folder_says_so(command: str, tmp_path: Path) -> None:
+    """A `--database-url` naming a folder (`sqlite:///out`) is one line naming it and saying
+    the URL names the file, not SQLite's "unable to open database file"."""
+    (tmp_path / "out").mkdir()
+    cli = Cli(f"sqlite:///{tmp_path / 'out'}", tmp_path / "store")
+    args = (
+        ("run", str(tmp_path), "--out", str(tmp_path / "d"))
+        if command == "run"
+        else (
+            "status",
+            "7b1e4c1e",
+        )
+    )
+    result = cli(*args)
+    assert result.returncode == 3, result.stderr
+    assert f"the database {tmp_path / 'out'} is a folder" in result.stderr
+    assert len(result.stderr.splitlines()) == 1
+
+
+def test_an_empty_out_folder_is_a_usage_error(cli: Cli, tmp_path: Path) -> None:
+    """`run --out ''` is exit 2 saying it needs a folder, not a run into the default store."""
+    result = cli("run", str(tmp_path), "--out", "")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert "--out needs a folder" in result.stderr
+
+
 def test_sigterm_during_a_large_submission_leaves_nothing_behind(
     cli: Cli, inspect: App, tmp_path: Path
 ) -> None:
