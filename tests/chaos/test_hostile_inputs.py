@@ -267,7 +267,7 @@ def test_cli_refuses_an_idempotency_key_the_database_cannot_hold(
         (("submit", "a.jpg", "--deadline", "inf"), "duration"),
         (("submit", "a.jpg", "--deadline", "1e400"), "duration"),
         (("submit", "a.jpg", "--deadline", "nan"), "duration"),
-        (("submit", "a.jpg", "--max-attempts", "99999999999"), "max_attempts"),
+        (("submit", "a.jpg", "--max-attempts", "99999999999"), "--max-attempts"),
         # The deadline limit is the API's too: one constant, whichever way a batch arrives.
         (("submit", "a.jpg", "--deadline", "31d"), "30 days"),
         (("requeue", "7b1e4c1e-0000-4000-8000-000000000000", "--deadline", "31d"), "30 days"),
