@@ -211,8 +211,10 @@ def trickling(interval_seconds: float) -> Iterator[Trickler]:
 
 @contextmanager
 def answering(raw: bytes) -> Iterator[str]:
-    """A receiver on 127.0.0.1 that reads each request's head and answers `raw` bytes as they
-    are (not necessarily HTTP), then closes; yields its URL."""
+    """A receiver on 127.0.0.1 that reads each request (its head, then `Content-Length` bytes of
+    body) and answers `raw` bytes as they are (not necessarily HTTP), then closes; yields its
+    URL. The body is read first: closing with unread bytes makes the kernel reset the
+    connection, which the sender, still writing, would meet as a connect error."""
     listener = socket.create_server(("127.0.0.1", 0))
     stop = threading.Event()
 
@@ -222,7 +224,24 @@ def answering(raw: bytes) -> Iterator[str]:
             try:
                 data = b""
                 while b"\r\n\r\n" not in data:
-                    data += conn.recv(65536)
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        return
+                    data += chunk
+                head, _, body = data.partition(b"\r\n\r\n")
+                length = next(
+                    (
+                        int(line.split(b":", 1)[1])
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length:")
+                    ),
+                    0,
+                )
+                while len(body) < length:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        return
+                    body += chunk
                 conn.sendall(raw)
             except OSError:
                 return  # the sender gave up
