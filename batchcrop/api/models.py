@@ -81,7 +81,7 @@ LabelFilter = Annotated[
 ]
 """A label to filter by: only text a database can compare (PostgreSQL refuses NUL in a
 parameter), so that it is a 422 on every database instead of a 500 on one."""
-Seconds = Annotated[float, Field(gt=0, le=DEADLINE_SECONDS_MAX)]
+Seconds = Annotated[float, Field(gt=0, le=DEADLINE_SECONDS_MAX, allow_inf_nan=False)]
 CallbackUrlText = Annotated[
     str,
     StringConstraints(min_length=1, max_length=CALLBACK_URL_CHARS_MAX),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import unicodedata
 from pathlib import Path
@@ -281,6 +282,23 @@ def test_a_body_without_its_json_media_type_says_so(
     assert problem["detail"] == (
         "body: must be a JSON object, sent with Content-Type: application/json"
     ), problem
+
+
+@sqlite_only
+@pytest.mark.parametrize("number", ["NaN", "Infinity"])
+def test_a_deadline_that_is_not_a_finite_number_is_422(
+    api: LiveServer, sources: list[str], number: str
+) -> None:
+    """Python's JSON reads `NaN` and `Infinity`: a deadline given so is a 422 saying it must be
+    a finite number (not that NaN is over 30 days)."""
+    body = (
+        json.dumps(batch_body(sources[:1])).removesuffix("}") + f', "deadline_seconds": {number}}}'
+    )
+    response = api.client.post(
+        "/v1/batches", content=body.encode(), headers={"Content-Type": "application/json"}
+    )
+    problem = assert_problem(response, 422, field="deadline_seconds")
+    assert "finite number" in problem["detail"], problem
 
 
 @sqlite_only
