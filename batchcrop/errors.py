@@ -119,3 +119,36 @@ def _path_or_placeholder(match: re.Match[str]) -> str:
     """A placeholder for a path-like word; the placeholders already put in stay as they are."""
     word = match.group(0)
     return word if word in (REDACTED_URL, REDACTED_PATH, REDACTED_SECRET) else REDACTED_PATH
+
+
+class FieldError(ValueError):
+    """A request field with an unusable value; `field` names it (`ratios[1]`, `max_attempts`).
+    The API's problem documents and the CLI's usage errors name the field their own way
+    (`max_side: …`, `--max-side …`), so the message may begin with its name (`named`)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+    @property
+    def named(self) -> str:
+        """How the message begins by naming the field (`field_named`)."""
+        return field_named(self.field, str(self))
+
+    @property
+    def reason(self) -> str:
+        """The message after that (`must be in 16..10000, got -5`)."""
+        return str(self).removeprefix(self.named)
+
+
+def field_named(field: str, message: str) -> str:
+    """How `message` begins by naming `field` or its list (`max_side `, `pad_colour: `,
+    `ratios: ` for `ratios[1]`), or "" when it does not."""
+    name = field.split("[", 1)[0]
+    prefixes = (f"{field}: ", f"{name}: ", f"{field} ", f"{name} ")
+    return next((said for said in prefixes if message.startswith(said)), "")
+
+
+def without_field(field: str, message: str) -> str:
+    """`message` without the naming of `field` it may begin with (`field_named`)."""
+    return message.removeprefix(field_named(field, message))

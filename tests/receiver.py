@@ -209,6 +209,32 @@ def trickling(interval_seconds: float) -> Iterator[Trickler]:
         listener.close()
 
 
+def read_message(sock: socket.socket) -> bytes | None:
+    """One whole HTTP message read from `sock`: its head, then `Content-Length` bytes of body
+    (none without the header); None when the peer closed before it was whole."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return None
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        (
+            int(line.split(b":", 1)[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        ),
+        0,
+    )
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return None
+        body += chunk
+    return head + b"\r\n\r\n" + body
+
+
 @contextmanager
 def answering(raw: bytes) -> Iterator[str]:
     """A receiver on 127.0.0.1 that reads each request (its head, then `Content-Length` bytes of
@@ -222,27 +248,8 @@ def answering(raw: bytes) -> Iterator[str]:
         with conn:
             conn.settimeout(5.0)
             try:
-                data = b""
-                while b"\r\n\r\n" not in data:
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        return
-                    data += chunk
-                head, _, body = data.partition(b"\r\n\r\n")
-                length = next(
-                    (
-                        int(line.split(b":", 1)[1])
-                        for line in head.split(b"\r\n")
-                        if line.lower().startswith(b"content-length:")
-                    ),
-                    0,
-                )
-                while len(body) < length:
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        return
-                    body += chunk
-                conn.sendall(raw)
+                if read_message(conn) is not None:
+                    conn.sendall(raw)
             except OSError:
                 return  # the sender gave up
 

@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 from starlette.routing import Match
 
-from batchcrop.api.problems import Problem, field_problem, problem_response, without_field
+from batchcrop.api.problems import Problem, field_problem, problem_response
 from batchcrop.batches.errors import (
     BadCursor,
     BatchEnded,
@@ -27,6 +27,7 @@ from batchcrop.batches.errors import (
     NothingToRedeliver,
 )
 from batchcrop.batches.recrop import BatchCancelled, RecropConflict
+from batchcrop.errors import without_field
 from leases import DatabaseUnavailable
 
 DATABASE_RETRY_AFTER_SECONDS = 5

@@ -14,6 +14,8 @@ from typing import Any
 
 from starlette.responses import Response
 
+from batchcrop.errors import without_field
+
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 PROBLEM_TYPE_PREFIX = "urn:batchcrop:problem:"
 ERRORS_LISTED_MAX = 20
@@ -45,16 +47,6 @@ class Problem(Exception):
         self.slug = slug
         self.errors = list(errors)[:ERRORS_LISTED_MAX]
         self.headers = dict(headers or {})
-
-
-def without_field(field: str, message: str) -> str:
-    """`message` without the field's name it may begin with (`allow_failures must be …` ⇒
-    `must be …`): a problem's detail names the field itself, once."""
-    name = field.split("[", 1)[0]
-    for said in (f"{field}: ", f"{name}: ", f"{field} ", f"{name} "):
-        if message.startswith(said):
-            return message.removeprefix(said)
-    return message
 
 
 def field_problem(

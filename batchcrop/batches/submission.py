@@ -21,6 +21,7 @@ from batchcrop.batches.reads import Reads
 from batchcrop.callbacks.delivery import check_callback_url
 from batchcrop.crop.spec import RenderSpec
 from batchcrop.db import queries
+from batchcrop.errors import FieldError
 from batchcrop.settings import DEADLINE_SECONDS_MAX, MAX_ATTEMPTS_MAX
 from leases import ConstraintViolation, LeaseManager
 from leases.models import check_priority
@@ -216,10 +217,18 @@ class Submissions:
 def _check_limits(request: BatchRequest) -> None:
     """Refuse what the database cannot store: a database error here would be a crash, not a
     usage error (ValueError: exit 2 on the CLI)."""
-    if not 1 <= request.max_attempts <= MAX_ATTEMPTS_MAX:
-        raise ValueError(f"max_attempts must be in 1..{MAX_ATTEMPTS_MAX}")
+    check_max_attempts(request.max_attempts)
     check_deadline(request.deadline_seconds)
     _check_label(request.label)
+
+
+def check_max_attempts(count: int) -> None:
+    """The one attempts cap of the CLI and the API (`FieldError`: exit 2 naming the flag, or a
+    422 naming the field)."""
+    if not 1 <= count <= MAX_ATTEMPTS_MAX:
+        raise FieldError(
+            "max_attempts", f"max_attempts must be in 1..{MAX_ATTEMPTS_MAX}, got {count}"
+        )
 
 
 def check_deadline(seconds: float) -> None:

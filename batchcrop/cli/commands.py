@@ -32,7 +32,7 @@ from batchcrop.batches.items import (
     focus_from_text,
 )
 from batchcrop.batches.serving import unserved_warning
-from batchcrop.batches.submission import BatchRequest, check_deadline
+from batchcrop.batches.submission import BatchRequest, check_deadline, check_max_attempts
 from batchcrop.callbacks.delivery import CallbackUrlError
 from batchcrop.cli.exit_codes import Exit
 from batchcrop.cli.main import render_processes
@@ -46,11 +46,10 @@ from batchcrop.cli.reporting import (
     watch,
 )
 from batchcrop.cli.startup import wait_until_ready
-from batchcrop.crop.fields import SpecError
 from batchcrop.crop.spec import RenderSpec
 from batchcrop.errors import BatchcropError
 from batchcrop.logs import OutageLog, figure, log_event
-from batchcrop.settings import DEADLINE_SECONDS_MAX, MAX_ATTEMPTS_MAX, Settings, parse_duration
+from batchcrop.settings import DEADLINE_SECONDS_MAX, Settings, parse_duration
 from leases import REQUEUEABLE, TERMINAL, DatabaseUnavailable, State, state_names
 from storage import SourceReader
 
@@ -256,38 +255,13 @@ def _csv_focus(row: list[str], columns: list[int | None], *, where: str) -> Box 
         raise UsageError(f"{where}: focus_{exc.term}: {exc}") from exc
 
 
-def flag_message(error: SpecError) -> str:
-    """A render field's error as the CLI says it, naming the flags that gave the values:
-    `--max-side must be in 16..10000, got -5`, `--ratios: ratio h must be in 1..100, got 0`,
-    `--widths and --max-side are two forms of the output size: give one of them`."""
-    flag = _flag_of(error.field.split("[", 1)[0])
-    joined = str(error) != error.reason and not str(error).removesuffix(error.reason).endswith(": ")
-    said = f"{flag} {error.reason}" if joined else f"{flag}: {error.reason}"
-    # Other fields named in the message by their snake_case names (no prose word has one).
-    return re.sub(
-        r"\b[a-z]+(?:_[a-z]+)+\b",
-        lambda m: _flag_of(m[0]) if m[0] in RenderSpec.field_names() else m[0],
-        said,
-    )
-
-
-def _flag_of(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
 def _request(
     args: argparse.Namespace, reader: SourceReader, *, resumable: bool = False
 ) -> BatchRequest:
-    """What `submit` (or, `resumable`, `run`) asks to submit, parsed once from its flags; a
-    usage error naming the flag for a value the request refuses."""
-    try:
-        spec = RenderSpec.from_input(vars(args))
-    except SpecError as exc:
-        raise UsageError(flag_message(exc)) from None
-    if not 1 <= args.max_attempts <= MAX_ATTEMPTS_MAX:
-        raise UsageError(
-            f"--max-attempts must be in 1..{MAX_ATTEMPTS_MAX}, got {args.max_attempts}"
-        )
+    """What `submit` (or, `resumable`, `run`) asks to submit, parsed once from its flags (a
+    value the request refuses is a `FieldError`, which `cli.main` reports naming its flag)."""
+    spec = RenderSpec.from_input(vars(args))
+    check_max_attempts(args.max_attempts)
     deadline_seconds = parse_duration(
         args.deadline, maximum_seconds=DEADLINE_SECONDS_MAX, what="the deadline"
     )

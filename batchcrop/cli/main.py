@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
@@ -20,6 +21,7 @@ from batchcrop.callbacks.hosts import PORT_MAX
 from batchcrop.cli.exit_codes import Exit
 from batchcrop.crop.fields import RenderField
 from batchcrop.crop.spec import RenderSpec
+from batchcrop.errors import FieldError
 from batchcrop.renders.defaults import RENDER_DEADLINE_SECONDS
 from batchcrop.settings import (
     CALLBACK_RETRY_SECONDS,
@@ -888,6 +890,26 @@ def _broken_pipe() -> int:
     return EXIT_BROKEN_PIPE
 
 
+def flag_message(error: FieldError) -> str:
+    """A request field's error as the CLI says it, naming the flags that gave the values:
+    `--max-side must be in 16..10000, got -5`, `--ratios: ratio h must be in 1..100, got 0`,
+    `--widths and --max-side are two forms of the output size: give one of them`."""
+    flag = _flag_of(error.field.split("[", 1)[0])
+    # `max_side must …` reads on as `--max-side must …`; `pad_colour: …` and the rest keep ": ".
+    joined = error.named.endswith(" ") and not error.named.endswith(": ")
+    said = f"{flag} {error.reason}" if joined else f"{flag}: {error.reason}"
+    # Other fields named in the message by their snake_case names (no prose word has one).
+    return re.sub(
+        r"\b[a-z]+(?:_[a-z]+)+\b",
+        lambda m: _flag_of(m[0]) if m[0] in RenderSpec.field_names() else m[0],
+        said,
+    )
+
+
+def _flag_of(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
 SCHEMA_MISSING_MESSAGE = (
     "this database has no batchcrop tables: check --database-url (BATCHCROP_DATABASE_URL), "
     "or create them with `batchcrop db upgrade`"
@@ -899,5 +921,7 @@ def _message(exc: BaseException) -> str:
 
     if isinstance(exc, SchemaMissing):
         return SCHEMA_MISSING_MESSAGE
+    if isinstance(exc, FieldError):
+        return flag_message(exc)
     text = str(exc) or type(exc).__name__
     return text.splitlines()[0]

@@ -12,28 +12,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from batchcrop.errors import FieldError
+
 DECLARATION = "batchcrop.render_field"
 """The dataclass field metadata key holding a field's `RenderField`."""
 
 
-class SpecError(ValueError):
+class SpecError(FieldError):
     """A render request field with an unusable value; `field` names it (`ratios[1]`, `quality`)."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(message)
-        self.field = field
-
-    @property
-    def reason(self) -> str:
-        """The message without the field's name it starts with (`must be in 16..10000, got
-        -5` for `max_side must be in …`): for a caller that names the field its own way (the
-        API's `max_side: …`, the CLI's `--max-side …`)."""
-        message = str(self)
-        name = self.field.split("[", 1)[0]
-        for said in (f"{self.field}: ", f"{name}: ", f"{self.field} ", f"{name} "):
-            if message.startswith(said):
-                return message.removeprefix(said)
-        return message
 
 
 class KeyPart(enum.Enum):

@@ -12,8 +12,8 @@ ties going to the group nearest the picture's centre. Room is given up in `ROOM_
 keeps more weight, and otherwise as little as the window needs. Only faces at least
 `faces.FACE_CONFIDENCE` confident are kept; the weaker ones are only not cut
 (`window.place_window`'s `whole`). The people found without a face (`batchcrop/crop/people.py`)
-join the group as their boxes, each weighing less than any face
-kept. Pure functions (ADRs 0031, 0038, 0046).
+join the group as their boxes, each weighing less than any face kept. Pure functions (ADRs
+0031, 0038, 0046).
 """
 
 from __future__ import annotations

@@ -121,7 +121,6 @@ class Presence(threading.Thread):
         self._suspects: set[str] = set()
         self._stopping = threading.Event()
         self._down = False
-        self._ended: list[str] = []  # marked absent at this refresh, for its log line
 
     def beat(self) -> None:
         """One refresh, one release of absent holders and of this worker's leases no slot
@@ -130,7 +129,7 @@ class Presence(threading.Thread):
         run again, a worker beside it killed for memory), so their items come back now rather
         than after the worker timeout."""
         try:
-            self._mark_ended_here()
+            ended = self._mark_ended_here()
             if self._working is None:
                 self.leases.worker_seen(self.worker_id, self.info)
             else:
@@ -162,22 +161,22 @@ class Presence(threading.Thread):
                 worker=self.worker_id,
                 retried=released.retried,
                 failed=released.failed,
-                absent=self._absent() or ",".join(self._ended) or None,
+                absent=self._absent() or ",".join(ended) or None,
             )
-            self._ended = []
             if self._on_released is not None:
                 self._on_released(released)
 
-    def _mark_ended_here(self) -> None:
+    def _mark_ended_here(self) -> list[str]:
+        """Mark absent the registered workers that ended on this machine; their ids."""
         ended = sorted(
             worker_id
             for worker_id, info in self.leases.registered_workers().items()
             if worker_id != self.worker_id and ended_here(info, self.info)
         )
         self.leases.mark_absent(ended)
-        self._ended = ended
         if ended:
             log_event("workers_ended_here", worker=self.worker_id, ended=",".join(ended))
+        return ended
 
     def _release_not_in_flight(self, held: Sequence[HeldItem], working: set[str]) -> None:
         """Release the leases of `held` (read before the process was asked what it works on:

@@ -14,6 +14,7 @@ import pytest
 from batchcrop.api.protocol import RequestDeadlineProtocol, raise_open_file_limit
 from batchcrop.app import App
 from tests.api.live import LiveServer, running
+from tests.receiver import read_message
 
 ARRIVAL_SECONDS = 1.0
 STALLED = 40
@@ -33,26 +34,6 @@ def quick(make_app: Callable[..., App]) -> Iterator[LiveServer]:
 def _connect(server: LiveServer) -> socket.socket:
     host, port = server.url.removeprefix("http://").split(":")
     return socket.create_connection((host, int(port)), timeout=10)
-
-
-def _response(sock: socket.socket) -> bytes:
-    """One whole HTTP response read from `sock` (its head, then `Content-Length` bytes)."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(4096)
-        assert chunk, data
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = next(
-        int(line.split(b":", 1)[1])
-        for line in head.split(b"\r\n")
-        if line.lower().startswith(b"content-length:")
-    )
-    while len(body) < length:
-        chunk = sock.recv(4096)
-        assert chunk, data
-        body += chunk
-    return head + b"\r\n\r\n" + body
 
 
 def _closed_by_server(sock: socket.socket) -> bool:
@@ -109,7 +90,8 @@ def test_a_keep_alive_connection_serves_each_request_that_arrives_in_time(
     try:
         for _ in range(3):
             sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-            answer = _response(sock)
+            answer = read_message(sock)
+            assert answer is not None
             assert answer.startswith(b"HTTP/1.1 200"), answer
             time.sleep(ARRIVAL_SECONDS * 0.6)
     finally:
